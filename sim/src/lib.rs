@@ -1,0 +1,1 @@
+//! Deterministic network simulation of a limitmesh cluster (turmoil).

@@ -1,0 +1,13 @@
+//! limitmesh: a distributed sliding-window rate limiter that runs as a sidecar.
+//!
+//! # Layout
+//! - [`clock`]: the wall clock (the only place it is read), rollback guard, hybrid logical clock.
+//! - [`window`]: the time wheel: epoch-aligned buckets, sliding estimates, the lock-free ring.
+//! - [`crdt`]: replica state per window: per-origin registers, version vectors, merge.
+//! - [`limiter`]: keys and limits, the key table, admission by demand share, decisions.
+//!
+//! The core (`window`, `crdt`, `limiter`) is sans-IO: it is handed `now_ms` and messages and
+//! never reads a clock, a socket or a random number generator.
+
+pub mod clock;
+pub mod window;
