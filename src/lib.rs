@@ -10,4 +10,5 @@
 //! never reads a clock, a socket or a random number generator.
 
 pub mod clock;
+pub mod crdt;
 pub mod window;
