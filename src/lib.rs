@@ -11,4 +11,5 @@
 
 pub mod clock;
 pub mod crdt;
+pub mod limiter;
 pub mod window;

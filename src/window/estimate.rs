@@ -2,7 +2,9 @@
 //! it drains to a target if nothing more is added. Pure functions shared by the local ring, the
 //! replica registers and the decision's `reset_after` / `retry_after`.
 
-use super::spec::{EstimateMode, WindowSpec};
+use super::spec::{EstimateMode, MAX_BUCKETS, WindowSpec};
+
+const MAX_SLOTS: usize = MAX_BUCKETS as usize + 1;
 
 /// The sliding estimate at `now_ms` of buckets given as `(epoch, count)`, in any order and with
 /// repeated epochs allowed (they add). Buckets ahead of `now` count in full.
@@ -19,16 +21,43 @@ pub fn sliding_sum(
 
 /// Counts by age in buckets (`0` = current, `B` = straddling the window's start), summed over
 /// all inputs. Ahead-of-time buckets fold into age 0; buckets older than `B` are dropped.
+/// Lives on the stack: the hot path builds one per check.
 #[derive(Debug, Clone)]
 pub struct AgeProfile {
-    by_age: Vec<u64>,
+    slots: usize,
+    by_age: [u64; MAX_SLOTS],
 }
 
 impl AgeProfile {
     pub fn new(spec: &WindowSpec) -> Self {
         Self {
-            by_age: vec![0; spec.slots()],
+            slots: spec.slots(),
+            by_age: [0; MAX_SLOTS],
         }
+    }
+
+    /// Counts by age, `0..=B`.
+    pub fn by_age(&self) -> &[u64] {
+        &self.by_age[..self.slots]
+    }
+
+    /// Adds `count` at `age` (0 = current bucket); ages beyond the window are ignored.
+    pub fn add_at_age(&mut self, age: usize, count: u64) {
+        if age < self.slots {
+            self.by_age[age] = self.by_age[age].saturating_add(count);
+        }
+    }
+
+    /// Adds another profile of the same window at the same instant.
+    pub fn absorb(&mut self, other: &AgeProfile) {
+        for (mine, theirs) in self.by_age.iter_mut().zip(other.by_age()) {
+            *mine = mine.saturating_add(*theirs);
+        }
+    }
+
+    /// Whether nothing is counted.
+    pub fn is_empty(&self) -> bool {
+        self.by_age().iter().all(|c| *c == 0)
     }
 
     pub fn add(&mut self, spec: &WindowSpec, now_ms: u64, epoch: u64, count: u64) {
@@ -102,8 +131,13 @@ impl AgeProfile {
 
     /// Milliseconds until every counted bucket has left the window.
     pub fn reset_time_ms(&self, spec: &WindowSpec, now_ms: u64) -> u64 {
-        // A target of 0 is always reachable.
-        self.drain_time_ms(spec, now_ms, 0.0).unwrap_or(0)
+        match self.by_age().iter().position(|c| *c > 0) {
+            Some(age) => {
+                let newest = spec.epoch(now_ms) - age as u64;
+                spec.expiry_ms(newest).saturating_sub(now_ms)
+            }
+            None => 0,
+        }
     }
 }
 

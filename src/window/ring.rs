@@ -1,44 +1,61 @@
 //! The local time wheel: a lock-free ring of `B + 1` bucket slots for one window on this node.
 //!
-//! Each slot holds two words, one for admitted and one for rejected requests. A word packs the
-//! low 32 bits of its bucket's epoch (the tag) with a 32-bit count. A write to a slot whose tag is
-//! stale resets it and adds in one compare-and-swap, so a reset can never lose a concurrent add;
-//! the well-known "check epoch, store zero, then fetch_add" version loses every add that lands
-//! between the store and another thread's reset.
+//! Each slot is one word: a 16-bit tag (the low bits of its bucket's epoch), a 32-bit admitted
+//! count and a 16-bit rejected count. A write to a slot whose tag is stale resets it and adds in
+//! one compare-and-swap, so a reset can never lose a concurrent add; the well-known "check the
+//! epoch, store zero, then fetch_add" version loses every add that lands between the store and
+//! another thread's reset. Admissions are conditional adds: the allowance check and the add are
+//! the same CAS, so the count never passes the allowance under any interleaving.
+//!
+//! Rejected counts only weigh this node's demand in the cluster's share computation, so they
+//! saturate at 65 535 per bucket instead of taking bits from admissions.
 //!
 //! Tags compare by equality with the epoch a slot is expected to hold at `now`. Two epochs that
-//! share a slot and a tag are `lcm(B + 1, 2^32)` buckets apart, far beyond the idle time after
-//! which a window is garbage collected.
+//! share a slot and a tag are at least `lcm(B + 1, 2^16)` buckets apart; the key table clears
+//! the slots of windows idle that long ([`LocalRing::clear_stale`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::estimate::AgeProfile;
 use super::spec::WindowSpec;
 
-#[derive(Debug, Default)]
-struct Slot {
-    admitted: AtomicU64,
-    rejected: AtomicU64,
+const TAG_SHIFT: u32 = 48;
+const ADMITTED_SHIFT: u32 = 16;
+const REJECTED_MAX: u64 = 0xFFFF;
+
+fn epoch_tag(epoch: u64) -> u64 {
+    epoch & 0xFFFF
 }
 
-fn pack(epoch: u64, count: u32) -> u64 {
-    ((epoch as u32 as u64) << 32) | u64::from(count)
+fn pack(epoch: u64, admitted: u32, rejected: u64) -> u64 {
+    (epoch_tag(epoch) << TAG_SHIFT)
+        | (u64::from(admitted) << ADMITTED_SHIFT)
+        | rejected.min(REJECTED_MAX)
 }
 
-fn tag(word: u64) -> u32 {
-    (word >> 32) as u32
+fn tag(word: u64) -> u64 {
+    word >> TAG_SHIFT
 }
 
-fn count(word: u64) -> u32 {
-    word as u32
+fn admitted(word: u64) -> u32 {
+    (word >> ADMITTED_SHIFT) as u32
 }
 
-/// The count a word holds for `epoch`, or 0 if the word belongs to another epoch.
-fn count_for(word: u64, epoch: u64) -> u32 {
-    if tag(word) == epoch as u32 {
-        count(word)
-    } else {
-        0
+fn rejected(word: u64) -> u64 {
+    word & REJECTED_MAX
+}
+
+/// Whether `word` holds `epoch`. A never-written word (0) holds nothing.
+fn holds(word: u64, epoch: u64) -> bool {
+    word != 0 && tag(word) == epoch_tag(epoch)
+}
+
+/// Whether `word` holds a later bucket than `epoch` (wrapping compare on the tag, valid for
+/// buckets less than 2^15 apart).
+fn holds_newer(word: u64, epoch: u64) -> bool {
+    word != 0 && {
+        let d = tag(word).wrapping_sub(epoch_tag(epoch)) & 0xFFFF;
+        d != 0 && d < 0x8000
     }
 }
 
@@ -47,40 +64,33 @@ fn count_for(word: u64, epoch: u64) -> u32 {
 pub struct RingSnapshot {
     /// The epoch the snapshot was taken in.
     pub epoch: u64,
-    /// Admitted per age, `0..=B`.
-    pub admitted: Vec<u32>,
-    /// Rejected per age, `0..=B`.
-    pub rejected: Vec<u32>,
+    pub admitted: AgeProfile,
+    /// Admitted plus rejected.
+    pub offered: AgeProfile,
 }
 
 impl RingSnapshot {
     /// `(epoch, admitted)` for every bucket with admissions, newest first.
     pub fn admitted_buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.admitted
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c > 0)
-            .map(|(age, c)| (self.epoch - age as u64, u64::from(*c)))
+        Self::buckets(self.epoch, &self.admitted)
     }
 
     /// `(epoch, admitted + rejected)` for every bucket with any traffic, newest first.
     pub fn offered_buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.admitted
-            .iter()
-            .zip(&self.rejected)
-            .enumerate()
-            .filter(|(_, (a, r))| **a > 0 || **r > 0)
-            .map(|(age, (a, r))| (self.epoch - age as u64, u64::from(*a) + u64::from(*r)))
+        Self::buckets(self.epoch, &self.offered)
     }
 
-    pub fn admitted_profile(&self, spec: &WindowSpec, now_ms: u64) -> AgeProfile {
-        let mut p = AgeProfile::new(spec);
-        p.extend(spec, now_ms, self.admitted_buckets());
-        p
+    fn buckets(epoch: u64, profile: &AgeProfile) -> impl Iterator<Item = (u64, u64)> + '_ {
+        profile
+            .by_age()
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(move |(age, c)| (epoch - age as u64, *c))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.admitted.iter().chain(&self.rejected).all(|c| *c == 0)
+        self.offered.is_empty()
     }
 
     /// The newest epoch with any traffic.
@@ -101,92 +111,78 @@ pub enum Admit {
 
 #[derive(Debug)]
 pub struct LocalRing {
-    slots: Box<[Slot]>,
+    slots: Box<[AtomicU64]>,
 }
 
 impl LocalRing {
     pub fn new(spec: &WindowSpec) -> Self {
         Self {
-            slots: (0..spec.slots()).map(|_| Slot::default()).collect(),
+            slots: (0..spec.slots()).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
-    fn slot(&self, epoch: u64) -> &Slot {
+    fn slot(&self, epoch: u64) -> &AtomicU64 {
         // The ring length is `B + 1`, at most 65, so the remainder fits in usize.
         &self.slots[(epoch % self.slots.len() as u64) as usize]
     }
 
-    /// Reads every live bucket at `now_ms`. Lock-free; a concurrent writer may or may not be
-    /// seen, as with any read of a changing counter.
+    /// Reads every live bucket at `now_ms`. Lock-free and allocation-free; a concurrent writer
+    /// may or may not be seen, as with any read of a changing counter.
     pub fn snapshot(&self, spec: &WindowSpec, now_ms: u64) -> RingSnapshot {
         let now_epoch = spec.epoch(now_ms);
         let n = spec.slots();
-        let mut admitted = vec![0u32; n];
-        let mut rejected = vec![0u32; n];
+        let mut out = RingSnapshot {
+            epoch: now_epoch,
+            admitted: AgeProfile::new(spec),
+            offered: AgeProfile::new(spec),
+        };
         for age in 0..n {
             let Some(epoch) = now_epoch.checked_sub(age as u64) else {
                 break;
             };
-            let slot = self.slot(epoch);
-            let a = slot.admitted.load(Ordering::Acquire);
-            let r = slot.rejected.load(Ordering::Acquire);
-            admitted[age] = count_for(a, epoch);
-            rejected[age] = count_for(r, epoch);
-            if age + 1 == n {
-                // The straddling slot is the one a writer whose clock already reads the next
-                // bucket would use. Such counts are newer than ours: count them as current.
-                let next = now_epoch + 1;
-                admitted[0] = admitted[0].saturating_add(count_for(a, next));
-                rejected[0] = rejected[0].saturating_add(count_for(r, next));
-            }
+            let word = self.slot(epoch).load(Ordering::Acquire);
+            // The straddling slot is also the one a writer whose clock already reads the next
+            // bucket would use. Such counts are newer than ours: count them as current.
+            let at = if holds(word, epoch) {
+                age
+            } else if age + 1 == n && holds(word, now_epoch + 1) {
+                0
+            } else {
+                continue;
+            };
+            let a = u64::from(admitted(word));
+            out.admitted.add_at_age(at, a);
+            out.offered.add_at_age(at, a + rejected(word));
         }
-        RingSnapshot {
-            epoch: now_epoch,
-            admitted,
-            rejected,
-        }
+        out
     }
 
     /// Adds `cost` admissions to the bucket of `epoch` if that bucket then holds at most
     /// `max_current`. Exact under contention: the check and the add are one CAS.
     pub fn admit(&self, epoch: u64, cost: u32, max_current: u64) -> Admit {
-        let word = &self.slot(epoch).admitted;
-        let mut cur = word.load(Ordering::Acquire);
-        loop {
-            let held = count_for(cur, epoch);
+        self.update(epoch, |held, rej| {
             let next = u64::from(held) + u64::from(cost);
             if next > max_current || next > u64::from(u32::MAX) {
-                return Admit::Refused { current: held };
+                Err(held)
+            } else {
+                Ok((next as u32, rej))
             }
-            if Self::is_newer(cur, epoch) {
-                // The slot already moved on to a later bucket: this writer is a bucket-ring
-                // behind and its epoch has left the window.
-                return Admit::Refused { current: 0 };
-            }
-            match word.compare_exchange_weak(
-                cur,
-                pack(epoch, next as u32),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Admit::Admitted,
-                Err(actual) => cur = actual,
-            }
-        }
+        })
+        .map_or_else(|current| Admit::Refused { current }, |_| Admit::Admitted)
     }
 
     /// Counts `cost` rejected requests in the bucket of `epoch` (saturating).
     pub fn reject(&self, epoch: u64, cost: u32) {
-        Self::add(&self.slot(epoch).rejected, epoch, cost);
+        let _ = self.update(epoch, |held, rej| Ok((held, rej + u64::from(cost))));
     }
 
     /// Takes back up to `cost` admissions from the bucket of `epoch`, if it is still that
     /// bucket. Used when a later limit of the same request refuses.
     pub fn refund(&self, epoch: u64, cost: u32) {
-        let word = &self.slot(epoch).admitted;
+        let word = self.slot(epoch);
         let mut cur = word.load(Ordering::Acquire);
-        while tag(cur) == epoch as u32 {
-            let next = pack(epoch, count(cur).saturating_sub(cost));
+        while holds(cur, epoch) {
+            let next = pack(epoch, admitted(cur).saturating_sub(cost), rejected(cur));
             match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return,
                 Err(actual) => cur = actual,
@@ -194,32 +190,55 @@ impl LocalRing {
         }
     }
 
-    fn add(word: &AtomicU64, epoch: u64, cost: u32) {
+    /// Applies `f(admitted, rejected)` to the bucket of `epoch`, resetting a stale slot first,
+    /// in one CAS. A slot that already holds a later bucket is left alone: its writer is a
+    /// whole ring ahead and this epoch has left the window.
+    fn update(
+        &self,
+        epoch: u64,
+        f: impl Fn(u32, u64) -> Result<(u32, u64), u32>,
+    ) -> Result<(), u32> {
+        let word = self.slot(epoch);
         let mut cur = word.load(Ordering::Acquire);
         loop {
-            let next = if tag(cur) == epoch as u32 {
-                count(cur).saturating_add(cost)
-            } else if Self::is_newer(cur, epoch) {
-                return;
+            let (held, rej) = if holds(cur, epoch) {
+                (admitted(cur), rejected(cur))
+            } else if holds_newer(cur, epoch) {
+                return Err(0);
             } else {
-                cost
+                (0, 0)
             };
+            let (a, r) = f(held, rej)?;
             match word.compare_exchange_weak(
                 cur,
-                pack(epoch, next),
+                pack(epoch, a, r),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return,
+                Ok(_) => return Ok(()),
                 Err(actual) => cur = actual,
             }
         }
     }
 
-    /// Whether `word` holds a later bucket than `epoch` (wrapping compare on the 32-bit tag,
-    /// valid for buckets less than 2^31 apart). A never-written word (0) holds nothing.
-    fn is_newer(word: u64, epoch: u64) -> bool {
-        word != 0 && (tag(word).wrapping_sub(epoch as u32) as i32) > 0
+    /// Zeroes slots that hold no live bucket at `now_ms`, so that a window idle for longer than
+    /// its tags can tell apart never mistakes an ancient count for a current one. A slot written
+    /// meanwhile is left as it is (CAS).
+    pub fn clear_stale(&self, spec: &WindowSpec, now_ms: u64) {
+        let now_epoch = spec.epoch(now_ms);
+        for (i, word) in self.slots.iter().enumerate() {
+            let cur = word.load(Ordering::Acquire);
+            if cur == 0 {
+                continue;
+            }
+            let live = (0..=u64::from(spec.buckets()) + 1).any(|age| {
+                let epoch = (now_epoch + 1).saturating_sub(age);
+                (epoch % self.slots.len() as u64) as usize == i && holds(cur, epoch)
+            });
+            if !live {
+                let _ = word.compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
     }
 }
 
@@ -247,9 +266,9 @@ mod tests {
         assert_eq!(ring.admit(e0 + 4, 5, u64::MAX), Admit::Admitted);
 
         let snap = ring.snapshot(&s, T0 + 450);
-        assert_eq!(snap.admitted[0], 5);
-        assert_eq!(snap.admitted[4], 3);
-        assert_eq!(snap.rejected[4], 2);
+        assert_eq!(snap.admitted.by_age()[0], 5);
+        assert_eq!(snap.admitted.by_age()[4], 3);
+        assert_eq!(snap.offered.by_age()[4], 5);
         assert_eq!(
             snap.offered_buckets().collect::<Vec<_>>(),
             vec![(e0 + 4, 5), (e0, 5)]
@@ -274,7 +293,7 @@ mod tests {
         assert_eq!(ring.admit(e0, 1, 5), Admit::Admitted);
         assert_eq!(ring.admit(e0, 1, 5), Admit::Refused { current: 5 });
         ring.refund(e0, 2);
-        assert_eq!(ring.snapshot(&s, T0).admitted[0], 3);
+        assert_eq!(ring.snapshot(&s, T0).admitted.by_age()[0], 3);
     }
 
     #[test]
@@ -287,8 +306,8 @@ mod tests {
         ring.reject(e0, 1);
         ring.refund(e0, 1);
         let snap = ring.snapshot(&s, T0 + 1_100);
-        assert_eq!(snap.admitted[0], 7);
-        assert_eq!(snap.rejected[0], 0);
+        assert_eq!(snap.admitted.by_age()[0], 7);
+        assert_eq!(snap.offered.by_age()[0], 7);
     }
 
     #[test]
@@ -298,7 +317,7 @@ mod tests {
         let e0 = s.epoch(T0);
         ring.admit(e0 + 1, 2, u64::MAX);
         let snap = ring.snapshot(&s, T0 + 99);
-        assert_eq!(snap.admitted[0], 2);
+        assert_eq!(snap.admitted.by_age()[0], 2);
     }
 
     #[test]
@@ -309,7 +328,7 @@ mod tests {
         ring.admit(e0, 2, u64::MAX);
         ring.admit(e0 + 11, 2, u64::MAX);
         ring.refund(e0, 2);
-        assert_eq!(ring.snapshot(&s, T0 + 1_100).admitted[0], 2);
+        assert_eq!(ring.snapshot(&s, T0 + 1_100).admitted.by_age()[0], 2);
     }
 
     /// Many threads add to the same buckets while the epoch rolls over under them: no add is
@@ -317,12 +336,12 @@ mod tests {
     #[test]
     fn concurrent_adds_are_exact() {
         const THREADS: usize = 8;
-        const PER_THREAD: u32 = 20_000;
+        const PER_THREAD: u32 = 8_000;
         let s = spec();
         let ring = Arc::new(LocalRing::new(&s));
         let e0 = s.epoch(T0);
         let admitted = Arc::new(AtomicU32::new(0));
-        let allowance = 50_000u64;
+        let allowance = 20_000u64;
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 let ring = ring.clone();
@@ -347,13 +366,16 @@ mod tests {
             h.join().unwrap();
         }
         let snap = ring.snapshot(&s, s.epoch_start_ms(e0 + 1));
-        let total_rejected: u64 = snap.rejected.iter().map(|c| u64::from(*c)).sum();
-        let total_admitted: u64 = snap.admitted.iter().map(|c| u64::from(*c)).sum();
-        assert_eq!(total_rejected, THREADS as u64 * u64::from(PER_THREAD));
+        let total_offered: u64 = snap.offered.by_age().iter().sum();
+        let total_admitted: u64 = snap.admitted.by_age().iter().sum();
+        assert_eq!(
+            total_offered - total_admitted,
+            THREADS as u64 * u64::from(PER_THREAD)
+        );
         assert_eq!(total_admitted, u64::from(admitted.load(Ordering::Relaxed)));
-        // Each bucket got 80 000 attempts against an allowance of 50 000.
-        assert_eq!(snap.admitted[0], 50_000);
-        assert_eq!(snap.admitted[1], 50_000);
+        // Each bucket got 32 000 attempts against an allowance of 20 000.
+        assert_eq!(snap.admitted.by_age()[0], 20_000);
+        assert_eq!(snap.admitted.by_age()[1], 20_000);
     }
 
     /// Threads race to be first into a stale slot: the CAS reset keeps every add.
@@ -364,6 +386,7 @@ mod tests {
             let ring = Arc::new(LocalRing::new(&s));
             let e_old = s.epoch(T0);
             ring.reject(e_old, 1_000);
+            ring.admit(e_old, 5, u64::MAX);
             let e_new = e_old + 11 * (round + 1); // same slot, later ring turn
             let barrier = Arc::new(std::sync::Barrier::new(4));
             let handles: Vec<_> = (0..4)
@@ -382,7 +405,46 @@ mod tests {
                 h.join().unwrap();
             }
             let snap = ring.snapshot(&s, s.epoch_start_ms(e_new));
-            assert_eq!(snap.rejected[0], 200, "round {round}");
+            assert_eq!(snap.offered.by_age()[0], 200, "round {round}");
         }
+    }
+
+    #[test]
+    fn rejected_counts_saturate_without_touching_admissions() {
+        let s = spec();
+        let ring = LocalRing::new(&s);
+        let e0 = s.epoch(T0);
+        ring.admit(e0, 123_456, u64::MAX);
+        ring.reject(e0, 60_000);
+        ring.reject(e0, 60_000);
+        let snap = ring.snapshot(&s, T0);
+        assert_eq!(snap.admitted.by_age()[0], 123_456);
+        assert_eq!(snap.offered.by_age()[0], 123_456 + 65_535);
+        // Admissions use all 32 bits.
+        assert_eq!(ring.admit(e0 + 1, u32::MAX, u64::MAX), Admit::Admitted);
+        assert_eq!(
+            ring.admit(e0 + 1, 1, u64::MAX),
+            Admit::Refused { current: u32::MAX }
+        );
+    }
+
+    #[test]
+    fn clear_stale_forgets_idle_slots_and_keeps_live_ones() {
+        let s = spec();
+        let ring = LocalRing::new(&s);
+        let e0 = s.epoch(T0);
+        ring.admit(e0, 3, u64::MAX);
+        ring.admit(e0 + 5, 4, u64::MAX);
+        // At e0 + 12, e0 has left the window and e0 + 5 is still in it.
+        let now = s.epoch_start_ms(e0 + 12);
+        ring.clear_stale(&s, now);
+        // e0 + 65536 * 11 shares e0's slot and tag: without clearing, its count would alias.
+        let alias = e0 + 65_536 * 11;
+        let snap = ring.snapshot(&s, s.epoch_start_ms(alias));
+        assert!(
+            snap.is_empty(),
+            "a cleared slot must not alias a much later epoch"
+        );
+        assert_eq!(ring.snapshot(&s, now).admitted.by_age()[7], 4);
     }
 }

@@ -72,7 +72,7 @@ impl WindowSpec {
         if u64::from(buckets) > window_ms {
             return Err(WindowError::BucketsExceedWindow { buckets, window_ms });
         }
-        if window_ms % u64::from(buckets) != 0 {
+        if !window_ms.is_multiple_of(u64::from(buckets)) {
             return Err(WindowError::NotDivisible { window_ms, buckets });
         }
         Ok(Self {

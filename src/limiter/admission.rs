@@ -1,0 +1,227 @@
+//! How much of a cluster-wide limit this node may use right now (DESIGN §5).
+//!
+//! Sharing raw counts ("admit while local + remote < L") over-admits in proportion to offered
+//! rate × staleness, because every node spends the same unseen headroom. Instead each node may
+//! hold, over the window, at most its **demand share** of the limit,
+//! `L · d_i / Σ d_j` with `d` the offered load (admitted + rejected) over the last window, and
+//! never more than the global estimate leaves: `L − remote admitted`. Shares computed from the
+//! same demands sum to 1, so the cluster stays within `L` however stale the counts are; the
+//! global cap covers the moments when demand views disagree.
+
+/// What happens to each side of a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PartitionPolicy {
+    /// Each side's total share is `|side| / N_expected`, so the whole cluster stays within the
+    /// limit while the sides cannot see each other.
+    #[default]
+    Strict,
+    /// Each side may use the whole limit: availability over accuracy.
+    Available,
+}
+
+/// The admission rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Demand-proportional share of the limit plus a global cap (the default).
+    DemandShare(PartitionPolicy),
+    /// The naive rule, kept as a baseline for the simulation: admit while the global estimate
+    /// has room. It over-admits under load and under staleness.
+    GlobalCount,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::DemandShare(PartitionPolicy::Strict)
+    }
+}
+
+/// Everything the rule looks at, for one limit of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs {
+    pub limit: f64,
+    pub cost: f64,
+    /// This node's admitted estimate over the window.
+    pub local_admitted: f64,
+    /// This node's offered estimate over the window, before this request.
+    pub local_offered: f64,
+    /// Other origins' admitted estimate, as last gossiped.
+    pub remote_admitted: f64,
+    /// Other origins' demand, as last gossiped and still current.
+    pub remote_demand: f64,
+    /// This node's demand for the window started so recently that peers' demand may not have
+    /// reached it yet (a burst from idle).
+    pub onset: bool,
+    /// Live members on this side, this node included.
+    pub live: usize,
+    /// `N_expected`.
+    pub expected: usize,
+}
+
+/// The most this node may hold in the window, this request included. The request is admitted
+/// when `local_admitted + cost <= allowance`.
+pub fn allowance(policy: Policy, i: &Inputs) -> f64 {
+    let global_room = i.limit - i.remote_admitted;
+    let share = match policy {
+        Policy::GlobalCount => return global_room,
+        Policy::DemandShare(partition) => {
+            let live = i.live.max(1) as f64;
+            let scale = match partition {
+                PartitionPolicy::Strict => (live / i.expected.max(1) as f64).min(1.0),
+                PartitionPolicy::Available => 1.0,
+            };
+            let mine = i.local_offered + i.cost;
+            let proportional = scale * mine / (mine + i.remote_demand);
+            if i.onset {
+                // Peers that are bursting too may not have been heard yet: assume each live
+                // member wants an equal part, unless known demand already says less.
+                proportional.min(scale / live)
+            } else {
+                proportional
+            }
+        }
+    };
+    let mut local_cap = i.limit * share;
+    if i.local_admitted <= 0.0 && local_cap < i.cost {
+        // A share worth less than one request would starve every node of a small limit
+        // (say 3 per minute across 5 nodes). A node that has admitted nothing in the window
+        // may take one request whenever the global estimate has room.
+        local_cap = i.cost;
+    }
+    local_cap.min(global_room)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STRICT: Policy = Policy::DemandShare(PartitionPolicy::Strict);
+    const AVAILABLE: Policy = Policy::DemandShare(PartitionPolicy::Available);
+
+    fn inputs() -> Inputs {
+        Inputs {
+            limit: 1_000.0,
+            cost: 1.0,
+            local_admitted: 0.0,
+            local_offered: 0.0,
+            remote_admitted: 0.0,
+            remote_demand: 0.0,
+            onset: false,
+            live: 5,
+            expected: 5,
+        }
+    }
+
+    #[test]
+    fn a_lone_node_gets_the_whole_limit() {
+        let i = Inputs {
+            live: 1,
+            expected: 1,
+            local_offered: 5_000.0,
+            ..inputs()
+        };
+        assert_eq!(allowance(STRICT, &i), 1_000.0);
+    }
+
+    #[test]
+    fn equal_demand_splits_evenly_and_shares_sum_to_the_limit() {
+        // Five nodes each offering 400/window, as everyone sees it.
+        let mut total = 0.0;
+        for _ in 0..5 {
+            let i = Inputs {
+                local_offered: 399.0,
+                remote_demand: 1_600.0,
+                ..inputs()
+            };
+            total += allowance(STRICT, &i);
+        }
+        assert!((total - 1_000.0).abs() < 1e-9, "{total}");
+    }
+
+    #[test]
+    fn skewed_demand_gets_a_skewed_share() {
+        let heavy = Inputs {
+            local_offered: 1_599.0,
+            remote_demand: 400.0,
+            ..inputs()
+        };
+        let light = Inputs {
+            local_offered: 99.0,
+            remote_demand: 1_900.0,
+            ..inputs()
+        };
+        assert!((allowance(STRICT, &heavy) - 800.0).abs() < 1e-9);
+        assert!((allowance(STRICT, &light) - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_global_estimate_caps_the_share() {
+        let i = Inputs {
+            local_offered: 999.0,
+            remote_admitted: 950.0,
+            ..inputs()
+        };
+        assert_eq!(allowance(STRICT, &i), 50.0);
+    }
+
+    #[test]
+    fn onset_without_demand_information_takes_one_nth() {
+        let i = Inputs {
+            local_offered: 0.0,
+            onset: true,
+            ..inputs()
+        };
+        assert_eq!(allowance(STRICT, &i), 200.0);
+        // After the onset period, nobody else has demand: the whole limit.
+        let later = Inputs { onset: false, ..i };
+        assert_eq!(allowance(STRICT, &later), 1_000.0);
+    }
+
+    #[test]
+    fn strict_partition_scales_a_side_to_its_size() {
+        // The 2-node side of a 3|2 split, equal demand on the side.
+        let i = Inputs {
+            local_offered: 99.0,
+            remote_demand: 100.0,
+            live: 2,
+            expected: 5,
+            ..inputs()
+        };
+        assert!((allowance(STRICT, &i) - 200.0).abs() < 1e-9);
+        assert!((allowance(AVAILABLE, &i) - 500.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn tiny_limits_do_not_starve() {
+        // 3 per window across 5 nodes: each share is 0.6 of a request.
+        let i = Inputs {
+            limit: 3.0,
+            local_offered: 9.0,
+            remote_demand: 40.0,
+            ..inputs()
+        };
+        assert_eq!(allowance(STRICT, &i), 1.0);
+        // Once this node has admitted one, its share applies again.
+        let after = Inputs {
+            local_admitted: 1.0,
+            ..i
+        };
+        assert!(allowance(STRICT, &after) < 1.0);
+        // And never past the global estimate.
+        let full = Inputs {
+            remote_admitted: 3.0,
+            ..i
+        };
+        assert_eq!(allowance(STRICT, &full), 0.0);
+    }
+
+    #[test]
+    fn global_count_ignores_shares() {
+        let i = Inputs {
+            local_offered: 1.0,
+            remote_demand: 1e6,
+            remote_admitted: 400.0,
+            ..inputs()
+        };
+        assert_eq!(allowance(Policy::GlobalCount, &i), 600.0);
+    }
+}

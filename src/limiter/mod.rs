@@ -1,0 +1,375 @@
+//! Rules → keys → decisions: the limiter a node consults for every request.
+//!
+//! A check names a key and one or more limits. Each (key, limit window) is one window state
+//! in the key table, found by [`KeyId`]. The decision reads the local ring and the remote
+//! registers of each window without taking a lock, computes this node's allowance
+//! ([`admission`]), and consumes with one CAS per limit: all limits or none.
+//!
+//! The cluster side ([`Limiter::collect_changed`], [`Limiter::merge`], …) lives in `sync.rs`;
+//! it is the only writer of remote state and takes one lock, never on the check path.
+
+mod admission;
+mod decision;
+mod key;
+mod origin;
+mod state;
+mod sync;
+mod table;
+mod view;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+
+use smallvec::SmallVec;
+
+pub use admission::{Inputs as AdmissionInputs, PartitionPolicy, Policy, allowance};
+pub use decision::{
+    CheckError, CheckRequest, Decision, LimitStatus, MAX_KEY_BYTES, MAX_LIMITS_PER_CHECK,
+};
+pub use key::{KeyHasher, KeyId, Limit};
+pub use origin::OriginId;
+pub use sync::{Batch, Inspection, MergeReport, OriginUsage, RegisterUpdate};
+pub use table::GcReport;
+pub use view::ExpectedSize;
+
+use self::state::WindowState;
+use self::sync::SyncState;
+use self::table::KeyTable;
+use crate::clock::Hlc;
+use crate::crdt::Arbitration;
+use crate::window::{Admit, AgeProfile, WindowSpec};
+
+/// How the limiter behaves. Every field has a production default.
+#[derive(Debug, Clone)]
+pub struct LimiterConfig {
+    /// Most windows held at once. Idle ones are evicted first; one that is limiting someone
+    /// is never evicted.
+    pub max_keys: usize,
+    pub policy: Policy,
+    pub arbitration: Arbitration,
+    /// How long after this node's demand for a window starts it may not yet know its peers'
+    /// demand (two summary rounds plus latency). Until then it takes at most `1/N`.
+    pub onset_ms: u64,
+    /// How long the largest cluster size seen is still expected (`N_expected`).
+    pub expected_hold_ms: u64,
+    /// How far ahead of local wall time a peer's clock stamp may be before its registers are
+    /// refused.
+    pub max_clock_drift_ms: u64,
+}
+
+impl Default for LimiterConfig {
+    fn default() -> Self {
+        Self {
+            max_keys: 100_000,
+            policy: Policy::default(),
+            arbitration: Arbitration::default(),
+            onset_ms: 500,
+            expected_hold_ms: 60_000,
+            max_clock_drift_ms: 10_000,
+        }
+    }
+}
+
+/// Counters for metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LimiterStats {
+    pub keys: usize,
+    pub max_keys: usize,
+    pub allowed: u64,
+    pub denied: u64,
+    pub expired_keys: u64,
+    pub evicted_keys: u64,
+    pub refused_table_full: u64,
+}
+
+/// The per-node limiter. Cheap to share: every method takes `&self`.
+#[derive(Debug)]
+pub struct Limiter {
+    config: LimiterConfig,
+    origin: OriginId,
+    hasher: KeyHasher,
+    table: KeyTable,
+    live: AtomicUsize,
+    expected: AtomicUsize,
+    dirty_tx: mpsc::Sender<KeyId>,
+    sync: Mutex<SyncState>,
+    allowed: AtomicU64,
+    denied: AtomicU64,
+}
+
+/// One limit's evaluation, before consuming.
+struct Eval<'g> {
+    id: KeyId,
+    state: &'g WindowState,
+    limit: Limit,
+    epoch: u64,
+    local_admitted: f64,
+    /// Local admitted minus the current bucket: what the CAS on the current bucket adds to.
+    others: f64,
+    allowance: f64,
+    reset_before_ms: u64,
+}
+
+impl Eval<'_> {
+    fn fits(&self, cost: u32) -> bool {
+        self.local_admitted + f64::from(cost) <= self.allowance
+    }
+
+    /// The most the current bucket may hold after the add.
+    fn max_current(&self) -> u64 {
+        let room = (self.allowance - self.others).floor();
+        if room <= 0.0 { 0 } else { room as u64 }
+    }
+}
+
+impl Limiter {
+    /// A limiter for the node process `origin`, naming windows with `hasher`.
+    pub fn new(config: LimiterConfig, origin: OriginId, hasher: KeyHasher) -> Self {
+        let (dirty_tx, dirty_rx) = mpsc::channel();
+        let sync = SyncState::new(
+            Hlc::new(config.max_clock_drift_ms),
+            dirty_rx,
+            ExpectedSize::new(config.expected_hold_ms),
+        );
+        Self {
+            table: KeyTable::new(config.max_keys),
+            config,
+            origin,
+            hasher,
+            live: AtomicUsize::new(1),
+            expected: AtomicUsize::new(1),
+            dirty_tx,
+            sync: Mutex::new(sync),
+            allowed: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+        }
+    }
+
+    pub fn origin(&self) -> OriginId {
+        self.origin
+    }
+
+    pub fn config(&self) -> &LimiterConfig {
+        &self.config
+    }
+
+    pub fn key_id(&self, key: &[u8], spec: &WindowSpec) -> KeyId {
+        self.hasher.key_id(key, spec)
+    }
+
+    /// Live members (this node included) and `N_expected`, as last set.
+    pub fn view(&self) -> (usize, usize) {
+        (
+            self.live.load(Ordering::Relaxed),
+            self.expected.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Tells the limiter how many members are live, this node included. Call it on every
+    /// membership change and periodically, so that `N_expected` can age.
+    pub fn set_members(&self, live: usize, now_ms: u64) {
+        let mut sync = self.lock_sync();
+        sync.expected.observe(live, now_ms);
+        let expected = sync.expected.expected(now_ms);
+        self.live.store(sync.expected.live(), Ordering::Relaxed);
+        self.expected.store(expected, Ordering::Relaxed);
+    }
+
+    pub fn stats(&self) -> LimiterStats {
+        let t = &self.table.stats;
+        LimiterStats {
+            keys: self.table.len(),
+            max_keys: self.table.max_keys(),
+            allowed: self.allowed.load(Ordering::Relaxed),
+            denied: self.denied.load(Ordering::Relaxed),
+            expired_keys: t.expired.load(Ordering::Relaxed),
+            evicted_keys: t.evicted.load(Ordering::Relaxed),
+            refused_table_full: t.refused_full.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Decides one request. Lock-free for existing keys; nothing is consumed unless every limit
+    /// allows, and nothing at all on a dry run or an error.
+    pub fn check(&self, req: &CheckRequest<'_>, now_ms: u64) -> Result<Decision, CheckError> {
+        decision::validate(req)?;
+        let guard = self.table.guard();
+        let mut evals: SmallVec<[Eval<'_>; 2]> = SmallVec::new();
+        for limit in req.limits {
+            let id = self.hasher.key_id(req.key, &limit.window);
+            let state = self
+                .table
+                .get_or_insert(id, &limit.window, now_ms, &guard)?;
+            evals.push(self.evaluate(id, state, *limit, req.cost, now_ms, !req.dry_run));
+        }
+
+        let mut fits: SmallVec<[bool; 2]> = evals.iter().map(|e| e.fits(req.cost)).collect();
+        let allowed = if req.dry_run {
+            fits.iter().all(|f| *f)
+        } else {
+            let (allowed, refused_at) = self.consume(&evals, req.cost);
+            if let Some(i) = refused_at {
+                fits[i] = false;
+            }
+            for e in &evals {
+                if !allowed {
+                    e.state.ring.reject(e.epoch, req.cost);
+                }
+                if e.state.mark_dirty() {
+                    // The receiver lives as long as the limiter; a send cannot fail.
+                    let _ = self.dirty_tx.send(e.id);
+                }
+            }
+            let counter = if allowed { &self.allowed } else { &self.denied };
+            counter.fetch_add(1, Ordering::Relaxed);
+            allowed
+        };
+
+        let limits = evals
+            .iter()
+            .zip(&fits)
+            .map(|(e, fits)| self.status(e, req.cost, allowed, *fits, now_ms))
+            .collect();
+        Ok(Decision { allowed, limits })
+    }
+
+    /// Admits on every limit or on none. Returns whether admitted and, if not, which limit
+    /// refused.
+    fn consume(&self, evals: &[Eval<'_>], cost: u32) -> (bool, Option<usize>) {
+        for (i, e) in evals.iter().enumerate() {
+            if let Admit::Refused { .. } = e.state.ring.admit(e.epoch, cost, e.max_current()) {
+                for done in &evals[..i] {
+                    done.state.ring.refund(done.epoch, cost);
+                }
+                return (false, Some(i));
+            }
+        }
+        (true, None)
+    }
+
+    fn evaluate<'g>(
+        &self,
+        id: KeyId,
+        state: &'g WindowState,
+        limit: Limit,
+        cost: u32,
+        now_ms: u64,
+        record: bool,
+    ) -> Eval<'g> {
+        let spec = &limit.window;
+        let local = state.ring.snapshot(spec, now_ms);
+        let remote = state.remote_usage(spec, now_ms);
+        let local_admitted = local.admitted.sum(spec, now_ms);
+        let onset = if local.is_empty() {
+            // This request starts a new period of demand for the window.
+            if record {
+                state.active_since_ms.store(now_ms, Ordering::Relaxed);
+            }
+            true
+        } else {
+            now_ms.saturating_sub(state.active_since_ms.load(Ordering::Relaxed))
+                < self.config.onset_ms
+        };
+        let (live, expected) = self.view();
+        let inputs = admission::Inputs {
+            limit: f64::from(limit.limit),
+            cost: f64::from(cost),
+            local_admitted,
+            local_offered: local.offered.sum(spec, now_ms),
+            remote_admitted: remote.admitted.sum(spec, now_ms),
+            remote_demand: remote.demand as f64,
+            onset,
+            live,
+            expected,
+        };
+        let newest_age = local
+            .admitted
+            .by_age()
+            .iter()
+            .zip(remote.admitted.by_age())
+            .position(|(l, r)| *l > 0 || *r > 0);
+        Eval {
+            id,
+            state,
+            limit,
+            epoch: local.epoch,
+            local_admitted,
+            others: local_admitted - local.admitted.by_age()[0] as f64,
+            allowance: admission::allowance(self.config.policy, &inputs),
+            reset_before_ms: newest_age.map_or(0, |age| {
+                spec.expiry_ms(local.epoch - age as u64)
+                    .saturating_sub(now_ms)
+            }),
+        }
+    }
+
+    fn status(
+        &self,
+        e: &Eval<'_>,
+        cost: u32,
+        decision_allowed: bool,
+        fits: bool,
+        now_ms: u64,
+    ) -> LimitStatus {
+        let spec = &e.limit.window;
+        let consumed = if decision_allowed {
+            f64::from(cost)
+        } else {
+            0.0
+        };
+        let remaining = (e.allowance - e.local_admitted - consumed).floor().max(0.0) as u64;
+        let reset_after_ms = if decision_allowed {
+            e.reset_before_ms
+                .max(spec.expiry_ms(e.epoch).saturating_sub(now_ms))
+        } else {
+            e.reset_before_ms
+        };
+        let retry_after_ms = if decision_allowed || fits {
+            0
+        } else {
+            self.retry_after(e, cost, now_ms)
+        };
+        LimitStatus {
+            allowed: fits,
+            limit: e.limit.limit,
+            remaining,
+            reset_after_ms,
+            retry_after_ms,
+        }
+    }
+
+    /// How long until a request of `cost` could fit, assuming no more admissions anywhere and
+    /// the same allowance. The slow path: only refusals get here.
+    fn retry_after(&self, e: &Eval<'_>, cost: u32, now_ms: u64) -> u64 {
+        let spec = &e.limit.window;
+        let local = e.state.ring.snapshot(spec, now_ms).admitted;
+        let mut global = AgeProfile::new(spec);
+        global.absorb(&local);
+        global.absorb(&e.state.remote_usage(spec, now_ms).admitted);
+        let cost = f64::from(cost);
+        let local_target = (e.allowance - cost).max(0.0);
+        let global_target = f64::from(e.limit.limit) - cost;
+        let never = spec.window_ms() + spec.bucket_ms();
+        let local_wait = local
+            .drain_time_ms(spec, now_ms, local_target)
+            .unwrap_or(never);
+        let global_wait = global
+            .drain_time_ms(spec, now_ms, global_target)
+            .unwrap_or(never);
+        local_wait.max(global_wait).max(1)
+    }
+
+    fn lock_sync(&self) -> std::sync::MutexGuard<'_, SyncState> {
+        self.sync.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Removes idle windows and stale remote registers; at most `budget` keys are examined.
+    pub fn gc(&self, now_ms: u64, budget: usize) -> GcReport {
+        let _writer = self.lock_sync();
+        let guard = self.table.guard();
+        self.table.collect_garbage(now_ms, budget, &guard)
+    }
+}

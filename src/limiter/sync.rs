@@ -1,0 +1,407 @@
+//! The limiter's cluster side: emitting this node's registers, merging peers' registers,
+//! serving anti-entropy, and explaining a window (inspect).
+//!
+//! Everything here runs under one lock (`SyncState`), off the check path. It is the only writer
+//! of remote replica state, which the check path reads lock-free.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+
+use super::origin::{OriginId, OriginTable};
+use super::state::WindowState;
+use super::table::same_shape;
+use super::view::ExpectedSize;
+use super::{KeyId, Limit, Limiter};
+use crate::clock::Hlc;
+use crate::crdt::{MergeOutcome, Register, Replica};
+use crate::window::{EstimateMode, RingSnapshot, WindowSpec};
+
+pub(crate) struct SyncState {
+    hlc: Hlc,
+    /// This origin's emission counter: every batch it emits gets the next value.
+    version: u64,
+    dirty_rx: mpsc::Receiver<KeyId>,
+    /// Keys emitted in the previous round. Each is sent once more in the next round even if
+    /// unchanged, so that one lost datagram does not leave a peer with a key's last state
+    /// missing until anti-entropy.
+    last_round: Vec<KeyId>,
+    origins: OriginTable,
+    pub expected: ExpectedSize,
+}
+
+impl std::fmt::Debug for SyncState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncState")
+            .field("version", &self.version)
+            .field("last_round", &self.last_round.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SyncState {
+    pub fn new(hlc: Hlc, dirty_rx: mpsc::Receiver<KeyId>, expected: ExpectedSize) -> Self {
+        Self {
+            hlc,
+            version: 0,
+            dirty_rx,
+            last_round: Vec::new(),
+            origins: OriginTable::default(),
+            expected,
+        }
+    }
+}
+
+/// One register of one window, as it travels between nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisterUpdate {
+    pub key: KeyId,
+    /// The window's shape, so a node that never saw the key can still age its buckets.
+    pub window_ms: u64,
+    pub buckets: u16,
+    pub register: Register,
+}
+
+/// Registers of one origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub origin: OriginId,
+    pub updates: Vec<RegisterUpdate>,
+}
+
+/// What merging a batch did, by outcome.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct MergeReport {
+    pub inserted: u64,
+    pub replaced: u64,
+    pub duplicate: u64,
+    pub stale: u64,
+    /// Dropped by the version-vector check without reading buckets.
+    pub dominated: u64,
+    /// Registers of this node, relayed back to it.
+    pub own: u64,
+    pub expired: u64,
+    /// Newest bucket more than a window ahead of local time, or a clock stamp beyond the
+    /// allowed drift: refused so that a bad clock cannot poison a window.
+    pub future: u64,
+    pub bad_shape: u64,
+    pub table_full: u64,
+}
+
+impl MergeReport {
+    fn record(&mut self, outcome: MergeOutcome) {
+        match outcome {
+            MergeOutcome::Inserted => self.inserted += 1,
+            MergeOutcome::Replaced => self.replaced += 1,
+            MergeOutcome::Duplicate => self.duplicate += 1,
+            MergeOutcome::Stale => self.stale += 1,
+        }
+    }
+
+    /// Registers that changed local state.
+    pub fn changed(&self) -> u64 {
+        self.inserted + self.replaced
+    }
+
+    pub fn add(&mut self, other: &MergeReport) {
+        self.inserted += other.inserted;
+        self.replaced += other.replaced;
+        self.duplicate += other.duplicate;
+        self.stale += other.stale;
+        self.dominated += other.dominated;
+        self.own += other.own;
+        self.expired += other.expired;
+        self.future += other.future;
+        self.bad_shape += other.bad_shape;
+        self.table_full += other.table_full;
+    }
+}
+
+/// One origin's part in a window, for [`Limiter::inspect`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct OriginUsage {
+    pub origin: OriginId,
+    pub is_local: bool,
+    /// Admitted estimate in the sliding window now.
+    pub admitted: f64,
+    /// Offered demand over the window, as the origin last reported it (local: now).
+    pub demand: u64,
+    /// The register's version (local: the last one emitted).
+    pub version: u64,
+    /// How old this information is, by the origin's stamp (local: 0).
+    pub age_ms: u64,
+}
+
+/// Why a window decides the way it does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inspection {
+    pub key_id: KeyId,
+    pub limit: u32,
+    pub window_ms: u64,
+    /// Cluster-wide admitted estimate: local plus every remote register.
+    pub global_admitted: f64,
+    /// What this node may hold in the window now.
+    pub allowance: f64,
+    pub live_members: usize,
+    pub expected_members: usize,
+    /// Local first, then remote origins in origin order.
+    pub origins: Vec<OriginUsage>,
+}
+
+fn register_of(
+    snap: &RingSnapshot,
+    spec: &WindowSpec,
+    now_ms: u64,
+    version: u64,
+    hlc: crate::clock::HlcTimestamp,
+) -> Register {
+    let by_age = snap.admitted.by_age();
+    let used = by_age.iter().rposition(|c| *c > 0).map_or(0, |i| i + 1);
+    Register {
+        version,
+        hlc,
+        newest_epoch: snap.epoch,
+        demand: snap
+            .offered
+            .sum(spec, now_ms)
+            .ceil()
+            .min(f64::from(u32::MAX)) as u32,
+        admitted: by_age[..used]
+            .iter()
+            .map(|c| u32::try_from(*c).unwrap_or(u32::MAX))
+            .collect(),
+    }
+}
+
+impl Limiter {
+    /// The registers of this node that changed since the previous call (plus the previous
+    /// call's, once more), as one batch with a fresh version. `None` when nothing changed.
+    pub fn collect_changed(&self, now_ms: u64) -> Option<Batch> {
+        let mut sync = self.lock_sync();
+        let mut ids: Vec<KeyId> = sync.dirty_rx.try_iter().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut all = ids.clone();
+        all.extend(sync.last_round.iter().copied());
+        all.sort_unstable();
+        all.dedup();
+        sync.last_round = ids;
+        if all.is_empty() {
+            return None;
+        }
+        sync.version += 1;
+        let version = sync.version;
+        let hlc = sync.hlc.now(now_ms);
+        let guard = self.table.guard();
+        let mut updates = Vec::with_capacity(all.len());
+        for id in all {
+            let Some(state) = self.table.get(&id, &guard) else {
+                continue;
+            };
+            // Clear before reading: a change after the read sets it again and requeues.
+            state.dirty.store(false, Ordering::Release);
+            let snap = state.ring.snapshot(&state.spec, now_ms);
+            updates.push(RegisterUpdate {
+                key: id,
+                window_ms: state.spec.window_ms(),
+                buckets: state.spec.buckets(),
+                register: register_of(&snap, &state.spec, now_ms, version, hlc),
+            });
+        }
+        Some(Batch {
+            origin: self.origin,
+            updates,
+        })
+    }
+
+    /// Every live local register, with a fresh version: what a new peer needs from this node.
+    pub fn snapshot_local(&self, now_ms: u64) -> Batch {
+        let mut sync = self.lock_sync();
+        sync.version += 1;
+        let version = sync.version;
+        let hlc = sync.hlc.now(now_ms);
+        let guard = self.table.guard();
+        let mut updates = Vec::new();
+        for id in self.table.ids(&guard) {
+            let Some(state) = self.table.get(&id, &guard) else {
+                continue;
+            };
+            let snap = state.ring.snapshot(&state.spec, now_ms);
+            if snap.is_empty() {
+                continue;
+            }
+            updates.push(RegisterUpdate {
+                key: id,
+                window_ms: state.spec.window_ms(),
+                buckets: state.spec.buckets(),
+                register: register_of(&snap, &state.spec, now_ms, version, hlc),
+            });
+        }
+        Batch {
+            origin: self.origin,
+            updates,
+        }
+    }
+
+    /// Live registers this node holds from other origins that `relay` selects (for example,
+    /// origins that are no longer members and so cannot serve their own), one batch per origin.
+    pub fn relay(&self, now_ms: u64, relay: impl Fn(OriginId) -> bool) -> Vec<Batch> {
+        let sync = self.lock_sync();
+        let guard = self.table.guard();
+        let mut by_origin: BTreeMap<OriginId, Vec<RegisterUpdate>> = BTreeMap::new();
+        for id in self.table.ids(&guard) {
+            let Some(state) = self.table.get(&id, &guard) else {
+                continue;
+            };
+            let Some(replica) = state.remote.load_full() else {
+                continue;
+            };
+            for (idx, reg) in replica.iter() {
+                let Some(origin) = sync.origins.get(idx).map(|e| e.id) else {
+                    continue;
+                };
+                if reg.is_expired(&state.spec, now_ms) || !relay(origin) {
+                    continue;
+                }
+                by_origin.entry(origin).or_default().push(RegisterUpdate {
+                    key: id,
+                    window_ms: state.spec.window_ms(),
+                    buckets: state.spec.buckets(),
+                    register: reg.to_owned(),
+                });
+            }
+        }
+        by_origin
+            .into_iter()
+            .map(|(origin, updates)| Batch { origin, updates })
+            .collect()
+    }
+
+    /// The highest version seen per origin, this node's own included.
+    pub fn digest(&self) -> Vec<(OriginId, u64)> {
+        let sync = self.lock_sync();
+        let mut out: Vec<(OriginId, u64)> = sync
+            .origins
+            .iter()
+            .map(|e| (e.id, e.max_version))
+            .chain([(self.origin, sync.version)])
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Merges a peer's batch into the replica state of each window it names.
+    pub fn merge(&self, batch: &Batch, now_ms: u64) -> MergeReport {
+        let mut report = MergeReport::default();
+        if batch.origin == self.origin {
+            report.own = batch.updates.len() as u64;
+            return report;
+        }
+        let mut sync = self.lock_sync();
+        let idx = sync.origins.intern(batch.origin, now_ms);
+        let guard = self.table.guard();
+        let arbitration = self.config.arbitration;
+        for update in &batch.updates {
+            let reg = &update.register;
+            let Ok(spec) =
+                WindowSpec::new(update.window_ms, update.buckets, EstimateMode::Interpolated)
+            else {
+                report.bad_shape += 1;
+                continue;
+            };
+            let max_epoch = spec.epoch(now_ms).saturating_add(u64::from(spec.buckets()));
+            if reg.newest_epoch > max_epoch || sync.hlc.update(reg.hlc, now_ms).is_err() {
+                report.future += 1;
+                continue;
+            }
+            if reg.as_ref().is_expired(&spec, now_ms) {
+                report.expired += 1;
+                continue;
+            }
+            let state = match self.table.get_or_insert(update.key, &spec, now_ms, &guard) {
+                Ok(state) => state,
+                Err(_) => {
+                    report.table_full += 1;
+                    continue;
+                }
+            };
+            sync.origins.observe_version(idx, reg.version);
+            let current = state.remote.load_full();
+            if let Some(cur) = &current
+                && cur.dominates([(idx, reg.version, reg.hlc)], arbitration)
+            {
+                report.dominated += 1;
+                continue;
+            }
+            let mut next = current
+                .map(|c| (*c).clone())
+                .unwrap_or_else(|| Replica::new(&state.spec));
+            let outcome = next.merge_register(idx, reg.as_ref(), arbitration);
+            next.expire(&state.spec, now_ms);
+            next.shrink_to_fit();
+            state.remote.store(Some(Arc::new(next)));
+            report.record(outcome);
+        }
+        report
+    }
+
+    /// Explains one window of `key`: each origin's part, the global estimate and this node's
+    /// allowance. `None` if this node holds nothing for it.
+    pub fn inspect(&self, key: &[u8], limit: &Limit, now_ms: u64) -> Option<Inspection> {
+        let id = self.hasher.key_id(key, &limit.window);
+        let guard = self.table.guard();
+        let state = self.table.get(&id, &guard)?;
+        if !same_shape(&state.spec, &limit.window) {
+            return None;
+        }
+        let spec = &limit.window;
+        let sync = self.lock_sync();
+        let mut origins = vec![self.local_usage(state, spec, now_ms, sync.version)];
+        if let Some(replica) = state.remote.load_full() {
+            for (idx, reg) in replica.iter() {
+                let Some(entry) = sync.origins.get(idx) else {
+                    continue;
+                };
+                origins.push(OriginUsage {
+                    origin: entry.id,
+                    is_local: false,
+                    admitted: crate::window::sliding_sum(spec, now_ms, reg.buckets()),
+                    demand: u64::from(reg.live_demand(spec, now_ms)),
+                    version: reg.version,
+                    age_ms: now_ms.saturating_sub(reg.hlc.physical_ms()),
+                });
+            }
+        }
+        drop(sync);
+        let eval = self.evaluate(id, state, *limit, 1, now_ms, false);
+        Some(Inspection {
+            key_id: id,
+            limit: limit.limit,
+            window_ms: spec.window_ms(),
+            global_admitted: origins.iter().map(|o| o.admitted).sum(),
+            allowance: eval.allowance,
+            live_members: self.view().0,
+            expected_members: self.view().1,
+            origins,
+        })
+    }
+
+    fn local_usage(
+        &self,
+        state: &WindowState,
+        spec: &WindowSpec,
+        now_ms: u64,
+        version: u64,
+    ) -> OriginUsage {
+        let snap = state.ring.snapshot(spec, now_ms);
+        OriginUsage {
+            origin: self.origin,
+            is_local: true,
+            admitted: snap.admitted.sum(spec, now_ms),
+            demand: snap.offered.sum(spec, now_ms).ceil() as u64,
+            version,
+            age_ms: 0,
+        }
+    }
+}

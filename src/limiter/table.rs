@@ -1,0 +1,233 @@
+//! The key table: window states by [`KeyId`], bounded by `max_keys`, garbage collected through a
+//! delay queue rather than by scanning.
+//!
+//! Every key sits in the delay queue exactly once, at the time its newest bucket stops
+//! counting as last seen. A GC pass pops only what is due: a key that turns out to be still
+//! live is pushed back at its new end, an idle one is removed. The queue's front is therefore
+//! the least recently active keys, which is also the order eviction wants.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use papaya::{Guard, HashMap};
+
+use super::decision::CheckError;
+use super::key::{KeyId, KeyIdHashBuilder};
+use super::state::WindowState;
+use crate::window::WindowSpec;
+
+/// How many queue entries one eviction looks at before giving up.
+const EVICTION_PROBES: usize = 64;
+
+/// Counters the table keeps about itself.
+#[derive(Debug, Default)]
+pub struct TableStats {
+    pub expired: AtomicU64,
+    pub evicted: AtomicU64,
+    pub refused_full: AtomicU64,
+}
+
+#[derive(Debug)]
+pub(crate) struct KeyTable {
+    map: HashMap<KeyId, WindowState, KeyIdHashBuilder>,
+    max_keys: usize,
+    due: Mutex<BTreeMap<u64, Vec<KeyId>>>,
+    pub stats: TableStats,
+}
+
+/// What one GC pass did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GcReport {
+    pub examined: usize,
+    pub removed: usize,
+    pub rescheduled: usize,
+}
+
+impl KeyTable {
+    pub fn new(max_keys: usize) -> Self {
+        Self {
+            map: HashMap::builder().hasher(KeyIdHashBuilder).build(),
+            max_keys: max_keys.max(1),
+            due: Mutex::new(BTreeMap::new()),
+            stats: TableStats::default(),
+        }
+    }
+
+    pub fn guard(&self) -> impl Guard + '_ {
+        self.map.guard()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    pub fn get<'g>(&self, id: &KeyId, guard: &'g impl Guard) -> Option<&'g WindowState> {
+        self.map.get(id, guard)
+    }
+
+    /// The state of `id`, created with shape `spec` if absent. An existing state of another
+    /// shape can only come from a faulty peer (ids name a shape); it is replaced.
+    pub fn get_or_insert<'g>(
+        &self,
+        id: KeyId,
+        spec: &WindowSpec,
+        now_ms: u64,
+        guard: &'g impl Guard,
+    ) -> Result<&'g WindowState, CheckError> {
+        if let Some(state) = self.map.get(&id, guard) {
+            if same_shape(&state.spec, spec) {
+                return Ok(state);
+            }
+            self.map.remove(&id, guard);
+        }
+        if self.map.len() >= self.max_keys {
+            self.make_room(now_ms, guard);
+            if self.map.len() >= self.max_keys {
+                self.stats.refused_full.fetch_add(1, Ordering::Relaxed);
+                return Err(CheckError::KeyTableFull {
+                    max_keys: self.max_keys,
+                });
+            }
+        }
+        match self
+            .map
+            .try_insert_with(id, || WindowState::new(*spec), guard)
+        {
+            Ok(state) => {
+                self.schedule(
+                    id,
+                    now_ms.saturating_add(spec.window_ms() + spec.bucket_ms()),
+                );
+                Ok(state)
+            }
+            Err(existing) => Ok(existing),
+        }
+    }
+
+    fn schedule(&self, id: KeyId, at_ms: u64) {
+        let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+        due.entry(at_ms).or_default().push(id);
+    }
+
+    /// Removes up to enough keys to get under `max_keys`, least recently active first, never one
+    /// that is limiting someone.
+    fn make_room(&self, now_ms: u64, guard: &impl Guard) {
+        let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+        let mut probed = 0;
+        let mut emptied = Vec::new();
+        'scan: for (at, ids) in due.iter_mut() {
+            let mut i = 0;
+            while i < ids.len() {
+                if self.map.len() < self.max_keys || probed >= EVICTION_PROBES {
+                    break 'scan;
+                }
+                probed += 1;
+                let id = ids[i];
+                let evict = match self.map.get(&id, guard) {
+                    None => true, // already gone: drop the stale queue entry
+                    Some(state) => !state.is_limiting(now_ms),
+                };
+                if evict {
+                    if self.map.remove(&id, guard).is_some() {
+                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ids.swap_remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+            if ids.is_empty() {
+                emptied.push(*at);
+            }
+        }
+        for at in emptied {
+            due.remove(&at);
+        }
+    }
+
+    /// Pops due keys (at most `budget`): removes the idle ones, reschedules the rest at their
+    /// new end, expires stale registers and clears stale ring slots on the way.
+    pub fn collect_garbage(&self, now_ms: u64, budget: usize, guard: &impl Guard) -> GcReport {
+        let mut report = GcReport::default();
+        let mut batch = Vec::new();
+        {
+            let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+            while batch.len() < budget {
+                let Some(mut entry) = due.first_entry() else {
+                    break;
+                };
+                if *entry.key() > now_ms {
+                    break;
+                }
+                let ids = entry.get_mut();
+                let take = (budget - batch.len()).min(ids.len());
+                batch.extend(ids.drain(ids.len() - take..));
+                if ids.is_empty() {
+                    entry.remove();
+                }
+            }
+        }
+        let mut reschedule = Vec::new();
+        for id in batch {
+            report.examined += 1;
+            let Some(state) = self.map.get(&id, guard) else {
+                continue;
+            };
+            expire_remote(state, now_ms);
+            state.ring.clear_stale(&state.spec, now_ms);
+            let local = state.ring.snapshot(&state.spec, now_ms);
+            let until = state.live_until_ms(&local);
+            // A window whose every bucket has expired has nothing left to emit either: peers
+            // expire their copies of its registers on the same clock.
+            match until {
+                Some(at) if at > now_ms => reschedule.push((id, at)),
+                _ => {
+                    self.map.remove(&id, guard);
+                    self.stats.expired.fetch_add(1, Ordering::Relaxed);
+                    report.removed += 1;
+                }
+            }
+        }
+        report.rescheduled = reschedule.len();
+        let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, at) in reschedule {
+            due.entry(at).or_default().push(id);
+        }
+        report
+    }
+
+    /// Every key id, in id order (deterministic, for anti-entropy scans).
+    pub fn ids(&self, guard: &impl Guard) -> Vec<KeyId> {
+        let mut ids: Vec<KeyId> = self.map.keys(guard).copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+}
+
+pub(crate) fn same_shape(a: &WindowSpec, b: &WindowSpec) -> bool {
+    a.window_ms() == b.window_ms() && a.buckets() == b.buckets()
+}
+
+/// Drops remote registers that have left the window.
+fn expire_remote(state: &WindowState, now_ms: u64) {
+    let Some(current) = state.remote.load_full() else {
+        return;
+    };
+    if current
+        .iter()
+        .any(|(_, r)| r.is_expired(&state.spec, now_ms))
+    {
+        let mut next = (*current).clone();
+        next.expire(&state.spec, now_ms);
+        next.shrink_to_fit();
+        // Only the merge path and GC write `remote`, and both hold the limiter's sync lock.
+        state
+            .remote
+            .store((!next.is_empty()).then(|| std::sync::Arc::new(next)));
+    }
+}
