@@ -1,1 +1,147 @@
-fn main() {}
+//! Hot-path and merge benchmarks. Every figure that matters is a ratio to a baseline measured in
+//! the same run: governor's keyed limiter for the check, on the same keys, each including the
+//! clock read.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use std::hint::black_box;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use governor::{Quota, RateLimiter};
+use limitmesh::clock::{Clock, HlcTimestamp, SystemClock};
+use limitmesh::crdt::{Arbitration, Register, Replica};
+use limitmesh::limiter::{CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId};
+use limitmesh::window::WindowSpec;
+
+const KEYS: usize = 10_000;
+
+/// A fixed pseudo-random access order over the keys (the same for both limiters).
+fn access_order(n: usize) -> Vec<usize> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % KEYS as u64) as usize
+        })
+        .collect()
+}
+
+fn keys() -> Vec<String> {
+    (0..KEYS).map(|i| format!("tenant={i}|route=/api/v1/items")).collect()
+}
+
+fn hot_path(c: &mut Criterion) {
+    let mut group = c.benchmark_group("hot_path");
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+
+    // Limits high enough that every check takes the allowed path.
+    let limit = [Limit {
+        limit: u32::MAX,
+        window: WindowSpec::with_default_buckets(1_000).unwrap(),
+    }];
+    let clock = SystemClock::system();
+    let limiter = Limiter::new(
+        LimiterConfig {
+            max_keys: KEYS * 2,
+            ..LimiterConfig::default()
+        },
+        OriginId(1),
+        KeyHasher::from_secret(b"bench"),
+    );
+    let quota = Quota::per_second(NonZeroU32::new(u32::MAX).unwrap());
+    let governor = RateLimiter::keyed(quota);
+    let keys = keys();
+    let order = access_order(1 << 16);
+
+    let hot = keys[0].as_bytes();
+    group.bench_function("limitmesh/hot_key", |b| {
+        b.iter(|| {
+            let req = CheckRequest {
+                key: black_box(hot),
+                limits: &limit,
+                cost: 1,
+                dry_run: false,
+            };
+            limiter.check(&req, clock.now_ms()).unwrap().allowed
+        })
+    });
+    // The emission queue would otherwise hold every key the run touched.
+    limiter.collect_changed(clock.now_ms());
+    group.bench_function("governor/hot_key", |b| {
+        b.iter(|| governor.check_key(black_box(&keys[0])).is_ok())
+    });
+
+    let mut i = 0usize;
+    group.bench_function("limitmesh/keys_10k", |b| {
+        b.iter(|| {
+            i = (i + 1) & (order.len() - 1);
+            let req = CheckRequest {
+                key: keys[order[i]].as_bytes(),
+                limits: &limit,
+                cost: 1,
+                dry_run: false,
+            };
+            limiter.check(&req, clock.now_ms()).unwrap().allowed
+        })
+    });
+    limiter.collect_changed(clock.now_ms());
+    let mut j = 0usize;
+    group.bench_function("governor/keys_10k", |b| {
+        b.iter(|| {
+            j = (j + 1) & (order.len() - 1);
+            governor.check_key(&keys[order[j]]).is_ok()
+        })
+    });
+    group.finish();
+}
+
+fn register(version: u64, base_epoch: u64) -> Register {
+    Register {
+        version,
+        hlc: HlcTimestamp::new(base_epoch * 100, 0),
+        newest_epoch: base_epoch,
+        demand: 400,
+        admitted: (0..11).map(|i| 20 + i).collect(),
+    }
+}
+
+fn merge(c: &mut Criterion) {
+    let mut group = c.benchmark_group("merge");
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(3));
+    let spec = WindowSpec::with_default_buckets(1_000).unwrap();
+    let mut held: Replica<u32> = Replica::new(&spec);
+    for origin in 0..5 {
+        held.merge_register(origin, register(1, 17_000_000_000).as_ref(), Arbitration::VectorDominance);
+    }
+    let summary: Vec<(u32, Register)> = (0..5).map(|o| (o, register(2, 17_000_000_001))).collect();
+    // What the merge path does per window: copy the replica, merge the summary, publish.
+    group.bench_function("replica_5_origins", |b| {
+        b.iter_batched(
+            || held.clone(),
+            |mut replica| {
+                for (origin, reg) in &summary {
+                    replica.merge_register(*origin, reg.as_ref(), Arbitration::VectorDominance);
+                }
+                replica
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("dominated_5_origins", |b| {
+        b.iter(|| {
+            held.dominates(
+                summary.iter().map(|(o, r)| (*o, r.version - 1, r.hlc)),
+                Arbitration::VectorDominance,
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, hot_path, merge);
+criterion_main!(benches);

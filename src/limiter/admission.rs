@@ -60,18 +60,41 @@ pub struct Inputs {
 /// The most this node may hold in the window, this request included. The request is admitted
 /// when `local_admitted + cost <= allowance`.
 pub fn allowance(policy: Policy, i: &Inputs) -> f64 {
+    let (mut local_cap, global_room) = caps(policy, i);
+    if i.local_admitted <= 0.0 && local_cap < i.cost {
+        // A share worth less than one request would starve every node of a small limit
+        // (say 3 per minute across 5 nodes). A node that has admitted nothing in the window
+        // may take one request whenever the global estimate has room.
+        local_cap = i.cost;
+    }
+    local_cap.min(global_room)
+}
+
+/// The allowance without the small-limit exception, which stops applying once this node
+/// admits anything: what a bound meant to hold for a while may rely on.
+pub fn lasting_allowance(policy: Policy, i: &Inputs) -> f64 {
+    let (local_cap, global_room) = caps(policy, i);
+    local_cap.min(global_room)
+}
+
+/// This node's share of the limit, and the room the global estimate leaves.
+fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
     let global_room = i.limit - i.remote_admitted;
     let share = match policy {
-        Policy::GlobalCount => return global_room,
+        Policy::GlobalCount => return (global_room, global_room),
         Policy::DemandShare(partition) => {
             let live = i.live.max(1) as f64;
             let scale = match partition {
-                PartitionPolicy::Strict => (live / i.expected.max(1) as f64).min(1.0),
-                PartitionPolicy::Available => 1.0,
+                PartitionPolicy::Strict if i.expected > i.live => live / i.expected as f64,
+                _ => 1.0,
             };
             let mine = i.local_offered + i.cost;
-            let proportional = scale * mine / (mine + i.remote_demand);
-            if i.onset {
+            let proportional = if i.remote_demand <= 0.0 {
+                scale
+            } else {
+                scale * mine / (mine + i.remote_demand)
+            };
+            if i.onset && i.live > 1 {
                 // Peers that are bursting too may not have been heard yet: assume each live
                 // member wants an equal part, unless known demand already says less.
                 proportional.min(scale / live)
@@ -80,14 +103,7 @@ pub fn allowance(policy: Policy, i: &Inputs) -> f64 {
             }
         }
     };
-    let mut local_cap = i.limit * share;
-    if i.local_admitted <= 0.0 && local_cap < i.cost {
-        // A share worth less than one request would starve every node of a small limit
-        // (say 3 per minute across 5 nodes). A node that has admitted nothing in the window
-        // may take one request whenever the global estimate has room.
-        local_cap = i.cost;
-    }
-    local_cap.min(global_room)
+    (i.limit * share, global_room)
 }
 
 #[cfg(test)]

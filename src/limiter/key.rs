@@ -57,11 +57,20 @@ impl KeyHasher {
     /// The id of `key`'s window of shape `spec`. The estimate mode is not part of the name: it
     /// is how a window is read, not what it holds.
     pub fn key_id(&self, key: &[u8], spec: &WindowSpec) -> KeyId {
+        // One contiguous input (shape, then the key; unambiguous because the shape has a fixed
+        // width): SipHash runs fastest on a single write.
+        const INLINE: usize = 54;
+        let mut buf = [0u8; 10 + INLINE];
         let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        h.write_u64(key.len() as u64);
-        h.write(key);
-        h.write_u64(spec.window_ms());
-        h.write_u16(spec.buckets());
+        buf[..8].copy_from_slice(&spec.window_ms().to_le_bytes());
+        buf[8..10].copy_from_slice(&spec.buckets().to_le_bytes());
+        if key.len() <= INLINE {
+            buf[10..10 + key.len()].copy_from_slice(key);
+            h.write(&buf[..10 + key.len()]);
+        } else {
+            h.write(&buf[..10]);
+            h.write(key);
+        }
         KeyId(h.finish128().as_u128())
     }
 }
@@ -119,7 +128,9 @@ mod tests {
         assert_ne!(id, a.key_id(b"tenant=42", &min));
         assert_ne!(id, a.key_id(b"tenant=42", &sec20));
         assert_ne!(id, b.key_id(b"tenant=42", &sec));
-        // Length-prefixed: shifting bytes between key and nothing else cannot collide.
         assert_ne!(a.key_id(b"", &sec), a.key_id(b"\0", &sec));
+        // Long keys take the two-write path; it is the same function of the same bytes.
+        let long = vec![7u8; 300];
+        assert_ne!(a.key_id(&long, &sec), a.key_id(&long[..299], &sec));
     }
 }

@@ -3,7 +3,12 @@
 //! A check names a key and one or more limits. Each (key, limit window) is one window state
 //! in the key table, found by [`KeyId`]. The decision reads the local ring and the remote
 //! registers of each window without taking a lock, computes this node's allowance
-//! ([`admission`]), and consumes with one CAS per limit: all limits or none.
+//! ([`allowance`]), and consumes with one CAS per limit: all limits or none.
+//!
+//! Most checks are far from their limit. For those, each window caches the most its current
+//! bucket may hold until the bucket ends (`WindowState::bound`), and a check is one load and
+//! one CAS. A check the cached bound cannot admit takes the exact path, so the cache never
+//! changes a decision.
 //!
 //! The cluster side ([`Limiter::collect_changed`], [`Limiter::merge`], …) lives in `sync.rs`;
 //! it is the only writer of remote state and takes one lock, never on the check path.
@@ -21,16 +26,18 @@ mod view;
 mod tests;
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use smallvec::SmallVec;
 
-pub use admission::{Inputs as AdmissionInputs, PartitionPolicy, Policy, allowance};
+pub use admission::{
+    Inputs as AdmissionInputs, PartitionPolicy, Policy, allowance, lasting_allowance,
+};
 pub use decision::{
     CheckError, CheckRequest, Decision, LimitStatus, MAX_KEY_BYTES, MAX_LIMITS_PER_CHECK,
 };
-pub use key::{KeyHasher, KeyId, Limit};
+pub use key::{KeyHasher, KeyId, KeyIdHashBuilder, Limit};
 pub use origin::OriginId;
 pub use sync::{Batch, Inspection, MergeReport, OriginUsage, RegisterUpdate};
 pub use table::GcReport;
@@ -41,7 +48,7 @@ use self::sync::SyncState;
 use self::table::KeyTable;
 use crate::clock::Hlc;
 use crate::crdt::Arbitration;
-use crate::window::{Admit, AgeProfile, WindowSpec};
+use crate::window::{AgeProfile, Admit, WindowSpec};
 
 /// How the limiter behaves. Every field has a production default.
 #[derive(Debug, Clone)]
@@ -59,6 +66,10 @@ pub struct LimiterConfig {
     /// How far ahead of local wall time a peer's clock stamp may be before its registers are
     /// refused.
     pub max_clock_drift_ms: u64,
+    /// Cache each window's admission bound for the current bucket, so that a check far from
+    /// its limit is one load and one CAS. Decisions are the same either way (a check the cached
+    /// bound cannot admit takes the exact path); off only for comparison.
+    pub admission_cache: bool,
 }
 
 impl Default for LimiterConfig {
@@ -70,6 +81,7 @@ impl Default for LimiterConfig {
             onset_ms: 500,
             expected_hold_ms: 60_000,
             max_clock_drift_ms: 10_000,
+            admission_cache: true,
         }
     }
 }
@@ -79,8 +91,6 @@ impl Default for LimiterConfig {
 pub struct LimiterStats {
     pub keys: usize,
     pub max_keys: usize,
-    pub allowed: u64,
-    pub denied: u64,
     pub expired_keys: u64,
     pub evicted_keys: u64,
     pub refused_table_full: u64,
@@ -95,10 +105,10 @@ pub struct Limiter {
     table: KeyTable,
     live: AtomicUsize,
     expected: AtomicUsize,
+    /// Bumped after every change of `live` or `expected`; part of every cached bound.
+    view_generation: AtomicU32,
     dirty_tx: mpsc::Sender<KeyId>,
     sync: Mutex<SyncState>,
-    allowed: AtomicU64,
-    denied: AtomicU64,
 }
 
 /// One limit's evaluation, before consuming.
@@ -112,6 +122,9 @@ struct Eval<'g> {
     others: f64,
     allowance: f64,
     reset_before_ms: u64,
+    /// The most the current bucket may hold for the rest of the bucket (see
+    /// `WindowState::bound`).
+    lasting_bound: u32,
 }
 
 impl Eval<'_> {
@@ -121,13 +134,16 @@ impl Eval<'_> {
 
     /// The most the current bucket may hold after the add.
     fn max_current(&self) -> u64 {
-        let room = (self.allowance - self.others).floor();
-        if room <= 0.0 { 0 } else { room as u64 }
+        // `as` truncates toward zero and saturates below at 0: floor for what matters here.
+        (self.allowance - self.others) as u64
     }
 }
 
 impl Limiter {
     /// A limiter for the node process `origin`, naming windows with `hasher`.
+    ///
+    /// [`Limiter::collect_changed`] must be called periodically (the gossip loop does): it
+    /// drains the queue of windows changed since the last emission.
     pub fn new(config: LimiterConfig, origin: OriginId, hasher: KeyHasher) -> Self {
         let (dirty_tx, dirty_rx) = mpsc::channel();
         let sync = SyncState::new(
@@ -142,10 +158,9 @@ impl Limiter {
             hasher,
             live: AtomicUsize::new(1),
             expected: AtomicUsize::new(1),
+            view_generation: AtomicU32::new(0),
             dirty_tx,
             sync: Mutex::new(sync),
-            allowed: AtomicU64::new(0),
-            denied: AtomicU64::new(0),
         }
     }
 
@@ -175,8 +190,17 @@ impl Limiter {
         let mut sync = self.lock_sync();
         sync.expected.observe(live, now_ms);
         let expected = sync.expected.expected(now_ms);
-        self.live.store(sync.expected.live(), Ordering::Relaxed);
-        self.expected.store(expected, Ordering::Relaxed);
+        let live = sync.expected.live();
+        if (live, expected) != self.view() {
+            self.live.store(live, Ordering::Relaxed);
+            self.expected.store(expected, Ordering::Relaxed);
+            // After the values: a reader that sees the new generation sees the new values.
+            self.view_generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    fn generation(&self) -> u16 {
+        self.view_generation.load(Ordering::Acquire) as u16
     }
 
     pub fn stats(&self) -> LimiterStats {
@@ -184,8 +208,6 @@ impl Limiter {
         LimiterStats {
             keys: self.table.len(),
             max_keys: self.table.max_keys(),
-            allowed: self.allowed.load(Ordering::Relaxed),
-            denied: self.denied.load(Ordering::Relaxed),
             expired_keys: t.expired.load(Ordering::Relaxed),
             evicted_keys: t.evicted.load(Ordering::Relaxed),
             refused_table_full: t.refused_full.load(Ordering::Relaxed),
@@ -197,6 +219,10 @@ impl Limiter {
     pub fn check(&self, req: &CheckRequest<'_>, now_ms: u64) -> Result<Decision, CheckError> {
         decision::validate(req)?;
         let guard = self.table.guard();
+        if let [limit] = req.limits {
+            return self.check_one(req, limit, now_ms, &guard);
+        }
+
         let mut evals: SmallVec<[Eval<'_>; 2]> = SmallVec::new();
         for limit in req.limits {
             let id = self.hasher.key_id(req.key, &limit.window);
@@ -205,7 +231,6 @@ impl Limiter {
                 .get_or_insert(id, &limit.window, now_ms, &guard)?;
             evals.push(self.evaluate(id, state, *limit, req.cost, now_ms, !req.dry_run));
         }
-
         let mut fits: SmallVec<[bool; 2]> = evals.iter().map(|e| e.fits(req.cost)).collect();
         let allowed = if req.dry_run {
             fits.iter().all(|f| *f)
@@ -215,25 +240,83 @@ impl Limiter {
                 fits[i] = false;
             }
             for e in &evals {
-                if !allowed {
-                    e.state.ring.reject(e.epoch, req.cost);
-                }
-                if e.state.mark_dirty() {
-                    // The receiver lives as long as the limiter; a send cannot fail.
-                    let _ = self.dirty_tx.send(e.id);
-                }
+                self.record(e.id, e.state, e.epoch, req.cost, allowed);
             }
-            let counter = if allowed { &self.allowed } else { &self.denied };
-            counter.fetch_add(1, Ordering::Relaxed);
             allowed
         };
-
         let limits = evals
             .iter()
             .zip(&fits)
             .map(|(e, fits)| self.status(e, req.cost, allowed, *fits, now_ms))
             .collect();
         Ok(Decision { allowed, limits })
+    }
+
+    /// The common case, one limit, without the bookkeeping of several.
+    fn check_one<'g>(
+        &self,
+        req: &CheckRequest<'_>,
+        limit: &Limit,
+        now_ms: u64,
+        guard: &'g impl papaya::Guard,
+    ) -> Result<Decision, CheckError> {
+        let id = self.hasher.key_id(req.key, &limit.window);
+        let state = self.table.get_or_insert(id, &limit.window, now_ms, guard)?;
+        let caching = self.config.admission_cache && !req.dry_run;
+        // Read before anything the bound depends on (see `set_members`).
+        let generation = self.generation();
+        if caching {
+            let epoch = limit.window.epoch(now_ms);
+            if let Some(bound) = state.cached_bound(epoch, generation)
+                && let Admit::Admitted { now_holds } =
+                    state.ring.admit(epoch, req.cost, u64::from(bound))
+            {
+                self.record(id, state, epoch, req.cost, true);
+                let status = LimitStatus {
+                    allowed: true,
+                    limit: limit.limit,
+                    // A lower bound: the cached bound is conservative.
+                    remaining: u64::from(bound - now_holds),
+                    reset_after_ms: limit.window.expiry_ms(epoch).saturating_sub(now_ms),
+                    retry_after_ms: 0,
+                };
+                return Ok(Decision {
+                    allowed: true,
+                    limits: smallvec::smallvec![status],
+                });
+            }
+        }
+        let seen = state.bound.load(Ordering::Acquire);
+        let e = self.evaluate(id, state, *limit, req.cost, now_ms, !req.dry_run);
+        let allowed = if req.dry_run {
+            e.fits(req.cost)
+        } else {
+            let admitted = matches!(
+                state.ring.admit(e.epoch, req.cost, e.max_current()),
+                Admit::Admitted { .. }
+            );
+            self.record(id, state, e.epoch, req.cost, admitted);
+            admitted
+        };
+        if caching {
+            state.store_bound(seen, e.epoch, generation, e.lasting_bound);
+        }
+        let status = self.status(&e, req.cost, allowed, allowed, now_ms);
+        Ok(Decision {
+            allowed,
+            limits: smallvec::smallvec![status],
+        })
+    }
+
+    /// Counts a refusal as demand, and queues the window for the next emission.
+    fn record(&self, id: KeyId, state: &WindowState, epoch: u64, cost: u32, allowed: bool) {
+        if !allowed {
+            state.ring.reject(epoch, cost);
+        }
+        if state.mark_dirty() {
+            // The receiver lives as long as the limiter; a send cannot fail.
+            let _ = self.dirty_tx.send(id);
+        }
     }
 
     /// Admits on every limit or on none. Returns whether admitted and, if not, which limit
@@ -260,10 +343,9 @@ impl Limiter {
         record: bool,
     ) -> Eval<'g> {
         let spec = &limit.window;
-        let local = state.ring.snapshot(spec, now_ms);
-        let remote = state.remote_usage(spec, now_ms);
-        let local_admitted = local.admitted.sum(spec, now_ms);
-        let onset = if local.is_empty() {
+        let local = state.ring.usage(spec, now_ms);
+        let remote = state.remote_scalars(spec, now_ms);
+        let onset = if !local.active {
             // This request starts a new period of demand for the window.
             if record {
                 state.active_since_ms.store(now_ms, Ordering::Relaxed);
@@ -277,32 +359,40 @@ impl Limiter {
         let inputs = admission::Inputs {
             limit: f64::from(limit.limit),
             cost: f64::from(cost),
-            local_admitted,
-            local_offered: local.offered.sum(spec, now_ms),
-            remote_admitted: remote.admitted.sum(spec, now_ms),
+            local_admitted: local.admitted,
+            local_offered: local.offered,
+            remote_admitted: remote.admitted,
             remote_demand: remote.demand as f64,
             onset,
             live,
             expected,
         };
-        let newest_age = local
-            .admitted
-            .by_age()
-            .iter()
-            .zip(remote.admitted.by_age())
-            .position(|(l, r)| *l > 0 || *r > 0);
+        // For the rest of this bucket: the smallest cost, and only the offered load that cannot
+        // fade before the bucket ends.
+        let lasting_inputs = admission::Inputs {
+            cost: 1.0,
+            local_offered: local.offered - local.straddle_offered,
+            ..inputs
+        };
+        let others = local.admitted - f64::from(local.current);
+        let lasting = admission::lasting_allowance(self.config.policy, &lasting_inputs) - others;
+        let newest_age = match (local.newest_admitted_age, remote.newest_admitted_age) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         Eval {
             id,
             state,
             limit,
             epoch: local.epoch,
-            local_admitted,
-            others: local_admitted - local.admitted.by_age()[0] as f64,
+            local_admitted: local.admitted,
+            others,
             allowance: admission::allowance(self.config.policy, &inputs),
             reset_before_ms: newest_age.map_or(0, |age| {
-                spec.expiry_ms(local.epoch - age as u64)
-                    .saturating_sub(now_ms)
+                spec.expiry_ms(local.epoch - age).saturating_sub(now_ms)
             }),
+            // Saturating conversion: negative → 0, beyond u32 → u32::MAX.
+            lasting_bound: lasting as u32,
         }
     }
 
@@ -315,12 +405,8 @@ impl Limiter {
         now_ms: u64,
     ) -> LimitStatus {
         let spec = &e.limit.window;
-        let consumed = if decision_allowed {
-            f64::from(cost)
-        } else {
-            0.0
-        };
-        let remaining = (e.allowance - e.local_admitted - consumed).floor().max(0.0) as u64;
+        let consumed = if decision_allowed { f64::from(cost) } else { 0.0 };
+        let remaining = (e.allowance - e.local_admitted - consumed) as u64;
         let reset_after_ms = if decision_allowed {
             e.reset_before_ms
                 .max(spec.expiry_ms(e.epoch).saturating_sub(now_ms))

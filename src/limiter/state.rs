@@ -22,9 +22,26 @@ pub(crate) struct WindowState {
     pub dirty: AtomicBool,
     /// When this node's demand for the window last started after idleness.
     pub active_since_ms: AtomicU64,
+    /// The current bucket's admission bound, cached for the rest of the bucket:
+    /// `epoch tag (16) | membership generation (16) | bound (32)`, 0 when empty.
+    ///
+    /// A bound computed at time `t` of bucket `e` stays valid until `e` ends, because within a
+    /// bucket everything it depends on only loosens: the straddling bucket fades, remote counts
+    /// and demand age out, the onset period ends, and this node's own offered load only grows.
+    /// The two things that can tighten it, a merge and a membership change, clear it (the
+    /// merge directly, membership through the generation).
+    pub bound: AtomicU64,
 }
 
-/// Remote registers folded for one instant.
+/// Remote registers folded into the numbers a decision needs (hot path, no allocation).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RemoteScalars {
+    pub admitted: f64,
+    pub demand: u64,
+    pub newest_admitted_age: Option<u64>,
+}
+
+/// Remote registers folded for one instant, bucket by bucket (slow paths).
 #[derive(Debug, Clone)]
 pub(crate) struct RemoteUsage {
     pub admitted: AgeProfile,
@@ -41,7 +58,51 @@ impl WindowState {
             remote: ArcSwapOption::empty(),
             dirty: AtomicBool::new(false),
             active_since_ms: AtomicU64::new(0),
+            bound: AtomicU64::new(0),
         }
+    }
+
+    /// The cached bound for `epoch` under membership generation `generation`, if any.
+    pub fn cached_bound(&self, epoch: u64, generation: u16) -> Option<u32> {
+        let word = self.bound.load(Ordering::Acquire);
+        (word != 0 && word >> 48 == epoch & 0xFFFF && (word >> 32) as u16 == generation)
+            .then_some(word as u32)
+    }
+
+    /// Caches a bound, unless the cache changed since `seen` was read (a merge cleared it while
+    /// the bound was being computed from older state).
+    pub fn store_bound(&self, seen: u64, epoch: u64, generation: u16, bound: u32) {
+        let word = ((epoch & 0xFFFF) << 48) | (u64::from(generation) << 32) | u64::from(bound);
+        let _ = self
+            .bound
+            .compare_exchange(seen, word, Ordering::AcqRel, Ordering::Relaxed);
+    }
+
+    pub fn clear_bound(&self) {
+        self.bound.store(0, Ordering::Release);
+    }
+
+    pub fn remote_scalars(&self, spec: &WindowSpec, now_ms: u64) -> RemoteScalars {
+        let mut out = RemoteScalars::default();
+        let guard = self.remote.load();
+        let Some(replica) = guard.as_deref() else {
+            return out;
+        };
+        let weigher = spec.weigher(now_ms);
+        for (_, reg) in replica.iter() {
+            for (epoch, count) in reg.buckets() {
+                let w = weigher.weight(epoch);
+                if w > 0.0 {
+                    out.admitted += w * count as f64;
+                    let age = weigher.age(epoch);
+                    if out.newest_admitted_age.is_none_or(|n| age < n) {
+                        out.newest_admitted_age = Some(age);
+                    }
+                }
+            }
+            out.demand += u64::from(reg.live_demand(spec, now_ms));
+        }
+        out
     }
 
     pub fn remote_usage(&self, spec: &WindowSpec, now_ms: u64) -> RemoteUsage {

@@ -341,6 +341,8 @@ impl Limiter {
             next.expire(&state.spec, now_ms);
             next.shrink_to_fit();
             state.remote.store(Some(Arc::new(next)));
+            // Remote counts may have grown: the cached bound may no longer hold.
+            state.clear_bound();
             report.record(outcome);
         }
         report

@@ -47,7 +47,10 @@ pub struct GcReport {
 impl KeyTable {
     pub fn new(max_keys: usize) -> Self {
         Self {
-            map: HashMap::builder().hasher(KeyIdHashBuilder).build(),
+            map: HashMap::builder()
+                .hasher(KeyIdHashBuilder)
+                .resize_mode(papaya::ResizeMode::Blocking)
+                .build(),
             max_keys: max_keys.max(1),
             due: Mutex::new(BTreeMap::new()),
             stats: TableStats::default(),

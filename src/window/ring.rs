@@ -99,10 +99,31 @@ impl RingSnapshot {
     }
 }
 
+/// A ring folded into the few numbers a decision needs, in one pass and without allocation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RingUsage {
+    /// The epoch the read was taken in.
+    pub epoch: u64,
+    /// Sliding estimate of admissions.
+    pub admitted: f64,
+    /// Sliding estimate of admissions plus refusals.
+    pub offered: f64,
+    /// The part of `offered` that comes from the bucket straddling the window's start (it
+    /// fades away during the current bucket).
+    pub straddle_offered: f64,
+    /// Admissions counted in the current bucket (always at full weight).
+    pub current: u32,
+    /// Age in buckets of the newest bucket with admissions.
+    pub newest_admitted_age: Option<u64>,
+    /// Whether the window saw any traffic at all.
+    pub active: bool,
+}
+
 /// The outcome of a conditional add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admit {
-    Admitted,
+    /// Added; the bucket now holds `now_holds`.
+    Admitted { now_holds: u32 },
     /// The current bucket already held this much; adding would pass the allowance.
     Refused {
         current: u32,
@@ -157,6 +178,67 @@ impl LocalRing {
         out
     }
 
+    /// The hot-path read: the same numbers as [`LocalRing::snapshot`] folded on the fly, walking
+    /// the ring backwards from the current slot (one division per read, not one per slot).
+    pub fn usage(&self, spec: &WindowSpec, now_ms: u64) -> RingUsage {
+        let now_epoch = spec.epoch(now_ms);
+        let n = self.slots.len();
+        let b = n - 1;
+        let mut idx = (now_epoch % n as u64) as usize;
+        let mut full_admitted = 0u64;
+        let mut full_offered = 0u64;
+        let mut current = 0u32;
+        let mut newest = u64::MAX;
+        // Buckets fully inside the window: ages 0..B.
+        for age in 0..b as u64 {
+            let word = self.slots[idx].load(Ordering::Acquire);
+            idx = if idx == 0 { b } else { idx - 1 };
+            if word == 0 || tag(word) != epoch_tag(now_epoch.wrapping_sub(age)) {
+                continue;
+            }
+            let a = admitted(word);
+            if age == 0 {
+                current = a;
+            }
+            if a > 0 && newest == u64::MAX {
+                newest = age;
+            }
+            full_admitted += u64::from(a);
+            full_offered += u64::from(a) + rejected(word);
+        }
+        // The straddling bucket, or a writer already in the next bucket (count it as current).
+        let word = self.slots[idx].load(Ordering::Acquire);
+        let (mut admitted_est, mut straddle_offered) = (0.0, 0.0);
+        if holds(word, now_epoch.wrapping_sub(b as u64)) {
+            let w = spec.straddle_weight(now_ms);
+            let a = admitted(word);
+            if a > 0 && newest == u64::MAX {
+                newest = b as u64;
+            }
+            admitted_est = f64::from(a) * w;
+            straddle_offered = (u64::from(a) + rejected(word)) as f64 * w;
+        } else if holds(word, now_epoch + 1) {
+            let a = admitted(word);
+            current = current.saturating_add(a);
+            if a > 0 {
+                newest = 0;
+            }
+            full_admitted += u64::from(a);
+            full_offered += u64::from(a) + rejected(word);
+        }
+        admitted_est += full_admitted as f64;
+        let offered_est = straddle_offered + full_offered as f64;
+        RingUsage {
+            epoch: now_epoch,
+            admitted: admitted_est,
+            offered: offered_est,
+            straddle_offered,
+            current,
+            newest_admitted_age: (newest != u64::MAX).then_some(newest),
+            active: offered_est > 0.0,
+        }
+    }
+
     /// Adds `cost` admissions to the bucket of `epoch` if that bucket then holds at most
     /// `max_current`. Exact under contention: the check and the add are one CAS.
     pub fn admit(&self, epoch: u64, cost: u32, max_current: u64) -> Admit {
@@ -168,7 +250,10 @@ impl LocalRing {
                 Ok((next as u32, rej))
             }
         })
-        .map_or_else(|current| Admit::Refused { current }, |_| Admit::Admitted)
+        .map_or_else(
+            |current| Admit::Refused { current },
+            |now_holds| Admit::Admitted { now_holds },
+        )
     }
 
     /// Counts `cost` rejected requests in the bucket of `epoch` (saturating).
@@ -197,7 +282,7 @@ impl LocalRing {
         &self,
         epoch: u64,
         f: impl Fn(u32, u64) -> Result<(u32, u64), u32>,
-    ) -> Result<(), u32> {
+    ) -> Result<u32, u32> {
         let word = self.slot(epoch);
         let mut cur = word.load(Ordering::Acquire);
         loop {
@@ -215,7 +300,7 @@ impl LocalRing {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Ok(()),
+                Ok(_) => return Ok(a),
                 Err(actual) => cur = actual,
             }
         }
@@ -261,9 +346,9 @@ mod tests {
         let s = spec();
         let ring = LocalRing::new(&s);
         let e0 = s.epoch(T0);
-        assert_eq!(ring.admit(e0, 3, u64::MAX), Admit::Admitted);
+        assert!(matches!(ring.admit(e0, 3, u64::MAX), Admit::Admitted { .. }));
         ring.reject(e0, 2);
-        assert_eq!(ring.admit(e0 + 4, 5, u64::MAX), Admit::Admitted);
+        assert!(matches!(ring.admit(e0 + 4, 5, u64::MAX), Admit::Admitted { .. }));
 
         let snap = ring.snapshot(&s, T0 + 450);
         assert_eq!(snap.admitted.by_age()[0], 5);
@@ -275,7 +360,7 @@ mod tests {
         );
 
         // e0 shares a slot with e0 + 11; writing there resets the stale count first.
-        assert_eq!(ring.admit(e0 + 11, 1, u64::MAX), Admit::Admitted);
+        assert!(matches!(ring.admit(e0 + 11, 1, u64::MAX), Admit::Admitted { .. }));
         let snap = ring.snapshot(&s, T0 + 1_100);
         assert_eq!(
             snap.admitted_buckets().collect::<Vec<_>>(),
@@ -288,9 +373,9 @@ mod tests {
         let s = spec();
         let ring = LocalRing::new(&s);
         let e0 = s.epoch(T0);
-        assert_eq!(ring.admit(e0, 4, 5), Admit::Admitted);
+        assert_eq!(ring.admit(e0, 4, 5), Admit::Admitted { now_holds: 4 });
         assert_eq!(ring.admit(e0, 2, 5), Admit::Refused { current: 4 });
-        assert_eq!(ring.admit(e0, 1, 5), Admit::Admitted);
+        assert_eq!(ring.admit(e0, 1, 5), Admit::Admitted { now_holds: 5 });
         assert_eq!(ring.admit(e0, 1, 5), Admit::Refused { current: 5 });
         ring.refund(e0, 2);
         assert_eq!(ring.snapshot(&s, T0).admitted.by_age()[0], 3);
@@ -301,7 +386,7 @@ mod tests {
         let s = spec();
         let ring = LocalRing::new(&s);
         let e0 = s.epoch(T0);
-        assert_eq!(ring.admit(e0 + 11, 7, u64::MAX), Admit::Admitted);
+        assert!(matches!(ring.admit(e0 + 11, 7, u64::MAX), Admit::Admitted { .. }));
         assert_eq!(ring.admit(e0, 1, u64::MAX), Admit::Refused { current: 0 });
         ring.reject(e0, 1);
         ring.refund(e0, 1);
@@ -352,7 +437,7 @@ mod tests {
                         // of the rejected word, which starts out stale.
                         let epoch = e0 + (t % 2) as u64;
                         ring.reject(epoch, 1);
-                        if ring.admit(epoch, 1, allowance) == Admit::Admitted {
+                        if matches!(ring.admit(epoch, 1, allowance), Admit::Admitted { .. }) {
                             admitted.fetch_add(1, Ordering::Relaxed);
                         }
                         if i % 1000 == 0 {
@@ -421,7 +506,7 @@ mod tests {
         assert_eq!(snap.admitted.by_age()[0], 123_456);
         assert_eq!(snap.offered.by_age()[0], 123_456 + 65_535);
         // Admissions use all 32 bits.
-        assert_eq!(ring.admit(e0 + 1, u32::MAX, u64::MAX), Admit::Admitted);
+        assert!(matches!(ring.admit(e0 + 1, u32::MAX, u64::MAX), Admit::Admitted { .. }));
         assert_eq!(
             ring.admit(e0 + 1, 1, u64::MAX),
             Admit::Refused { current: u32::MAX }
@@ -446,5 +531,27 @@ mod tests {
             "a cleared slot must not alias a much later epoch"
         );
         assert_eq!(ring.snapshot(&s, now).admitted.by_age()[7], 4);
+    }
+
+    #[test]
+    fn usage_agrees_with_snapshot() {
+        let s = spec();
+        let ring = LocalRing::new(&s);
+        let e0 = s.epoch(T0);
+        for (i, e) in [e0, e0 + 2, e0 + 7, e0 + 10, e0 + 11].iter().enumerate() {
+            ring.admit(*e, 3 + i as u32, u64::MAX);
+            ring.reject(*e, 2);
+        }
+        for dt in (900..2_300).step_by(37) {
+            let now = T0 + dt;
+            let u = ring.usage(&s, now);
+            let snap = ring.snapshot(&s, now);
+            assert!((u.admitted - snap.admitted.sum(&s, now)).abs() < 1e-9, "+{dt}");
+            assert!((u.offered - snap.offered.sum(&s, now)).abs() < 1e-9, "+{dt}");
+            assert_eq!(u64::from(u.current), snap.admitted.by_age()[0], "+{dt}");
+            assert_eq!(u.active, !snap.is_empty());
+            let newest = snap.admitted.by_age().iter().position(|c| *c > 0).map(|a| a as u64);
+            assert_eq!(u.newest_admitted_age, newest, "+{dt}");
+        }
     }
 }

@@ -152,6 +152,15 @@ impl WindowSpec {
         }
     }
 
+    /// Weights for many buckets at one instant, with the division done once.
+    pub fn weigher(&self, now_ms: u64) -> Weigher {
+        Weigher {
+            now_epoch: self.epoch(now_ms),
+            buckets: u64::from(self.buckets),
+            straddle: self.straddle_weight(now_ms),
+        }
+    }
+
     /// Wall time at which a bucket stops counting at all.
     pub fn expiry_ms(&self, epoch: u64) -> u64 {
         let leave_epoch = match self.mode {
@@ -159,6 +168,32 @@ impl WindowSpec {
             EstimateMode::Exact => epoch.saturating_add(u64::from(self.buckets)),
         };
         self.epoch_start_ms(leave_epoch)
+    }
+}
+
+/// [`WindowSpec::weight`] for a fixed `now`.
+#[derive(Debug, Clone, Copy)]
+pub struct Weigher {
+    now_epoch: u64,
+    buckets: u64,
+    straddle: f64,
+}
+
+impl Weigher {
+    /// Age in buckets (ahead-of-time buckets are age 0).
+    pub fn age(&self, epoch: u64) -> u64 {
+        self.now_epoch.saturating_sub(epoch)
+    }
+
+    pub fn weight(&self, epoch: u64) -> f64 {
+        let age = self.age(epoch);
+        if age < self.buckets {
+            1.0
+        } else if age == self.buckets {
+            self.straddle
+        } else {
+            0.0
+        }
     }
 }
 
@@ -242,6 +277,18 @@ mod tests {
         assert_eq!(spec.weight(e - 9, now), 1.0);
         assert!((spec.weight(e - 10, now) - 0.6).abs() < 1e-12);
         assert_eq!(spec.weight(e - 11, now), 0.0);
+    }
+
+    #[test]
+    fn weigher_matches_weight() {
+        for mode in [EstimateMode::Interpolated, EstimateMode::Exact] {
+            let spec = WindowSpec::new(1_000, 10, mode).unwrap();
+            let now = 1_700_000_000_040;
+            let w = spec.weigher(now);
+            for epoch in spec.epoch(now) - 13..spec.epoch(now) + 3 {
+                assert_eq!(w.weight(epoch), spec.weight(epoch, now), "{mode:?} {epoch}");
+            }
+        }
     }
 
     #[test]
