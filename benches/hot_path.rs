@@ -30,7 +30,9 @@ fn access_order(n: usize) -> Vec<usize> {
 }
 
 fn keys() -> Vec<String> {
-    (0..KEYS).map(|i| format!("tenant={i}|route=/api/v1/items")).collect()
+    (0..KEYS)
+        .map(|i| format!("tenant={i}|route=/api/v1/items"))
+        .collect()
 }
 
 fn hot_path(c: &mut Criterion) {
@@ -116,7 +118,11 @@ fn merge(c: &mut Criterion) {
     let spec = WindowSpec::with_default_buckets(1_000).unwrap();
     let mut held: Replica<u32> = Replica::new(&spec);
     for origin in 0..5 {
-        held.merge_register(origin, register(1, 17_000_000_000).as_ref(), Arbitration::VectorDominance);
+        held.merge_register(
+            origin,
+            register(1, 17_000_000_000).as_ref(),
+            Arbitration::VectorDominance,
+        );
     }
     let summary: Vec<(u32, Register)> = (0..5).map(|o| (o, register(2, 17_000_000_001))).collect();
     // What the merge path does per window: copy the replica, merge the summary, publish.

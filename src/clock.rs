@@ -335,7 +335,10 @@ mod tests {
         let now = SystemClock::system().now_ms();
         let after = precise();
         // The coarse clock trails by at most a kernel tick (10 ms at HZ=100).
-        assert!(now + 10 >= before && now <= after, "{before} <= {now} <= {after}");
+        assert!(
+            now + 10 >= before && now <= after,
+            "{before} <= {now} <= {after}"
+        );
     }
 
     #[test]

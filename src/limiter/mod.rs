@@ -48,7 +48,7 @@ use self::sync::SyncState;
 use self::table::KeyTable;
 use crate::clock::Hlc;
 use crate::crdt::Arbitration;
-use crate::window::{AgeProfile, Admit, WindowSpec};
+use crate::window::{Admit, AgeProfile, WindowSpec};
 
 /// How the limiter behaves. Every field has a production default.
 #[derive(Debug, Clone)]
@@ -253,12 +253,12 @@ impl Limiter {
     }
 
     /// The common case, one limit, without the bookkeeping of several.
-    fn check_one<'g>(
+    fn check_one(
         &self,
         req: &CheckRequest<'_>,
         limit: &Limit,
         now_ms: u64,
-        guard: &'g impl papaya::Guard,
+        guard: &impl papaya::Guard,
     ) -> Result<Decision, CheckError> {
         let id = self.hasher.key_id(req.key, &limit.window);
         let state = self.table.get_or_insert(id, &limit.window, now_ms, guard)?;
@@ -405,7 +405,11 @@ impl Limiter {
         now_ms: u64,
     ) -> LimitStatus {
         let spec = &e.limit.window;
-        let consumed = if decision_allowed { f64::from(cost) } else { 0.0 };
+        let consumed = if decision_allowed {
+            f64::from(cost)
+        } else {
+            0.0
+        };
         let remaining = (e.allowance - e.local_admitted - consumed) as u64;
         let reset_after_ms = if decision_allowed {
             e.reset_before_ms

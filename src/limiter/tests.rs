@@ -569,9 +569,20 @@ mod admission_cache {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Check { key: u8, both: bool, cost: u32, dt: u64 },
-        PeerTraffic { key: u8, n: u32, dt: u64 },
-        Members { live: usize },
+        Check {
+            key: u8,
+            both: bool,
+            cost: u32,
+            dt: u64,
+        },
+        PeerTraffic {
+            key: u8,
+            n: u32,
+            dt: u64,
+        },
+        Members {
+            live: usize,
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {

@@ -125,9 +125,7 @@ pub enum Admit {
     /// Added; the bucket now holds `now_holds`.
     Admitted { now_holds: u32 },
     /// The current bucket already held this much; adding would pass the allowance.
-    Refused {
-        current: u32,
-    },
+    Refused { current: u32 },
 }
 
 #[derive(Debug)]
@@ -346,9 +344,15 @@ mod tests {
         let s = spec();
         let ring = LocalRing::new(&s);
         let e0 = s.epoch(T0);
-        assert!(matches!(ring.admit(e0, 3, u64::MAX), Admit::Admitted { .. }));
+        assert!(matches!(
+            ring.admit(e0, 3, u64::MAX),
+            Admit::Admitted { .. }
+        ));
         ring.reject(e0, 2);
-        assert!(matches!(ring.admit(e0 + 4, 5, u64::MAX), Admit::Admitted { .. }));
+        assert!(matches!(
+            ring.admit(e0 + 4, 5, u64::MAX),
+            Admit::Admitted { .. }
+        ));
 
         let snap = ring.snapshot(&s, T0 + 450);
         assert_eq!(snap.admitted.by_age()[0], 5);
@@ -360,7 +364,10 @@ mod tests {
         );
 
         // e0 shares a slot with e0 + 11; writing there resets the stale count first.
-        assert!(matches!(ring.admit(e0 + 11, 1, u64::MAX), Admit::Admitted { .. }));
+        assert!(matches!(
+            ring.admit(e0 + 11, 1, u64::MAX),
+            Admit::Admitted { .. }
+        ));
         let snap = ring.snapshot(&s, T0 + 1_100);
         assert_eq!(
             snap.admitted_buckets().collect::<Vec<_>>(),
@@ -386,7 +393,10 @@ mod tests {
         let s = spec();
         let ring = LocalRing::new(&s);
         let e0 = s.epoch(T0);
-        assert!(matches!(ring.admit(e0 + 11, 7, u64::MAX), Admit::Admitted { .. }));
+        assert!(matches!(
+            ring.admit(e0 + 11, 7, u64::MAX),
+            Admit::Admitted { .. }
+        ));
         assert_eq!(ring.admit(e0, 1, u64::MAX), Admit::Refused { current: 0 });
         ring.reject(e0, 1);
         ring.refund(e0, 1);
@@ -506,7 +516,10 @@ mod tests {
         assert_eq!(snap.admitted.by_age()[0], 123_456);
         assert_eq!(snap.offered.by_age()[0], 123_456 + 65_535);
         // Admissions use all 32 bits.
-        assert!(matches!(ring.admit(e0 + 1, u32::MAX, u64::MAX), Admit::Admitted { .. }));
+        assert!(matches!(
+            ring.admit(e0 + 1, u32::MAX, u64::MAX),
+            Admit::Admitted { .. }
+        ));
         assert_eq!(
             ring.admit(e0 + 1, 1, u64::MAX),
             Admit::Refused { current: u32::MAX }
@@ -546,11 +559,22 @@ mod tests {
             let now = T0 + dt;
             let u = ring.usage(&s, now);
             let snap = ring.snapshot(&s, now);
-            assert!((u.admitted - snap.admitted.sum(&s, now)).abs() < 1e-9, "+{dt}");
-            assert!((u.offered - snap.offered.sum(&s, now)).abs() < 1e-9, "+{dt}");
+            assert!(
+                (u.admitted - snap.admitted.sum(&s, now)).abs() < 1e-9,
+                "+{dt}"
+            );
+            assert!(
+                (u.offered - snap.offered.sum(&s, now)).abs() < 1e-9,
+                "+{dt}"
+            );
             assert_eq!(u64::from(u.current), snap.admitted.by_age()[0], "+{dt}");
             assert_eq!(u.active, !snap.is_empty());
-            let newest = snap.admitted.by_age().iter().position(|c| *c > 0).map(|a| a as u64);
+            let newest = snap
+                .admitted
+                .by_age()
+                .iter()
+                .position(|c| *c > 0)
+                .map(|a| a as u64);
             assert_eq!(u.newest_admitted_age, newest, "+{dt}");
         }
     }
