@@ -11,7 +11,9 @@ use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use limitmesh::clock::{Clock, HlcTimestamp, SystemClock};
 use limitmesh::crdt::{Arbitration, Register, Replica};
-use limitmesh::limiter::{CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId};
+use limitmesh::limiter::{
+    CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
+};
 use limitmesh::window::WindowSpec;
 
 const KEYS: usize = 10_000;
@@ -62,10 +64,13 @@ fn hot_path(c: &mut Criterion) {
     let hot = keys[0].as_bytes();
     group.bench_function("limitmesh/hot_key", |b| {
         b.iter(|| {
-            let req = CheckRequest {
+            let item = [CheckItem {
                 key: black_box(hot),
-                limits: &limit,
+                limit: limit[0],
                 cost: 1,
+            }];
+            let req = CheckRequest {
+                items: &item,
                 dry_run: false,
             };
             limiter.check(&req, clock.now_ms()).unwrap().allowed
@@ -81,10 +86,13 @@ fn hot_path(c: &mut Criterion) {
     group.bench_function("limitmesh/keys_10k", |b| {
         b.iter(|| {
             i = (i + 1) & (order.len() - 1);
-            let req = CheckRequest {
+            let item = [CheckItem {
                 key: keys[order[i]].as_bytes(),
-                limits: &limit,
+                limit: limit[0],
                 cost: 1,
+            }];
+            let req = CheckRequest {
+                items: &item,
                 dry_run: false,
             };
             limiter.check(&req, clock.now_ms()).unwrap().allowed

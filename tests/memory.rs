@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use limitmesh::clock::HlcTimestamp;
 use limitmesh::crdt::Register;
 use limitmesh::limiter::{
-    Batch, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId, RegisterUpdate,
+    Batch, CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
+    RegisterUpdate,
 };
 use limitmesh::window::WindowSpec;
 
@@ -94,10 +95,13 @@ fn bytes_per_active_key_with_five_origins() {
     for (i, k) in keys.iter().enumerate() {
         // Traffic in every bucket of this node's ring too.
         for bucket in 0..10 {
-            let req = CheckRequest {
+            let item = [CheckItem {
                 key: k.as_bytes(),
-                limits: &limit,
+                limit: limit[0],
                 cost: 1,
+            }];
+            let req = CheckRequest {
+                items: &item,
                 dry_run: false,
             };
             limiter

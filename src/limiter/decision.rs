@@ -7,16 +7,22 @@ use super::key::Limit;
 
 /// Longest key the limiter accepts (the canonical form of domain and descriptors).
 pub const MAX_KEY_BYTES: usize = 4096;
-/// Most limits one check may apply to one key.
-pub const MAX_LIMITS_PER_CHECK: usize = 16;
+/// Most (key, limit) items one check may carry (Envoy requests carry one per descriptor).
+pub const MAX_ITEMS_PER_CHECK: usize = 64;
 
-/// One key, its limits, and how much of them this request uses.
+/// One key under one limit, and how many units of it this request uses.
+#[derive(Debug, Clone, Copy)]
+pub struct CheckItem<'a> {
+    pub key: &'a [u8],
+    pub limit: Limit,
+    /// Units consumed (Envoy's `hits_addend`).
+    pub cost: u32,
+}
+
+/// A request: admitted only if every item is, and then it consumes every item.
 #[derive(Debug, Clone, Copy)]
 pub struct CheckRequest<'a> {
-    pub key: &'a [u8],
-    pub limits: &'a [Limit],
-    /// How many units this request consumes (Envoy's `hits_addend`).
-    pub cost: u32,
+    pub items: &'a [CheckItem<'a>],
     /// Decide without consuming or counting anything.
     pub dry_run: bool,
 }
@@ -40,7 +46,7 @@ pub struct LimitStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     pub allowed: bool,
-    /// One status per limit, in the request's order.
+    /// One status per item, in the request's order.
     pub limits: SmallVec<[LimitStatus; 2]>,
 }
 
@@ -55,56 +61,59 @@ impl Decision {
     }
 }
 
-/// A check the limiter refuses to evaluate. Nothing is consumed.
+/// A check the limiter refuses to evaluate. Nothing is consumed. `index` names the item.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum CheckError {
-    #[error("key is empty")]
-    EmptyKey,
-    #[error("key is {len} bytes; the maximum is {max}")]
-    KeyTooLong { len: usize, max: usize },
-    #[error("no limits given")]
-    NoLimits,
-    #[error("{count} limits given; the maximum is {max}")]
-    TooManyLimits { count: usize, max: usize },
-    #[error("hits must be at least 1")]
-    ZeroCost,
-    #[error(
-        "hits {cost} exceed limit {limit} (limit #{index}): such a request can never be allowed"
-    )]
-    CostExceedsLimit { cost: u32, limit: u32, index: usize },
+    #[error("item {index}: key is empty")]
+    EmptyKey { index: usize },
+    #[error("item {index}: key is {len} bytes; the maximum is {max}")]
+    KeyTooLong {
+        index: usize,
+        len: usize,
+        max: usize,
+    },
+    #[error("no items to check")]
+    NoItems,
+    #[error("{count} items given; the maximum is {max}")]
+    TooManyItems { count: usize, max: usize },
+    #[error("item {index}: hits must be at least 1")]
+    ZeroCost { index: usize },
+    #[error("item {index}: hits {cost} exceed the limit of {limit}, so it could never be allowed")]
+    CostExceedsLimit { index: usize, cost: u32, limit: u32 },
     #[error("the key table is full ({max_keys} keys) and every key in it is busy")]
     KeyTableFull { max_keys: usize },
 }
 
 pub(crate) fn validate(req: &CheckRequest<'_>) -> Result<(), CheckError> {
-    if req.key.is_empty() {
-        return Err(CheckError::EmptyKey);
+    if req.items.is_empty() {
+        return Err(CheckError::NoItems);
     }
-    if req.key.len() > MAX_KEY_BYTES {
-        return Err(CheckError::KeyTooLong {
-            len: req.key.len(),
-            max: MAX_KEY_BYTES,
+    if req.items.len() > MAX_ITEMS_PER_CHECK {
+        return Err(CheckError::TooManyItems {
+            count: req.items.len(),
+            max: MAX_ITEMS_PER_CHECK,
         });
     }
-    if req.limits.is_empty() {
-        return Err(CheckError::NoLimits);
-    }
-    if req.limits.len() > MAX_LIMITS_PER_CHECK {
-        return Err(CheckError::TooManyLimits {
-            count: req.limits.len(),
-            max: MAX_LIMITS_PER_CHECK,
-        });
-    }
-    if req.cost == 0 {
-        return Err(CheckError::ZeroCost);
-    }
-    for (index, l) in req.limits.iter().enumerate() {
-        // A limit of 0 blocks everything; that is a verdict, not a malformed request.
-        if l.limit > 0 && req.cost > l.limit {
-            return Err(CheckError::CostExceedsLimit {
-                cost: req.cost,
-                limit: l.limit,
+    for (index, item) in req.items.iter().enumerate() {
+        if item.key.is_empty() {
+            return Err(CheckError::EmptyKey { index });
+        }
+        if item.key.len() > MAX_KEY_BYTES {
+            return Err(CheckError::KeyTooLong {
                 index,
+                len: item.key.len(),
+                max: MAX_KEY_BYTES,
+            });
+        }
+        if item.cost == 0 {
+            return Err(CheckError::ZeroCost { index });
+        }
+        // A limit of 0 blocks everything; that is a verdict, not a malformed request.
+        if item.limit.limit > 0 && item.cost > item.limit.limit {
+            return Err(CheckError::CostExceedsLimit {
+                index,
+                cost: item.cost,
+                limit: item.limit.limit,
             });
         }
     }

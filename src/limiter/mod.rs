@@ -35,7 +35,7 @@ pub use admission::{
     Inputs as AdmissionInputs, PartitionPolicy, Policy, allowance, lasting_allowance,
 };
 pub use decision::{
-    CheckError, CheckRequest, Decision, LimitStatus, MAX_KEY_BYTES, MAX_LIMITS_PER_CHECK,
+    CheckError, CheckItem, CheckRequest, Decision, LimitStatus, MAX_ITEMS_PER_CHECK, MAX_KEY_BYTES,
 };
 pub use key::{KeyHasher, KeyId, KeyIdHashBuilder, Limit};
 pub use origin::OriginId;
@@ -116,6 +116,7 @@ struct Eval<'g> {
     id: KeyId,
     state: &'g WindowState,
     limit: Limit,
+    cost: u32,
     epoch: u64,
     local_admitted: f64,
     /// Local admitted minus the current bucket: what the CAS on the current bucket adds to.
@@ -128,8 +129,8 @@ struct Eval<'g> {
 }
 
 impl Eval<'_> {
-    fn fits(&self, cost: u32) -> bool {
-        self.local_admitted + f64::from(cost) <= self.allowance
+    fn fits(&self) -> bool {
+        self.local_admitted + f64::from(self.cost) <= self.allowance
     }
 
     /// The most the current bucket may hold after the add.
@@ -214,64 +215,65 @@ impl Limiter {
         }
     }
 
-    /// Decides one request. Lock-free for existing keys; nothing is consumed unless every limit
+    /// Decides one request. Lock-free for existing keys; nothing is consumed unless every item
     /// allows, and nothing at all on a dry run or an error.
     pub fn check(&self, req: &CheckRequest<'_>, now_ms: u64) -> Result<Decision, CheckError> {
         decision::validate(req)?;
         let guard = self.table.guard();
-        if let [limit] = req.limits {
-            return self.check_one(req, limit, now_ms, &guard);
+        if let [item] = req.items {
+            return self.check_one(item, req.dry_run, now_ms, &guard);
         }
 
         let mut evals: SmallVec<[Eval<'_>; 2]> = SmallVec::new();
-        for limit in req.limits {
-            let id = self.hasher.key_id(req.key, &limit.window);
+        for item in req.items {
+            let id = self.hasher.key_id(item.key, &item.limit.window);
             let state = self
                 .table
-                .get_or_insert(id, &limit.window, now_ms, &guard)?;
-            evals.push(self.evaluate(id, state, *limit, req.cost, now_ms, !req.dry_run));
+                .get_or_insert(id, &item.limit.window, now_ms, &guard)?;
+            evals.push(self.evaluate(id, state, item.limit, item.cost, now_ms, !req.dry_run));
         }
-        let mut fits: SmallVec<[bool; 2]> = evals.iter().map(|e| e.fits(req.cost)).collect();
+        let mut fits: SmallVec<[bool; 2]> = evals.iter().map(Eval::fits).collect();
         let allowed = if req.dry_run {
             fits.iter().all(|f| *f)
         } else {
-            let (allowed, refused_at) = self.consume(&evals, req.cost);
+            let (allowed, refused_at) = self.consume(&evals);
             if let Some(i) = refused_at {
                 fits[i] = false;
             }
             for e in &evals {
-                self.record(e.id, e.state, e.epoch, req.cost, allowed);
+                self.record(e.id, e.state, e.epoch, e.cost, allowed);
             }
             allowed
         };
         let limits = evals
             .iter()
             .zip(&fits)
-            .map(|(e, fits)| self.status(e, req.cost, allowed, *fits, now_ms))
+            .map(|(e, fits)| self.status(e, allowed, *fits, now_ms))
             .collect();
         Ok(Decision { allowed, limits })
     }
 
-    /// The common case, one limit, without the bookkeeping of several.
+    /// The common case, one item, without the bookkeeping of several.
     fn check_one(
         &self,
-        req: &CheckRequest<'_>,
-        limit: &Limit,
+        item: &CheckItem<'_>,
+        dry_run: bool,
         now_ms: u64,
         guard: &impl papaya::Guard,
     ) -> Result<Decision, CheckError> {
-        let id = self.hasher.key_id(req.key, &limit.window);
+        let limit = &item.limit;
+        let id = self.hasher.key_id(item.key, &limit.window);
         let state = self.table.get_or_insert(id, &limit.window, now_ms, guard)?;
-        let caching = self.config.admission_cache && !req.dry_run;
+        let caching = self.config.admission_cache && !dry_run;
         // Read before anything the bound depends on (see `set_members`).
         let generation = self.generation();
         if caching {
             let epoch = limit.window.epoch(now_ms);
             if let Some(bound) = state.cached_bound(epoch, generation)
                 && let Admit::Admitted { now_holds } =
-                    state.ring.admit(epoch, req.cost, u64::from(bound))
+                    state.ring.admit(epoch, item.cost, u64::from(bound))
             {
-                self.record(id, state, epoch, req.cost, true);
+                self.record(id, state, epoch, item.cost, true);
                 let status = LimitStatus {
                     allowed: true,
                     limit: limit.limit,
@@ -287,21 +289,21 @@ impl Limiter {
             }
         }
         let seen = state.bound.load(Ordering::Acquire);
-        let e = self.evaluate(id, state, *limit, req.cost, now_ms, !req.dry_run);
-        let allowed = if req.dry_run {
-            e.fits(req.cost)
+        let e = self.evaluate(id, state, *limit, item.cost, now_ms, !dry_run);
+        let allowed = if dry_run {
+            e.fits()
         } else {
             let admitted = matches!(
-                state.ring.admit(e.epoch, req.cost, e.max_current()),
+                state.ring.admit(e.epoch, item.cost, e.max_current()),
                 Admit::Admitted { .. }
             );
-            self.record(id, state, e.epoch, req.cost, admitted);
+            self.record(id, state, e.epoch, item.cost, admitted);
             admitted
         };
         if caching {
             state.store_bound(seen, e.epoch, generation, e.lasting_bound);
         }
-        let status = self.status(&e, req.cost, allowed, allowed, now_ms);
+        let status = self.status(&e, allowed, allowed, now_ms);
         Ok(Decision {
             allowed,
             limits: smallvec::smallvec![status],
@@ -321,11 +323,11 @@ impl Limiter {
 
     /// Admits on every limit or on none. Returns whether admitted and, if not, which limit
     /// refused.
-    fn consume(&self, evals: &[Eval<'_>], cost: u32) -> (bool, Option<usize>) {
+    fn consume(&self, evals: &[Eval<'_>]) -> (bool, Option<usize>) {
         for (i, e) in evals.iter().enumerate() {
-            if let Admit::Refused { .. } = e.state.ring.admit(e.epoch, cost, e.max_current()) {
+            if let Admit::Refused { .. } = e.state.ring.admit(e.epoch, e.cost, e.max_current()) {
                 for done in &evals[..i] {
-                    done.state.ring.refund(done.epoch, cost);
+                    done.state.ring.refund(done.epoch, done.cost);
                 }
                 return (false, Some(i));
             }
@@ -384,6 +386,7 @@ impl Limiter {
             id,
             state,
             limit,
+            cost,
             epoch: local.epoch,
             local_admitted: local.admitted,
             others,
@@ -396,17 +399,10 @@ impl Limiter {
         }
     }
 
-    fn status(
-        &self,
-        e: &Eval<'_>,
-        cost: u32,
-        decision_allowed: bool,
-        fits: bool,
-        now_ms: u64,
-    ) -> LimitStatus {
+    fn status(&self, e: &Eval<'_>, decision_allowed: bool, fits: bool, now_ms: u64) -> LimitStatus {
         let spec = &e.limit.window;
         let consumed = if decision_allowed {
-            f64::from(cost)
+            f64::from(e.cost)
         } else {
             0.0
         };
@@ -420,7 +416,7 @@ impl Limiter {
         let retry_after_ms = if decision_allowed || fits {
             0
         } else {
-            self.retry_after(e, cost, now_ms)
+            self.retry_after(e, now_ms)
         };
         LimitStatus {
             allowed: fits,
@@ -433,13 +429,13 @@ impl Limiter {
 
     /// How long until a request of `cost` could fit, assuming no more admissions anywhere and
     /// the same allowance. The slow path: only refusals get here.
-    fn retry_after(&self, e: &Eval<'_>, cost: u32, now_ms: u64) -> u64 {
+    fn retry_after(&self, e: &Eval<'_>, now_ms: u64) -> u64 {
         let spec = &e.limit.window;
         let local = e.state.ring.snapshot(spec, now_ms).admitted;
         let mut global = AgeProfile::new(spec);
         global.absorb(&local);
         global.absorb(&e.state.remote_usage(spec, now_ms).admitted);
-        let cost = f64::from(cost);
+        let cost = f64::from(e.cost);
         let local_target = (e.allowance - cost).max(0.0);
         let global_target = f64::from(e.limit.limit) - cost;
         let never = spec.window_ms() + spec.bucket_ms();

@@ -26,12 +26,22 @@ fn limiter() -> Limiter {
     limiter_with(LimiterConfig::default(), 1)
 }
 
+fn items<'a>(key: &'a str, limits: &[Limit], cost: u32) -> Vec<CheckItem<'a>> {
+    limits
+        .iter()
+        .map(|limit| CheckItem {
+            key: key.as_bytes(),
+            limit: *limit,
+            cost,
+        })
+        .collect()
+}
+
 fn check(l: &Limiter, key: &str, limits: &[Limit], cost: u32, now: u64) -> Decision {
+    let items = items(key, limits, cost);
     l.check(
         &CheckRequest {
-            key: key.as_bytes(),
-            limits,
-            cost,
+            items: &items,
             dry_run: false,
         },
         now,
@@ -133,10 +143,9 @@ fn several_limits_are_all_or_nothing() {
 fn dry_run_consumes_nothing() {
     let l = limiter();
     let lim = [second(1)];
+    let items = items("k", &lim, 1);
     let req = CheckRequest {
-        key: b"k",
-        limits: &lim,
-        cost: 1,
+        items: &items,
         dry_run: true,
     };
     for _ in 0..3 {
@@ -160,66 +169,87 @@ fn cost_counts_in_full() {
 #[test]
 fn bad_requests_are_refused_with_typed_errors_and_consume_nothing() {
     let l = limiter();
-    let lim = [second(5)];
-    let req = |key: &'static [u8], limits: &'static [Limit], cost| CheckRequest {
+    let lim = second(5);
+    let item = |key: &'static [u8], cost| CheckItem {
         key,
-        limits,
+        limit: lim,
         cost,
-        dry_run: false,
     };
-    static LIM: std::sync::OnceLock<[Limit; 1]> = std::sync::OnceLock::new();
-    let lim_static: &'static [Limit] = LIM.get_or_init(|| [second(5)]);
-    assert_eq!(
-        l.check(&req(b"", lim_static, 1), T0),
-        Err(CheckError::EmptyKey)
-    );
-    assert_eq!(l.check(&req(b"k", &[], 1), T0), Err(CheckError::NoLimits));
-    assert_eq!(
-        l.check(&req(b"k", lim_static, 0), T0),
-        Err(CheckError::ZeroCost)
-    );
-    assert_eq!(
-        l.check(&req(b"k", lim_static, 6), T0),
-        Err(CheckError::CostExceedsLimit {
-            cost: 6,
-            limit: 5,
-            index: 0
-        })
-    );
-    let long = vec![b'x'; MAX_KEY_BYTES + 1];
-    let err = l
-        .check(
+    let run = |items: &[CheckItem<'_>]| {
+        l.check(
             &CheckRequest {
-                key: &long,
-                limits: &lim,
-                cost: 1,
+                items,
                 dry_run: false,
             },
             T0,
         )
-        .unwrap_err();
+    };
+    assert_eq!(run(&[]), Err(CheckError::NoItems));
+    assert_eq!(run(&[item(b"", 1)]), Err(CheckError::EmptyKey { index: 0 }));
     assert_eq!(
-        err,
-        CheckError::KeyTooLong {
+        run(&[item(b"a", 1), item(b"b", 0)]),
+        Err(CheckError::ZeroCost { index: 1 })
+    );
+    assert_eq!(
+        run(&[item(b"k", 6)]),
+        Err(CheckError::CostExceedsLimit {
+            index: 0,
+            cost: 6,
+            limit: 5
+        })
+    );
+    let long = vec![b'x'; MAX_KEY_BYTES + 1];
+    assert_eq!(
+        run(&[CheckItem {
+            key: &long,
+            limit: lim,
+            cost: 1
+        }]),
+        Err(CheckError::KeyTooLong {
+            index: 0,
             len: MAX_KEY_BYTES + 1,
             max: MAX_KEY_BYTES
-        }
+        })
     );
-    let many = vec![second(5); MAX_LIMITS_PER_CHECK + 1];
-    assert!(matches!(
+    let many = vec![item(b"k", 1); MAX_ITEMS_PER_CHECK + 1];
+    assert!(matches!(run(&many), Err(CheckError::TooManyItems { .. })));
+    assert_eq!(l.stats().keys, 0, "no window was created");
+    assert_eq!(admitted_in(&l, "k", &[lim], 10, T0), 5);
+}
+
+#[test]
+fn several_keys_in_one_request_are_all_or_nothing() {
+    let l = limiter();
+    let (a, b) = (second(10), second(2));
+    let both = [
+        CheckItem {
+            key: b"user=1",
+            limit: a,
+            cost: 3,
+        },
+        CheckItem {
+            key: b"route=/x",
+            limit: b,
+            cost: 1,
+        },
+    ];
+    let run = || {
         l.check(
             &CheckRequest {
-                key: b"k",
-                limits: &many,
-                cost: 1,
-                dry_run: false
+                items: &both,
+                dry_run: false,
             },
-            T0
-        ),
-        Err(CheckError::TooManyLimits { .. })
-    ));
-    assert_eq!(l.stats().keys, 0, "no window was created");
-    assert_eq!(admitted_in(&l, "k", &lim, 10, T0), 5);
+            T0,
+        )
+        .unwrap()
+    };
+    assert!(run().allowed);
+    assert!(run().allowed);
+    let d = run();
+    assert!(!d.allowed, "route=/x allows 2");
+    assert!(d.limits[0].allowed && !d.limits[1].allowed);
+    // user=1 was charged 3 per admitted request only: 6 of 10 used.
+    assert_eq!(admitted_in(&l, "user=1", &[a], 10, T0), 4);
 }
 
 #[test]
@@ -527,12 +557,11 @@ fn eviction_takes_idle_keys_first_and_never_a_limiting_one() {
     for key in ["p", "q"] {
         assert_eq!(admitted_in(&full, key, &lim, 2, T0), 1);
     }
+    let items = items("r", &lim, 1);
     let err = full
         .check(
             &CheckRequest {
-                key: b"r",
-                limits: &lim,
-                cost: 1,
+                items: &items,
                 dry_run: false,
             },
             T0 + 1,
