@@ -5,11 +5,15 @@
 //! - [`window`]: the time wheel: epoch-aligned buckets, sliding estimates, the lock-free ring.
 //! - [`crdt`]: replica state per window: per-origin registers, version vectors, merge.
 //! - [`limiter`]: keys and limits, the key table, admission by demand share, decisions.
+//! - [`membership`]: SWIM membership (foca): identity, codec, timers, rejoin.
+//! - [`gossip`]: the authenticated datagram envelope and register bodies.
 //!
 //! The core (`window`, `crdt`, `limiter`) is sans-IO: it is handed `now_ms` and messages and
 //! never reads a clock, a socket or a random number generator.
 
 pub mod clock;
 pub mod crdt;
+pub mod gossip;
 pub mod limiter;
+pub mod membership;
 pub mod window;

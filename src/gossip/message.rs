@@ -1,0 +1,289 @@
+//! Datagram bodies that carry registers, and how a batch is cut to fit datagrams.
+//!
+//! Encoded with bincode 2 (varint integers), always decoded under a size limit. Most registers
+//! in a batch share the batch's version and clock stamp (one emission), so an entry only carries
+//! its own when it differs (relayed registers). An entry's newest epoch is sent as its lag behind
+//! the epoch of the stamp, which is almost always 0: one byte instead of nine.
+
+use bincode::config::{Configuration, Limit, LittleEndian, Varint};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::clock::HlcTimestamp;
+use crate::crdt::Register;
+use crate::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
+use crate::window::{EstimateMode, MAX_BUCKETS, WindowSpec};
+
+/// Decoding may claim at most this much memory. It bounds the allocation a hostile datagram can
+/// cause, with room for a full 1400-byte datagram of registers (bincode counts every decoded
+/// integer at its in-memory size).
+const DECODE_LIMIT: usize = 64 * 1024;
+type WireConfig = Configuration<LittleEndian, Varint, Limit<DECODE_LIMIT>>;
+const WIRE: WireConfig = bincode::config::standard().with_limit::<DECODE_LIMIT>();
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct WireBatch {
+    origin: [u8; 16],
+    version: u64,
+    hlc: u64,
+    entries: Vec<WireEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct WireEntry {
+    key: [u8; 16],
+    window_ms: u64,
+    buckets: u16,
+    /// `(version, hlc)` when they differ from the batch's.
+    own_stamp: Option<(u64, u64)>,
+    /// `epoch(stamp) - newest_epoch`.
+    epoch_lag: i64,
+    demand: u32,
+    admitted: Vec<u32>,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum MessageError {
+    #[error("body did not decode: {0}")]
+    Decode(String),
+    #[error("body has {0} trailing bytes")]
+    Trailing(usize),
+    #[error("a single register does not fit in {0} bytes")]
+    EntryTooLarge(usize),
+}
+
+/// What decoding a register body found wrong with individual entries (the rest is kept).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EntryRejects {
+    /// Shape that is not a valid window, or more buckets than the shape holds.
+    pub bad_shape: u64,
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Encoding into a Vec cannot fail for these plain types.
+    bincode::serde::encode_to_vec(v, WIRE).unwrap_or_default()
+}
+
+fn bucket_ms(window_ms: u64, buckets: u16) -> Option<u64> {
+    WindowSpec::new(window_ms, buckets, EstimateMode::Interpolated)
+        .ok()
+        .map(|s| s.bucket_ms())
+}
+
+fn entry_of(update: &RegisterUpdate, version: u64, hlc: HlcTimestamp) -> WireEntry {
+    let r = &update.register;
+    let stamp_epoch =
+        bucket_ms(update.window_ms, update.buckets).map_or(0, |w| r.hlc.physical_ms() / w);
+    WireEntry {
+        key: update.key.0.to_le_bytes(),
+        window_ms: update.window_ms,
+        buckets: update.buckets,
+        own_stamp: (r.version != version || r.hlc != hlc).then_some((r.version, r.hlc.to_bits())),
+        epoch_lag: stamp_epoch as i64 - r.newest_epoch as i64,
+        demand: r.demand,
+        admitted: r.admitted.clone(),
+    }
+}
+
+/// Cuts a batch into bodies of at most `max_body` bytes each.
+pub fn encode_batch(batch: &Batch, max_body: usize) -> Result<Vec<Vec<u8>>, MessageError> {
+    let Some(first) = batch.updates.first() else {
+        return Ok(Vec::new());
+    };
+    // The batch stamp is the one most entries share: that of the first, for an emission.
+    let (version, hlc) = (first.register.version, first.register.hlc);
+    let head = WireBatch {
+        origin: batch.origin.0.to_le_bytes(),
+        version,
+        hlc: hlc.to_bits(),
+        entries: Vec::new(),
+    };
+    // Header size with an entry count of up to 3 varint bytes.
+    let head_len = encode(&head).len() + 2;
+    let mut bodies = Vec::new();
+    let mut part = head.clone();
+    let mut part_len = head_len;
+    for update in &batch.updates {
+        let entry = entry_of(update, version, hlc);
+        let len = encode(&entry).len();
+        if head_len + len > max_body {
+            return Err(MessageError::EntryTooLarge(max_body));
+        }
+        if part_len + len > max_body {
+            bodies.push(encode(&part));
+            part.entries.clear();
+            part_len = head_len;
+        }
+        part.entries.push(entry);
+        part_len += len;
+    }
+    if !part.entries.is_empty() {
+        bodies.push(encode(&part));
+    }
+    Ok(bodies)
+}
+
+/// Decodes one body. Entries with an impossible shape are dropped and counted; the body as a
+/// whole fails only if it does not decode.
+pub fn decode_batch(body: &[u8]) -> Result<(Batch, EntryRejects), MessageError> {
+    let (wire, used): (WireBatch, usize) = bincode::serde::decode_from_slice(body, WIRE)
+        .map_err(|e| MessageError::Decode(e.to_string()))?;
+    if used != body.len() {
+        return Err(MessageError::Trailing(body.len() - used));
+    }
+    let mut rejects = EntryRejects::default();
+    let mut updates = Vec::with_capacity(wire.entries.len());
+    for e in wire.entries {
+        let Some(w) = bucket_ms(e.window_ms, e.buckets) else {
+            rejects.bad_shape += 1;
+            continue;
+        };
+        if e.admitted.len() > usize::from(MAX_BUCKETS) + 1 {
+            rejects.bad_shape += 1;
+            continue;
+        }
+        let (version, hlc) = e.own_stamp.unwrap_or((wire.version, wire.hlc));
+        let hlc = HlcTimestamp::from_bits(hlc);
+        let stamp_epoch = (hlc.physical_ms() / w) as i64;
+        let Some(newest) = stamp_epoch.checked_sub(e.epoch_lag).filter(|n| *n >= 0) else {
+            rejects.bad_shape += 1;
+            continue;
+        };
+        updates.push(RegisterUpdate {
+            key: KeyId(u128::from_le_bytes(e.key)),
+            window_ms: e.window_ms,
+            buckets: e.buckets,
+            register: Register {
+                version,
+                hlc,
+                newest_epoch: newest as u64,
+                demand: e.demand,
+                admitted: e.admitted,
+            },
+        });
+    }
+    Ok((
+        Batch {
+            origin: OriginId(u128::from_le_bytes(wire.origin)),
+            updates,
+        },
+        rejects,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn update(
+        key: u128,
+        version: u64,
+        hlc_ms: u64,
+        lag: u64,
+        admitted: Vec<u32>,
+    ) -> RegisterUpdate {
+        RegisterUpdate {
+            key: KeyId(key),
+            window_ms: 1_000,
+            buckets: 10,
+            register: Register {
+                version,
+                hlc: HlcTimestamp::new(hlc_ms, 3),
+                newest_epoch: hlc_ms / 100 - lag,
+                demand: 400,
+                admitted,
+            },
+        }
+    }
+
+    #[test]
+    fn batches_round_trip_across_datagrams() {
+        let mut updates: Vec<_> = (0..200u128)
+            .map(|k| {
+                update(
+                    k.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C834),
+                    9,
+                    T0,
+                    0,
+                    vec![20; 11],
+                )
+            })
+            .collect();
+        // A relayed register with its own stamp and an older newest bucket.
+        updates.push(update(5, 3, T0 - 250, 2, vec![1, 0, 7]));
+        let batch = Batch {
+            origin: OriginId(42),
+            updates,
+        };
+        let bodies = encode_batch(&batch, 1_340).unwrap();
+        assert!(bodies.len() > 1);
+        assert!(bodies.iter().all(|b| b.len() <= 1_340));
+        let mut decoded = Vec::new();
+        for b in &bodies {
+            let (part, rejects) = decode_batch(b).unwrap();
+            assert_eq!(part.origin, OriginId(42));
+            assert_eq!(rejects, EntryRejects::default());
+            decoded.extend(part.updates);
+        }
+        assert_eq!(decoded, batch.updates);
+    }
+
+    #[test]
+    fn a_typical_register_costs_under_forty_bytes() {
+        let batch = Batch {
+            origin: OriginId(1),
+            updates: (0..30u128)
+                .map(|k| update(k << 100 | k, 9, T0, 0, vec![20; 11]))
+                .collect(),
+        };
+        let bodies = encode_batch(&batch, 1_340).unwrap();
+        assert_eq!(bodies.len(), 1);
+        let per_entry = bodies[0].len() as f64 / 30.0;
+        assert!(per_entry < 40.0, "{per_entry} bytes per register");
+    }
+
+    #[test]
+    fn impossible_shapes_are_counted_not_fatal() {
+        let mut bad = update(1, 9, T0, 0, vec![1]);
+        bad.buckets = 7; // 1000 ms does not divide into 7 buckets
+        let mut long = update(2, 9, T0, 0, vec![1; 80]);
+        long.register.version = 9;
+        let good = update(3, 9, T0, 0, vec![1]);
+        let body = encode_batch(
+            &Batch {
+                origin: OriginId(1),
+                updates: vec![good.clone(), bad, long],
+            },
+            60_000,
+        )
+        .unwrap();
+        let (batch, rejects) = decode_batch(&body[0]).unwrap();
+        assert_eq!(batch.updates, vec![good]);
+        assert_eq!(rejects.bad_shape, 2);
+    }
+
+    #[test]
+    fn garbage_and_hostile_lengths_fail_cleanly() {
+        assert!(decode_batch(&[]).is_err());
+        // An origin, then claims of an enormous entry count.
+        let mut hostile = vec![0u8; 16];
+        hostile.extend_from_slice(&[1, 1, 0xFD, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]);
+        assert!(matches!(
+            decode_batch(&hostile),
+            Err(MessageError::Decode(_))
+        ));
+        let good = encode_batch(
+            &Batch {
+                origin: OriginId(1),
+                updates: vec![update(1, 1, T0, 0, vec![1])],
+            },
+            1_340,
+        )
+        .unwrap();
+        let mut trailing = good[0].clone();
+        trailing.push(0);
+        assert_eq!(decode_batch(&trailing), Err(MessageError::Trailing(1)));
+    }
+}

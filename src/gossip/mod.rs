@@ -1,0 +1,5 @@
+//! Everything that crosses the network between nodes: the authenticated datagram envelope and
+//! the bodies that carry registers.
+
+pub mod message;
+pub mod wire;

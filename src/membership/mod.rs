@@ -1,0 +1,305 @@
+//! Cluster membership on SWIM (foca).
+//!
+//! [`Membership`] owns the `Foca` instance, its timers and its outbox, and is driven by the
+//! node's event loop: hand it data, due timers and commands; take packets to send and events.
+//! It reads no clock and no socket itself (time is a `tokio::time::Instant` it is given), so the
+//! same code runs on real UDP and inside the simulation.
+//!
+//! Three things foca leaves to the application are handled here:
+//! - **timers** go through one ordered heap (foca's timer order matters: ties resolve in
+//!   `Timer` order), and the runtime's queues are drained after every foca call;
+//! - **rejoin**: an idle foca never announces again, so while this node has no members it
+//!   announces itself to the seeds every few seconds ([`Membership::announce_if_alone`]);
+//! - **sizing**: foca's LAN preset is re-derived whenever the member count changes.
+
+mod codec;
+mod identity;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use bytes::Bytes;
+use foca::{AccumulatingRuntime, Config, Foca, NoCustomBroadcast, OwnedNotification, Timer};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::time::Instant;
+
+pub use codec::{BincodeCodec, CodecError};
+pub use identity::NodeId;
+
+/// What membership tells the rest of the node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberEvent {
+    Up(NodeId),
+    Down(NodeId),
+    /// The member at an address changed identity: a restart, or a renewal after a partition.
+    /// Liveness may not have changed, so no `Up` follows.
+    Renamed {
+        old: NodeId,
+        new: NodeId,
+    },
+    /// This node joined (or rejoined) a cluster.
+    Active,
+    /// This node has no live members.
+    Idle,
+    /// This node was declared down and could not renew its identity.
+    Defunct,
+    /// This node renewed its identity to rejoin.
+    Rejoined(NodeId),
+}
+
+type Swim = Foca<NodeId, BincodeCodec, StdRng, NoCustomBroadcast>;
+
+pub struct Membership {
+    foca: Swim,
+    runtime: AccumulatingRuntime<NodeId>,
+    /// Due time, insertion order (stable among equal times), timer.
+    timers: BinaryHeap<Reverse<(Instant, u64, Timer<NodeId>)>>,
+    timer_seq: u64,
+    outbox: Vec<(SocketAddr, Bytes)>,
+    events: Vec<MemberEvent>,
+    max_packet: usize,
+    sized_for: u32,
+}
+
+impl std::fmt::Debug for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Membership")
+            .field("identity", self.foca.identity())
+            .field("members", &self.foca.num_members())
+            .finish_non_exhaustive()
+    }
+}
+
+fn config_for(members: u32, max_packet: usize) -> Config {
+    let mut c = Config::new_lan(NonZeroU32::new(members.max(1)).unwrap_or(NonZeroU32::MIN));
+    if let Some(size) = std::num::NonZeroUsize::new(max_packet) {
+        c.max_packet_size = size;
+    }
+    c
+}
+
+impl Membership {
+    /// `max_packet` is what foca may put in one datagram body; `seed` seeds its randomness
+    /// (probe order, gossip targets), fixed in simulation.
+    pub fn new(identity: NodeId, max_packet: usize, seed: u64) -> Self {
+        let foca = Foca::new(
+            identity,
+            config_for(1, max_packet),
+            StdRng::seed_from_u64(seed),
+            BincodeCodec,
+        );
+        Self {
+            foca,
+            runtime: AccumulatingRuntime::new(),
+            timers: BinaryHeap::new(),
+            timer_seq: 0,
+            outbox: Vec::new(),
+            events: Vec::new(),
+            max_packet,
+            sized_for: 1,
+        }
+    }
+
+    pub fn identity(&self) -> &NodeId {
+        self.foca.identity()
+    }
+
+    /// Live members, this node excluded, in address order.
+    pub fn members(&self) -> Vec<NodeId> {
+        let mut m: Vec<NodeId> = self.foca.iter_members().map(|m| m.id().clone()).collect();
+        m.sort_by_key(|id| id.addr);
+        m
+    }
+
+    pub fn num_members(&self) -> usize {
+        self.foca.num_members()
+    }
+
+    /// The members foca knows about, with their SWIM state, including suspects and the dead
+    /// it still remembers.
+    pub fn states(&self) -> BTreeMap<SocketAddr, (NodeId, foca::State)> {
+        self.foca
+            .iter_membership_state()
+            .map(|m| (m.id().addr, (m.id().clone(), m.state())))
+            .collect()
+    }
+
+    /// Feeds a SWIM packet. Junk or stale packets are normal in SWIM (a restarted peer, a
+    /// member we declared down): the error is returned for counting, not acted on.
+    pub fn handle_data(&mut self, data: &[u8], now: Instant) -> Result<(), foca::Error> {
+        let r = self.foca.handle_data(data, &mut self.runtime);
+        self.drain(now);
+        r
+    }
+
+    /// When the next timer is due.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((at, _, _))| *at)
+    }
+
+    /// Fires every timer due at `now`, in order.
+    pub fn fire_due(&mut self, now: Instant) {
+        while let Some(Reverse((at, _, _))) = self.timers.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((_, _, timer))) = self.timers.pop() else {
+                break;
+            };
+            let _ = self.foca.handle_timer(timer, &mut self.runtime);
+            self.drain(now);
+        }
+    }
+
+    pub fn announce(&mut self, to: SocketAddr, now: Instant) {
+        if to == self.identity().addr {
+            return;
+        }
+        let _ = self.foca.announce(NodeId::seed(to), &mut self.runtime);
+        self.drain(now);
+    }
+
+    /// Announces to every seed if this node has no members: foca alone never would.
+    pub fn announce_if_alone(&mut self, seeds: &[SocketAddr], now: Instant) -> bool {
+        if self.foca.num_members() > 0 {
+            return false;
+        }
+        for seed in seeds {
+            self.announce(*seed, now);
+        }
+        !seeds.is_empty()
+    }
+
+    /// Tells the cluster this node is leaving (a graceful shutdown).
+    pub fn leave(&mut self, now: Instant) {
+        let _ = self.foca.leave_cluster(&mut self.runtime);
+        self.drain(now);
+    }
+
+    /// Packets foca wants sent, to their addresses.
+    pub fn take_outbox(&mut self) -> Vec<(SocketAddr, Bytes)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    pub fn take_events(&mut self) -> Vec<MemberEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    fn drain(&mut self, now: Instant) {
+        while let Some((to, data)) = self.runtime.to_send() {
+            self.outbox.push((to.addr, data));
+        }
+        while let Some((after, timer)) = self.runtime.to_schedule() {
+            self.timer_seq += 1;
+            self.timers
+                .push(Reverse((now + after, self.timer_seq, timer)));
+        }
+        while let Some(n) = self.runtime.to_notify() {
+            let event = match n {
+                OwnedNotification::MemberUp(id) => MemberEvent::Up(id),
+                OwnedNotification::MemberDown(id) => MemberEvent::Down(id),
+                OwnedNotification::Rename(old, new) => MemberEvent::Renamed { old, new },
+                OwnedNotification::Active => MemberEvent::Active,
+                OwnedNotification::Idle => MemberEvent::Idle,
+                OwnedNotification::Defunct => MemberEvent::Defunct,
+                OwnedNotification::Rejoin(id) => MemberEvent::Rejoined(id),
+                #[allow(unreachable_patterns)]
+                _ => continue,
+            };
+            self.events.push(event);
+        }
+        self.resize();
+    }
+
+    /// Re-derives foca's parameters (transmissions, suspicion timeout) for the current size.
+    fn resize(&mut self) {
+        let n = u32::try_from(self.foca.num_members() + 1).unwrap_or(u32::MAX);
+        if n != self.sized_for && self.foca.set_config(config_for(n, self.max_packet)).is_ok() {
+            self.sized_for = n;
+        }
+    }
+}
+
+/// How often a node without members announces itself to the seeds.
+pub const REJOIN_INTERVAL: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(i: u128) -> Membership {
+        let addr: SocketAddr = format!("10.0.0.{i}:7946").parse().unwrap();
+        Membership::new(
+            NodeId::new(uuid::Uuid::from_u128(i), addr, 1_000),
+            1_340,
+            i as u64,
+        )
+    }
+
+    /// Delivers every queued packet among the given members until the network is quiet.
+    fn settle(nodes: &mut [Membership], now: Instant) {
+        for _ in 0..50 {
+            let mut sent = false;
+            for i in 0..nodes.len() {
+                for (to, data) in nodes[i].take_outbox() {
+                    if let Some(j) = nodes.iter().position(|n| n.identity().addr == to) {
+                        let _ = nodes[j].handle_data(&data, now);
+                        sent = true;
+                    }
+                }
+            }
+            if !sent {
+                return;
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn three_nodes_form_and_see_a_leave() {
+        let mut nodes = vec![node(1), node(2), node(3)];
+        let seed = nodes[0].identity().addr;
+        let now = Instant::now();
+        for n in &mut nodes[1..] {
+            assert!(n.announce_if_alone(&[seed], now));
+        }
+        settle(&mut nodes, now);
+        // A few protocol periods for the gossip to spread.
+        let mut t = now;
+        for _ in 0..20 {
+            t += Duration::from_millis(200);
+            for n in &mut nodes {
+                n.fire_due(t);
+            }
+            settle(&mut nodes, t);
+        }
+        for n in &nodes {
+            assert_eq!(n.num_members(), 2, "{n:?}");
+        }
+        let events = nodes[1].take_events();
+        assert!(events.contains(&MemberEvent::Active));
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, MemberEvent::Up(id) if id.addr == seed))
+        );
+        assert!(
+            !nodes[1].announce_if_alone(&[seed], t),
+            "not alone any more"
+        );
+
+        nodes[2].leave(t);
+        settle(&mut nodes, t);
+        let events = nodes[0].take_events();
+        assert!(
+            events.iter().any(
+                |e| matches!(e, MemberEvent::Down(id) if id.addr.to_string() == "10.0.0.3:7946")
+            ),
+            "{events:?}"
+        );
+        assert_eq!(nodes[0].num_members(), 1);
+    }
+}
