@@ -7,6 +7,8 @@
 //! - [`limiter`]: keys and limits, the key table, admission by demand share, decisions.
 //! - [`membership`]: SWIM membership (foca): identity, codec, timers, rejoin.
 //! - [`gossip`]: the authenticated datagram envelope and register bodies.
+//! - [`node`]: the node loop: socket, membership, summary rounds, anti-entropy, view.
+//! - [`transport`]: the datagram-socket seam (real UDP or simulated).
 //!
 //! The core (`window`, `crdt`, `limiter`) is sans-IO: it is handed `now_ms` and messages and
 //! never reads a clock, a socket or a random number generator.
@@ -16,4 +18,6 @@ pub mod crdt;
 pub mod gossip;
 pub mod limiter;
 pub mod membership;
+pub mod node;
+pub mod transport;
 pub mod window;

@@ -1,0 +1,414 @@
+//! A cluster node: one task that owns the UDP socket, SWIM membership and the gossip of window
+//! registers, around a shared [`Limiter`].
+//!
+//! The node runs on three seams only: a [`Datagram`] socket, a wall [`Clock`], and
+//! `tokio::time` for its timers, so the same code runs on real UDP and inside a deterministic
+//! simulation. Its loop `select!`s with `biased;` (no hidden randomness) over shutdown, incoming
+//! datagrams, membership timers, the summary round, anti-entropy, the seed announcer, garbage
+//! collection and commands.
+//!
+//! - **Summary rounds** (every `gossip_interval`, 200 ms by default): the registers that changed
+//!   since the last round (plus, once, those of the round before, against a single lost
+//!   datagram) go to every live member directly. For full replication that is the
+//!   bandwidth-optimal scheme, and every register reaches every peer within one round and one
+//!   network latency.
+//! - **Anti-entropy**: when a member comes up or is renamed (a restart), this node pushes it its
+//!   own live registers and those of origins that are gone, so a new or restarted node holds the
+//!   live state within a round trip. Every `anti_entropy_interval` it pushes its registers to one
+//!   member in turn, repairing what losses left behind.
+
+mod stats;
+mod view;
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use thiserror::Error;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+
+pub use stats::{WireSnapshot, WireStats};
+pub use view::{ClusterView, MemberInfo, MemberState};
+
+use self::view::OffsetEstimator;
+use crate::clock::Clock;
+use crate::gossip::message::{decode_batch, encode_batch};
+use crate::gossip::wire::{Keyring, Kind, Opener, Sealer, cluster_tag};
+use crate::limiter::{Batch, Limiter, OriginId};
+use crate::membership::{MemberEvent, Membership, NodeId, REJOIN_INTERVAL};
+use crate::transport::Datagram;
+
+/// Cluster parameters of one node.
+#[derive(Debug, Clone)]
+pub struct NodeParams {
+    /// This process's boot id; also the limiter's origin.
+    pub node_id: uuid::Uuid,
+    /// The address peers reach this node's socket at.
+    pub advertise: SocketAddr,
+    pub seeds: Vec<SocketAddr>,
+    pub cluster_id: String,
+    pub gossip_interval: Duration,
+    pub anti_entropy_interval: Duration,
+    pub max_packet_size: usize,
+    pub gc_interval: Duration,
+    /// Windows examined per GC pass.
+    pub gc_budget: usize,
+    /// Clock offsets beyond this are logged and counted (half the smallest bucket in use).
+    pub offset_warn_ms: u64,
+    /// Seeds the node's randomness (SWIM probe order, anti-entropy targets).
+    pub rng_seed: u64,
+}
+
+impl NodeParams {
+    pub fn new(node_id: uuid::Uuid, advertise: SocketAddr, rng_seed: u64) -> Self {
+        Self {
+            node_id,
+            advertise,
+            seeds: Vec::new(),
+            cluster_id: "limitmesh".to_owned(),
+            gossip_interval: Duration::from_millis(200),
+            anti_entropy_interval: Duration::from_secs(5),
+            max_packet_size: 1400,
+            gc_interval: Duration::from_secs(1),
+            gc_budget: 10_000,
+            offset_warn_ms: 50,
+            rng_seed,
+        }
+    }
+}
+
+/// Instructions for a running node.
+#[derive(Debug)]
+pub enum Command {
+    /// Replace the discovered seeds (from DNS); static seeds are kept.
+    DiscoveredSeeds(Vec<SocketAddr>),
+}
+
+#[derive(Debug, Error)]
+pub enum NodeError {
+    #[error("max_packet_size {0} leaves no room for a body after the envelope")]
+    PacketTooSmall(usize),
+}
+
+/// A node, ready to [`Node::run`].
+pub struct Node<S, C> {
+    params: NodeParams,
+    socket: Arc<S>,
+    clock: C,
+    limiter: Arc<Limiter>,
+    keyring: Arc<Keyring>,
+    view: Arc<ClusterView>,
+    membership: Membership,
+    sealer: Sealer,
+    opener: Opener,
+    offsets: OffsetEstimator,
+    discovered: Vec<SocketAddr>,
+    rng: StdRng,
+    boot_ms: u64,
+    /// Sealed datagrams waiting to be sent at the end of the loop turn.
+    pending: Vec<(Kind, SocketAddr, Vec<u8>)>,
+}
+
+impl<S, C> std::fmt::Debug for Node<S, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.params.node_id)
+            .field("advertise", &self.params.advertise)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Datagram, C: Clock> Node<S, C> {
+    pub fn new(
+        params: NodeParams,
+        socket: Arc<S>,
+        clock: C,
+        limiter: Arc<Limiter>,
+        keyring: Arc<Keyring>,
+        view: Arc<ClusterView>,
+    ) -> Result<Self, NodeError> {
+        let max_body = params
+            .max_packet_size
+            .checked_sub(crate::gossip::wire::OVERHEAD)
+            .filter(|b| *b >= 256)
+            .ok_or(NodeError::PacketTooSmall(params.max_packet_size))?;
+        let boot_ms = clock.now_ms();
+        let identity = NodeId::new(params.node_id, params.advertise, boot_ms);
+        let tag = cluster_tag(&params.cluster_id);
+        let sender = params.node_id.as_u128();
+        Ok(Self {
+            membership: Membership::new(identity, max_body, params.rng_seed),
+            sealer: Sealer::new(tag, sender, params.max_packet_size),
+            opener: Opener::new(tag, params.max_packet_size),
+            rng: StdRng::seed_from_u64(params.rng_seed ^ 0x5EED_A11E),
+            offsets: OffsetEstimator::default(),
+            discovered: Vec::new(),
+            boot_ms,
+            pending: Vec::new(),
+            params,
+            socket,
+            clock,
+            limiter,
+            keyring,
+            view,
+        })
+    }
+
+    /// Runs until `shutdown` resolves, then leaves the cluster gracefully.
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let mut buf = vec![0u8; self.params.max_packet_size + 1];
+        let mut round = tokio::time::interval(self.params.gossip_interval);
+        let mut anti_entropy = tokio::time::interval(self.params.anti_entropy_interval);
+        let mut rejoin = tokio::time::interval(REJOIN_INTERVAL);
+        let mut gc = tokio::time::interval(self.params.gc_interval);
+        for t in [&mut round, &mut anti_entropy, &mut rejoin, &mut gc] {
+            t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        }
+        let mut commands_open = true;
+        self.publish();
+        loop {
+            let next_timer = self.membership.next_timer();
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                r = self.socket.recv_from(&mut buf) => {
+                    if let Ok((n, _from)) = r {
+                        let len = n.min(buf.len());
+                        self.on_datagram(&mut buf[..len]);
+                    }
+                }
+                _ = async { tokio::time::sleep_until(next_timer.unwrap_or_else(Instant::now)).await },
+                    if next_timer.is_some() => {
+                    self.membership.fire_due(Instant::now());
+                }
+                _ = round.tick() => self.summary_round(),
+                _ = anti_entropy.tick() => self.periodic_anti_entropy(),
+                _ = rejoin.tick() => {
+                    let seeds = self.seeds();
+                    self.membership.announce_if_alone(&seeds, Instant::now());
+                }
+                _ = gc.tick() => {
+                    self.limiter.gc(self.clock.now_ms(), self.params.gc_budget);
+                }
+                cmd = commands.recv(), if commands_open => match cmd {
+                    Some(Command::DiscoveredSeeds(seeds)) => self.discovered = seeds,
+                    None => commands_open = false,
+                },
+            }
+            self.flush().await;
+        }
+        self.membership.leave(Instant::now());
+        self.flush().await;
+        tracing::info!(id = %self.params.node_id, "left the cluster");
+    }
+
+    fn seeds(&self) -> Vec<SocketAddr> {
+        let mut s: BTreeSet<SocketAddr> = self.params.seeds.iter().copied().collect();
+        s.extend(self.discovered.iter().copied());
+        s.remove(&self.params.advertise);
+        s.into_iter().collect()
+    }
+
+    fn on_datagram(&mut self, datagram: &mut [u8]) {
+        let now_ms = self.clock.now_ms();
+        let opened = match self.opener.open(&self.keyring, datagram, now_ms) {
+            Ok(o) => o,
+            Err(reason) => {
+                self.view.wire.dropped(reason);
+                return;
+            }
+        };
+        let header = opened.header;
+        self.view.wire.received(
+            header.kind,
+            opened.body.len() + crate::gossip::wire::OVERHEAD,
+        );
+        let offset = self.offsets.observe(header.sender, header.sent_ms, now_ms);
+        if offset.unsigned_abs() > self.params.offset_warn_ms {
+            self.view
+                .wire
+                .clock_offset_warnings
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            tracing::debug!(sender = %uuid::Uuid::from_u128(header.sender), offset_ms = offset, "peer clock offset");
+        }
+        match header.kind {
+            Kind::Membership => {
+                if self
+                    .membership
+                    .handle_data(opened.body, Instant::now())
+                    .is_err()
+                {
+                    self.view
+                        .wire
+                        .membership_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            Kind::Summary | Kind::AntiEntropy => match decode_batch(opened.body) {
+                Ok((batch, rejects)) => {
+                    let report = self.limiter.merge(&batch, now_ms);
+                    self.view.wire.merged(&report, rejects.bad_shape);
+                }
+                Err(_) => self
+                    .view
+                    .wire
+                    .dropped(crate::gossip::wire::DropReason::Malformed),
+            },
+        }
+    }
+
+    /// Seals what membership queued, reacts to its events, then sends everything pending.
+    async fn flush(&mut self) {
+        let now_ms = self.clock.now_ms();
+        for (to, data) in self.membership.take_outbox() {
+            let mut out = Vec::with_capacity(data.len() + crate::gossip::wire::OVERHEAD);
+            if self
+                .sealer
+                .seal(&self.keyring, Kind::Membership, now_ms, &data, &mut out)
+                .is_ok()
+            {
+                self.pending.push((Kind::Membership, to, out));
+            }
+        }
+        let events = self.membership.take_events();
+        if !events.is_empty() {
+            for event in &events {
+                tracing::debug!(?event, "membership");
+                if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
+                    self.queue_bootstrap(id.addr);
+                }
+            }
+            let live: BTreeSet<u128> = self
+                .membership
+                .members()
+                .iter()
+                .map(|m| m.node.as_u128())
+                .collect();
+            self.offsets.retain(|s| live.contains(&s));
+            self.limiter.set_members(live.len() + 1, now_ms);
+            self.publish();
+        }
+        for (kind, to, datagram) in std::mem::take(&mut self.pending) {
+            match self.socket.send_to(&datagram, to).await {
+                Ok(_) => self.view.wire.sent(kind, datagram.len()),
+                Err(e) => {
+                    self.view
+                        .wire
+                        .send_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(%to, error = %e, "send failed");
+                }
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let me = self.membership.identity();
+        let mut members = vec![MemberInfo {
+            id: me.node,
+            addr: me.addr,
+            state: MemberState::Alive,
+            is_self: true,
+            boot_ms: self.boot_ms,
+            clock_offset_ms: Some(0),
+        }];
+        for (_, (id, state)) in self.membership.states() {
+            members.push(MemberInfo {
+                id: id.node,
+                addr: id.addr,
+                state: match state {
+                    foca::State::Alive => MemberState::Alive,
+                    foca::State::Suspect => MemberState::Suspect,
+                    foca::State::Down => MemberState::Down,
+                },
+                is_self: false,
+                boot_ms: id.boot_ms,
+                clock_offset_ms: self.offsets.estimate(id.node.as_u128()),
+            });
+        }
+        self.view.publish(members);
+    }
+
+    /// One summary round: what changed, to every live member.
+    fn summary_round(&mut self) {
+        let now_ms = self.clock.now_ms();
+        self.limiter
+            .set_members(self.membership.num_members() + 1, now_ms);
+        let Some(batch) = self.limiter.collect_changed(now_ms) else {
+            return;
+        };
+        let peers: Vec<SocketAddr> = self.membership.members().iter().map(|m| m.addr).collect();
+        self.view
+            .wire
+            .summary_rounds
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if peers.is_empty() {
+            return;
+        }
+        self.view.wire.summary_register_sends.fetch_add(
+            (batch.updates.len() * peers.len()) as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.send_batch_later(Kind::Summary, &batch, &peers);
+    }
+
+    fn periodic_anti_entropy(&mut self) {
+        let members = self.membership.members();
+        if members.is_empty() {
+            return;
+        }
+        let to = members[self.rng.random_range(0..members.len())].addr;
+        self.queue_bootstrap(to);
+    }
+
+    /// Queues for `to` this node's live registers and those of origins that are no longer
+    /// members (they cannot push their own).
+    fn queue_bootstrap(&mut self, to: SocketAddr) {
+        let now_ms = self.clock.now_ms();
+        let mut live: BTreeSet<OriginId> = self
+            .membership
+            .members()
+            .iter()
+            .map(|m| OriginId(m.node.as_u128()))
+            .collect();
+        live.insert(self.limiter.origin());
+        let own = self.limiter.snapshot_local(now_ms);
+        self.send_batch_later(Kind::AntiEntropy, &own, &[to]);
+        for batch in self.limiter.relay(now_ms, |o| !live.contains(&o)) {
+            self.send_batch_later(Kind::AntiEntropy, &batch, &[to]);
+        }
+    }
+
+    /// Encodes and seals a batch for each peer into the pending queue; sends happen from the
+    /// loop (sealing is synchronous, sending is not).
+    fn send_batch_later(&mut self, kind: Kind, batch: &Batch, peers: &[SocketAddr]) {
+        if batch.updates.is_empty() {
+            return;
+        }
+        let Ok(bodies) = encode_batch(batch, self.sealer.max_body()) else {
+            return;
+        };
+        let now_ms = self.clock.now_ms();
+        for body in &bodies {
+            for peer in peers {
+                let mut out = Vec::with_capacity(body.len() + crate::gossip::wire::OVERHEAD);
+                if self
+                    .sealer
+                    .seal(&self.keyring, kind, now_ms, body, &mut out)
+                    .is_ok()
+                {
+                    self.pending.push((kind, *peer, out));
+                }
+            }
+        }
+    }
+}
