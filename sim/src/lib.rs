@@ -1,1 +1,22 @@
-//! Deterministic network simulation of a limitmesh cluster (turmoil).
+//! Deterministic network simulation of a limitmesh cluster.
+//!
+//! Real node code ([`limitmesh::node::Node`] and [`limitmesh::limiter::Limiter`]) runs on
+//! turmoil's simulated network and clock. Everything that could vary between runs is seeded
+//! or ordered: turmoil's RNG and epoch, each node's boot id and randomness, the workload's
+//! arrivals and the injected faults. The same seed gives the same report, byte for byte.
+//!
+//! - [`net`]: the simulated datagram socket, which also injects loss and duplication;
+//! - [`clock`]: per-host wall clocks with adjustable skew and rollback;
+//! - [`workload`]: offered load per node over time;
+//! - [`cluster`]: builds the simulation, runs it with a fault schedule, and samples;
+//! - [`report`]: turns what was recorded into the measures of the design.
+
+pub mod clock;
+pub mod cluster;
+pub mod net;
+pub mod report;
+pub mod scenario;
+pub mod workload;
+
+pub use cluster::{Fault, Outcome, SimConfig, run};
+pub use report::Report;

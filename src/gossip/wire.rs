@@ -43,6 +43,9 @@ pub enum Kind {
     Summary = 2,
     /// Registers pushed to repair or bootstrap a peer.
     AntiEntropy = 3,
+    /// "Still here": sent in a round with nothing else for that peer, so that silence means
+    /// unreachable rather than idle.
+    Heartbeat = 4,
 }
 
 impl Kind {
@@ -51,6 +54,7 @@ impl Kind {
             1 => Some(Kind::Membership),
             2 => Some(Kind::Summary),
             3 => Some(Kind::AntiEntropy),
+            4 => Some(Kind::Heartbeat),
             _ => None,
         }
     }
@@ -60,6 +64,7 @@ impl Kind {
             Kind::Membership => "membership",
             Kind::Summary => "summary",
             Kind::AntiEntropy => "anti_entropy",
+            Kind::Heartbeat => "heartbeat",
         }
     }
 }

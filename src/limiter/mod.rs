@@ -105,7 +105,9 @@ pub struct Limiter {
     table: KeyTable,
     live: AtomicUsize,
     expected: AtomicUsize,
-    /// Bumped after every change of `live` or `expected`; part of every cached bound.
+    /// Members that have gone silent (sorted): their demand is left out of shares.
+    silent_origins: arc_swap::ArcSwapOption<Vec<state::OriginIdx>>,
+    /// Bumped after every change of the view; part of every cached bound.
     view_generation: AtomicU32,
     dirty_tx: mpsc::Sender<KeyId>,
     sync: Mutex<SyncState>,
@@ -159,6 +161,7 @@ impl Limiter {
             hasher,
             live: AtomicUsize::new(1),
             expected: AtomicUsize::new(1),
+            silent_origins: arc_swap::ArcSwapOption::empty(),
             view_generation: AtomicU32::new(0),
             dirty_tx,
             sync: Mutex::new(sync),
@@ -188,13 +191,44 @@ impl Limiter {
     /// Tells the limiter how many members are live, this node included. Call it on every
     /// membership change and periodically, so that `N_expected` can age.
     pub fn set_members(&self, live: usize, now_ms: u64) {
+        self.set_view(live, &[], now_ms);
+    }
+
+    /// Tells the limiter how many members are live (this node included) and which members
+    /// have gone silent: not heard from lately, though not yet declared down. A silent
+    /// member is on the other side of a partition as far as this node can tell, so its
+    /// demand leaves the shares here while the live count (and, under `strict`, this side's
+    /// scale) drops. Origins that are not members at all (a crashed or restarted process)
+    /// keep their demand until it lapses, one window after their last register, so that
+    /// their share is handed over only as their admissions leave the window.
+    pub fn set_view(&self, live: usize, silent: &[OriginId], now_ms: u64) {
         let mut sync = self.lock_sync();
+        let mut idx: Vec<state::OriginIdx> = silent
+            .iter()
+            .filter(|o| **o != self.origin)
+            .map(|o| sync.intern_origin(*o, now_ms))
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let current = self.silent_origins.load();
+        let changed = current.as_deref().map_or(!idx.is_empty(), |c| *c != idx);
+        if changed {
+            self.silent_origins
+                .store((!idx.is_empty()).then(|| std::sync::Arc::new(idx)));
+        }
+        self.update_view(&mut sync, live, now_ms, changed);
+    }
+
+    fn update_view(&self, sync: &mut SyncState, live: usize, now_ms: u64, set_changed: bool) {
         sync.expected.observe(live, now_ms);
         let expected = sync.expected.expected(now_ms);
         let live = sync.expected.live();
-        if (live, expected) != self.view() {
+        let counts_changed = (live, expected) != self.view();
+        if counts_changed {
             self.live.store(live, Ordering::Relaxed);
             self.expected.store(expected, Ordering::Relaxed);
+        }
+        if counts_changed || set_changed {
             // After the values: a reader that sees the new generation sees the new values.
             self.view_generation.fetch_add(1, Ordering::Release);
         }
@@ -346,7 +380,8 @@ impl Limiter {
     ) -> Eval<'g> {
         let spec = &limit.window;
         let local = state.ring.usage(spec, now_ms);
-        let remote = state.remote_scalars(spec, now_ms);
+        let silent = self.silent_origins.load();
+        let remote = state.remote_scalars(spec, now_ms, silent.as_deref().map(Vec::as_slice));
         let onset = if !local.active {
             // This request starts a new period of demand for the window.
             if record {

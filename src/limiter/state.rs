@@ -82,14 +82,22 @@ impl WindowState {
         self.bound.store(0, Ordering::Release);
     }
 
-    pub fn remote_scalars(&self, spec: &WindowSpec, now_ms: u64) -> RemoteScalars {
+    /// Folds the remote registers at `now_ms`. Origins in `silent` (sorted) do not count
+    /// towards demand: a member that has gone silent is not competing for this side's share.
+    /// Their counts still count towards the global estimate.
+    pub fn remote_scalars(
+        &self,
+        spec: &WindowSpec,
+        now_ms: u64,
+        silent: Option<&[OriginIdx]>,
+    ) -> RemoteScalars {
         let mut out = RemoteScalars::default();
         let guard = self.remote.load();
         let Some(replica) = guard.as_deref() else {
             return out;
         };
         let weigher = spec.weigher(now_ms);
-        for (_, reg) in replica.iter() {
+        for (origin, reg) in replica.iter() {
             for (epoch, count) in reg.buckets() {
                 let w = weigher.weight(epoch);
                 if w > 0.0 {
@@ -100,7 +108,9 @@ impl WindowState {
                     }
                 }
             }
-            out.demand += u64::from(reg.live_demand(spec, now_ms));
+            if silent.is_none_or(|s| s.binary_search(&origin).is_err()) {
+                out.demand += u64::from(reg.live_demand(spec, now_ms));
+            }
         }
         out
     }

@@ -41,6 +41,10 @@ impl std::fmt::Debug for SyncState {
 }
 
 impl SyncState {
+    pub fn intern_origin(&mut self, origin: OriginId, now_ms: u64) -> super::state::OriginIdx {
+        self.origins.intern(origin, now_ms)
+    }
+
     pub fn new(hlc: Hlc, dirty_rx: mpsc::Receiver<KeyId>, expected: ExpectedSize) -> Self {
         Self {
             hlc,

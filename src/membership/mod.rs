@@ -8,8 +8,10 @@
 //! Three things foca leaves to the application are handled here:
 //! - **timers** go through one ordered heap (foca's timer order matters: ties resolve in
 //!   `Timer` order), and the runtime's queues are drained after every foca call;
-//! - **rejoin**: an idle foca never announces again, so while this node has no members it
-//!   announces itself to the seeds every few seconds ([`Membership::announce_if_alone`]);
+//! - **rejoin**: an idle foca never announces again, and after a partition heals both sides
+//!   still have members, so neither would look for the other for a minute or more. Twice a
+//!   second this node announces itself to every seed that is not a member
+//!   ([`Membership::announce_to_absent_seeds`]).
 //! - **sizing**: foca's LAN preset is re-derived whenever the member count changes.
 
 mod codec;
@@ -163,15 +165,21 @@ impl Membership {
         self.drain(now);
     }
 
-    /// Announces to every seed if this node has no members: foca alone never would.
-    pub fn announce_if_alone(&mut self, seeds: &[SocketAddr], now: Instant) -> bool {
-        if self.foca.num_members() > 0 {
-            return false;
-        }
-        for seed in seeds {
+    /// Announces to every seed that is not a live member (all of them when alone). Returns
+    /// how many announces went out.
+    pub fn announce_to_absent_seeds(&mut self, seeds: &[SocketAddr], now: Instant) -> usize {
+        let present: std::collections::BTreeSet<SocketAddr> =
+            self.foca.iter_members().map(|m| m.id().addr).collect();
+        let me = self.identity().addr;
+        let absent: Vec<SocketAddr> = seeds
+            .iter()
+            .copied()
+            .filter(|s| *s != me && !present.contains(s))
+            .collect();
+        for seed in &absent {
             self.announce(*seed, now);
         }
-        !seeds.is_empty()
+        absent.len()
     }
 
     /// Tells the cluster this node is leaving (a graceful shutdown).
@@ -224,8 +232,8 @@ impl Membership {
     }
 }
 
-/// How often a node without members announces itself to the seeds.
-pub const REJOIN_INTERVAL: Duration = Duration::from_secs(2);
+/// How often a node announces itself to seeds that are not members.
+pub const REJOIN_INTERVAL: Duration = Duration::from_millis(500);
 
 #[cfg(test)]
 mod tests {
@@ -264,7 +272,7 @@ mod tests {
         let seed = nodes[0].identity().addr;
         let now = Instant::now();
         for n in &mut nodes[1..] {
-            assert!(n.announce_if_alone(&[seed], now));
+            assert_eq!(n.announce_to_absent_seeds(&[seed], now), 1);
         }
         settle(&mut nodes, now);
         // A few protocol periods for the gossip to spread.
@@ -286,9 +294,10 @@ mod tests {
                 .iter()
                 .any(|e| matches!(e, MemberEvent::Up(id) if id.addr == seed))
         );
-        assert!(
-            !nodes[1].announce_if_alone(&[seed], t),
-            "not alone any more"
+        assert_eq!(
+            nodes[1].announce_to_absent_seeds(&[seed], t),
+            0,
+            "the seed is a member now"
         );
 
         nodes[2].leave(t);

@@ -59,6 +59,14 @@ pub struct NodeParams {
     pub gc_budget: usize,
     /// Clock offsets beyond this are logged and counted (half the smallest bucket in use).
     pub offset_warn_ms: u64,
+    /// A member not heard from for this long stops counting as live for admission (its
+    /// demand leaves the shares and, under the strict policy, this side's scale shrinks),
+    /// long before SWIM declares it down.
+    pub silence_threshold: Duration,
+    /// A member that just joined (or restarted, or came back from a partition) counts as live
+    /// only this long after it appeared: until its registers can have arrived, its demand is
+    /// unknown, and counting it live would hand this side its share before knowing it.
+    pub join_grace: Duration,
     /// Seeds the node's randomness (SWIM probe order, anti-entropy targets).
     pub rng_seed: u64,
 }
@@ -76,6 +84,8 @@ impl NodeParams {
             gc_interval: Duration::from_secs(1),
             gc_budget: 10_000,
             offset_warn_ms: 50,
+            silence_threshold: Duration::from_millis(800),
+            join_grace: Duration::from_millis(500),
             rng_seed,
         }
     }
@@ -111,6 +121,10 @@ pub struct Node<S, C> {
     boot_ms: u64,
     /// Sealed datagrams waiting to be sent at the end of the loop turn.
     pending: Vec<(Kind, SocketAddr, Vec<u8>)>,
+    /// When each origin was last heard from (any authenticated datagram).
+    last_heard: std::collections::BTreeMap<u128, Instant>,
+    /// When each member appeared (up or renamed).
+    joined_at: std::collections::BTreeMap<u128, Instant>,
 }
 
 impl<S, C> std::fmt::Debug for Node<S, C> {
@@ -149,6 +163,8 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             discovered: Vec::new(),
             boot_ms,
             pending: Vec::new(),
+            last_heard: std::collections::BTreeMap::new(),
+            joined_at: std::collections::BTreeMap::new(),
             params,
             socket,
             clock,
@@ -194,7 +210,8 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 _ = anti_entropy.tick() => self.periodic_anti_entropy(),
                 _ = rejoin.tick() => {
                     let seeds = self.seeds();
-                    self.membership.announce_if_alone(&seeds, Instant::now());
+                    self.membership
+                        .announce_to_absent_seeds(&seeds, Instant::now());
                 }
                 _ = gc.tick() => {
                     self.limiter.gc(self.clock.now_ms(), self.params.gc_budget);
@@ -232,6 +249,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             header.kind,
             opened.body.len() + crate::gossip::wire::OVERHEAD,
         );
+        self.last_heard.insert(header.sender, Instant::now());
         let offset = self.offsets.observe(header.sender, header.sent_ms, now_ms);
         if offset.unsigned_abs() > self.params.offset_warn_ms {
             self.view
@@ -253,6 +271,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
+            Kind::Heartbeat => {}
             Kind::Summary | Kind::AntiEntropy => match decode_batch(opened.body) {
                 Ok((batch, rejects)) => {
                     let report = self.limiter.merge(&batch, now_ms);
@@ -284,17 +303,20 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             for event in &events {
                 tracing::debug!(?event, "membership");
                 if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
+                    self.joined_at.insert(id.node.as_u128(), Instant::now());
                     self.queue_bootstrap(id.addr);
                 }
             }
-            let live: BTreeSet<u128> = self
+            let members: BTreeSet<u128> = self
                 .membership
                 .members()
                 .iter()
                 .map(|m| m.node.as_u128())
                 .collect();
-            self.offsets.retain(|s| live.contains(&s));
-            self.limiter.set_members(live.len() + 1, now_ms);
+            self.offsets.retain(|s| members.contains(&s));
+            self.last_heard.retain(|s, _| members.contains(s));
+            self.joined_at.retain(|s, _| members.contains(s));
+            self.update_live(now_ms);
             self.publish();
         }
         for (kind, to, datagram) in std::mem::take(&mut self.pending) {
@@ -338,15 +360,39 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         self.view.publish(members);
     }
 
-    /// One summary round: what changed, to every live member.
+    /// The limiter's view: members heard from within the silence threshold, and present for
+    /// the join grace, are live; the others are silent.
+    fn update_live(&mut self, now_ms: u64) {
+        let now = Instant::now();
+        let (threshold, grace) = (self.params.silence_threshold, self.params.join_grace);
+        let members = self.membership.members();
+        let silent: Vec<OriginId> = members
+            .iter()
+            .filter(|m| {
+                let id = m.node.as_u128();
+                let heard = self
+                    .last_heard
+                    .get(&id)
+                    .is_some_and(|at| now.saturating_duration_since(*at) <= threshold);
+                let settled = self
+                    .joined_at
+                    .get(&id)
+                    .is_none_or(|at| now.saturating_duration_since(*at) >= grace);
+                !(heard && settled)
+            })
+            .map(|m| OriginId(m.node.as_u128()))
+            .collect();
+        self.limiter
+            .set_view(members.len() - silent.len() + 1, &silent, now_ms);
+    }
+
+    /// One summary round: what changed, to every live member; a heartbeat to members that
+    /// would otherwise hear nothing from this node this round.
     fn summary_round(&mut self) {
         let now_ms = self.clock.now_ms();
-        self.limiter
-            .set_members(self.membership.num_members() + 1, now_ms);
-        let Some(batch) = self.limiter.collect_changed(now_ms) else {
-            return;
-        };
+        self.update_live(now_ms);
         let peers: Vec<SocketAddr> = self.membership.members().iter().map(|m| m.addr).collect();
+        let batch = self.limiter.collect_changed(now_ms);
         self.view
             .wire
             .summary_rounds
@@ -354,11 +400,27 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         if peers.is_empty() {
             return;
         }
-        self.view.wire.summary_register_sends.fetch_add(
-            (batch.updates.len() * peers.len()) as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        self.send_batch_later(Kind::Summary, &batch, &peers);
+        match batch {
+            Some(batch) if !batch.updates.is_empty() => {
+                self.view.wire.summary_register_sends.fetch_add(
+                    (batch.updates.len() * peers.len()) as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                self.send_batch_later(Kind::Summary, &batch, &peers);
+            }
+            _ => {
+                for peer in peers {
+                    let mut out = Vec::with_capacity(crate::gossip::wire::OVERHEAD);
+                    if self
+                        .sealer
+                        .seal(&self.keyring, Kind::Heartbeat, now_ms, &[], &mut out)
+                        .is_ok()
+                    {
+                        self.pending.push((Kind::Heartbeat, peer, out));
+                    }
+                }
+            }
+        }
     }
 
     fn periodic_anti_entropy(&mut self) {

@@ -7,22 +7,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::gossip::wire::{DropReason, Kind};
 use crate::limiter::MergeReport;
 
-const KINDS: [Kind; 3] = [Kind::Membership, Kind::Summary, Kind::AntiEntropy];
+const KINDS: [Kind; 4] = [
+    Kind::Membership,
+    Kind::Summary,
+    Kind::AntiEntropy,
+    Kind::Heartbeat,
+];
 
 fn kind_index(kind: Kind) -> usize {
     match kind {
         Kind::Membership => 0,
         Kind::Summary => 1,
         Kind::AntiEntropy => 2,
+        Kind::Heartbeat => 3,
     }
 }
 
 #[derive(Debug, Default)]
 pub struct WireStats {
-    sent_packets: [AtomicU64; 3],
-    sent_bytes: [AtomicU64; 3],
-    received_packets: [AtomicU64; 3],
-    received_bytes: [AtomicU64; 3],
+    sent_packets: [AtomicU64; 4],
+    sent_bytes: [AtomicU64; 4],
+    received_packets: [AtomicU64; 4],
+    received_bytes: [AtomicU64; 4],
     dropped: [AtomicU64; DropReason::ALL.len()],
     /// Registers sent in summary rounds, counted once per peer they were sent to.
     pub summary_register_sends: AtomicU64,
@@ -92,7 +98,7 @@ impl WireStats {
     }
 
     pub fn snapshot(&self) -> WireSnapshot {
-        let by_kind = |a: &[AtomicU64; 3]| {
+        let by_kind = |a: &[AtomicU64; 4]| {
             KINDS
                 .iter()
                 .map(|k| (k.as_str(), a[kind_index(*k)].load(Ordering::Relaxed)))

@@ -1,0 +1,172 @@
+//! The design's measures, computed from what a run recorded.
+//!
+//! Over-admission is measured on true time, not on any node's clock: for every sliding window
+//! `(t − W, t]` ending on a millisecond after warm-up, the admissions in it over the limit.
+
+use serde::Serialize;
+
+use crate::cluster::{Fault, Outcome, SimConfig};
+use crate::workload::Workload;
+
+/// Measures of one run. Fractions are of the limit (0.01 = 1 %).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub seed: u64,
+    pub windows: usize,
+    /// Mean over windows of max(0, admitted / L − 1).
+    pub over_admission_mean: f64,
+    pub over_admission_p99: f64,
+    pub over_admission_max: f64,
+    /// Mean over windows of admitted / min(L, offered).
+    pub utilization: f64,
+    /// Admitted in the first window after a burst's onset, / L − 1.
+    pub burst_first_window_over: Option<f64>,
+    /// Largest admitted / L over windows inside a partition.
+    pub partition_max_ratio: Option<f64>,
+    pub staleness_p50_ms: Option<u64>,
+    pub staleness_p99_ms: Option<u64>,
+    pub convergence_ms: Option<u64>,
+    /// Summary bytes per register per peer: the cost per active key per peer per round.
+    pub gossip_bytes_per_key_per_peer: Option<f64>,
+    pub datagrams_dropped: u64,
+    pub datagrams_duplicated: u64,
+    pub clock_rollbacks: u64,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Counts in every window `(t − w, t]`, for `t` from `from` to the end (inclusive of `t`).
+fn window_sums(per_ms: &[u32], w: usize, from: usize) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut sum: u64 = per_ms[..from.min(per_ms.len())]
+        .iter()
+        .rev()
+        .take(w.saturating_sub(1))
+        .map(|c| u64::from(*c))
+        .sum();
+    for t in from..per_ms.len() {
+        sum += u64::from(per_ms[t]);
+        if t >= w {
+            sum -= u64::from(per_ms[t - w]);
+        }
+        out.push(sum);
+    }
+    out
+}
+
+impl Report {
+    pub fn new(cfg: &SimConfig, outcome: &Outcome) -> Self {
+        let w = cfg.window_ms as usize;
+        let l = f64::from(cfg.limit);
+        let from = (cfg.warmup_ms as usize).max(w);
+        let admitted = window_sums(&outcome.admitted_per_ms, w, from);
+        let offered = window_sums(&outcome.offered_per_ms, w, from);
+        let mut over: Vec<f64> = admitted
+            .iter()
+            .map(|a| (*a as f64 / l - 1.0).max(0.0))
+            .collect();
+        let utilization = if admitted.is_empty() {
+            0.0
+        } else {
+            admitted
+                .iter()
+                .zip(&offered)
+                .map(|(a, o)| {
+                    let cap = (*o as f64).min(l);
+                    if cap > 0.0 { *a as f64 / cap } else { 1.0 }
+                })
+                .sum::<f64>()
+                / admitted.len() as f64
+        };
+        let mean = if over.is_empty() {
+            0.0
+        } else {
+            over.iter().sum::<f64>() / over.len() as f64
+        };
+        over.sort_by(f64::total_cmp);
+
+        let burst_first_window_over = match cfg.workload {
+            Workload::Burst { onset_ms, .. } => {
+                let start = onset_ms as usize;
+                let end = (start + w).min(outcome.admitted_per_ms.len());
+                let n: u64 = outcome.admitted_per_ms[start.min(end)..end]
+                    .iter()
+                    .map(|c| u64::from(*c))
+                    .sum();
+                Some(n as f64 / l - 1.0)
+            }
+            _ => None,
+        };
+        let partition_max_ratio = cfg.faults.iter().find_map(|f| match f {
+            Fault::Partition {
+                from_ms, until_ms, ..
+            } => {
+                let all = window_sums(&outcome.admitted_per_ms, w, w);
+                let inside = all
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| {
+                        let t = (i + w) as u64;
+                        t >= *from_ms && t < *until_ms
+                    })
+                    .map(|(_, a)| *a as f64 / l);
+                inside.fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
+            }
+            _ => None,
+        });
+        let mut stale = outcome.staleness_ms.clone();
+        stale.sort_unstable();
+        let pct = |p: f64| {
+            (!stale.is_empty()).then(|| stale[(((stale.len() - 1) as f64) * p).round() as usize])
+        };
+        let (bytes, sends) = outcome.wire.iter().fold((0u64, 0u64), |(b, s), w| {
+            (
+                b + w.sent_bytes.get("summary").copied().unwrap_or(0),
+                s + w.summary_register_sends,
+            )
+        });
+        Report {
+            seed: cfg.seed,
+            windows: over.len(),
+            over_admission_mean: mean,
+            over_admission_p99: percentile(&over, 0.99),
+            over_admission_max: over.last().copied().unwrap_or(0.0),
+            utilization,
+            burst_first_window_over,
+            partition_max_ratio,
+            staleness_p50_ms: pct(0.5),
+            staleness_p99_ms: pct(0.99),
+            convergence_ms: outcome.convergence_ms,
+            gossip_bytes_per_key_per_peer: (sends > 0).then(|| bytes as f64 / sends as f64),
+            datagrams_dropped: outcome.faults.datagrams_dropped,
+            datagrams_duplicated: outcome.faults.datagrams_duplicated,
+            clock_rollbacks: outcome.faults.clock_rollbacks,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_sums_slide_by_one_millisecond() {
+        let per_ms = [1, 0, 2, 0, 3, 0];
+        assert_eq!(window_sums(&per_ms, 3, 2), vec![3, 2, 5, 3]);
+        assert_eq!(window_sums(&per_ms, 2, 0), vec![1, 1, 2, 2, 3, 3]);
+    }
+
+    #[test]
+    fn percentiles_of_sorted_values() {
+        let v: Vec<f64> = (0..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+}

@@ -1,0 +1,86 @@
+//! The named scenarios of the design's measures (5 nodes, a limit of 1000 per 1 s window of 10
+//! buckets, 200 ms gossip, 1–20 ms latency unless the scenario says otherwise).
+
+use crate::cluster::{Fault, SimConfig};
+use crate::workload::Workload;
+
+pub const SCENARIOS: [&str; 9] = [
+    "steady",
+    "skewed",
+    "burst",
+    "partition",
+    "restart",
+    "loss",
+    "skew",
+    "skew500",
+    "rollback",
+];
+
+/// The configuration of scenario `name`, or `None` if there is no such scenario.
+pub fn scenario(name: &str, seed: u64, nodes: usize) -> Option<SimConfig> {
+    let mut c = SimConfig::new(seed);
+    c.nodes = nodes.max(2);
+    let last = c.nodes - 1;
+    match name {
+        // Uniform 2× overload.
+        "steady" => c.probe_staleness = true,
+        // 2× overload, one node taking 80 % of it.
+        "skewed" => {
+            c.workload = Workload::Skewed {
+                overload: 2.0,
+                hot_share: 0.8,
+            }
+        }
+        // Idle, then 10× at once on every node.
+        "burst" => {
+            c.duration_ms = 16_000;
+            c.warmup_ms = 10_000;
+            c.workload = Workload::Burst {
+                overload: 10.0,
+                onset_ms: 10_000,
+            };
+        }
+        // The last two nodes cut off from the first three for 20 s, then healed.
+        "partition" => {
+            c.duration_ms = 40_000;
+            c.faults.push(Fault::Partition {
+                side: vec![last - 1, last],
+                from_ms: 10_000,
+                until_ms: 30_000,
+            });
+            c.converge_at_ms = Some(30_000);
+        }
+        // The last node restarts (a new process, a new origin) under load.
+        "restart" => {
+            c.duration_ms = 20_000;
+            c.faults.push(Fault::Crash {
+                node: last,
+                at_ms: 10_000,
+                restart_ms: Some(10_000),
+            });
+            c.converge_at_ms = Some(10_000);
+        }
+        // 20 % of all datagrams lost.
+        "loss" => c.faults.push(Fault::Loss { p: 0.2 }),
+        // Clocks spread over ±100 ms, or over ±500 ms.
+        "skew" | "skew500" => {
+            let spread = if name == "skew" { 100 } else { 500 };
+            for i in 0..c.nodes {
+                let ms = -spread + (2 * spread * i as i64) / (c.nodes as i64 - 1);
+                c.faults.push(Fault::Skew { node: i, ms });
+            }
+        }
+        // One node runs 500 ms fast, then NTP steps its clock back to the right time.
+        "rollback" => {
+            let node = 2.min(last);
+            c.faults.push(Fault::Skew { node, ms: 500 });
+            c.faults.push(Fault::Rollback {
+                node,
+                at_ms: 10_000,
+                by_ms: 500,
+            });
+        }
+        _ => return None,
+    }
+    Some(c)
+}
