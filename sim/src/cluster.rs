@@ -83,6 +83,9 @@ pub struct SimConfig {
     pub converge_at_ms: Option<u64>,
     /// Measure staleness with probe admissions at node 0.
     pub probe_staleness: bool,
+    /// Other keys with light traffic (never limited), so that rounds carry many registers as
+    /// in a real deployment: `(keys, requests per second per key per node)`.
+    pub background: Option<(usize, f64)>,
 }
 
 impl SimConfig {
@@ -105,6 +108,7 @@ impl SimConfig {
             faults: Vec::new(),
             converge_at_ms: None,
             probe_staleness: false,
+            background: None,
         }
     }
 
@@ -290,6 +294,16 @@ async fn drive(
     let main = cfg.main_limit();
     let conv = convergence_limit();
     let probe = probe_limit();
+    let background_keys: Vec<Vec<u8>> = (0..cfg.background.map_or(0, |(n, _)| n))
+        .map(|k| format!("background={k}").into_bytes())
+        .collect();
+    let background_lambda = cfg
+        .background
+        .map_or(0.0, |(n, per_s)| n as f64 * per_s / 1_000.0);
+    let background_limit = Limit {
+        limit: u32::MAX,
+        window: main.window,
+    };
     let check = |key: &[u8], limit: Limit| {
         let item = [CheckItem {
             key,
@@ -321,6 +335,10 @@ async fn drive(
         for _ in 0..poisson(lambda, &mut rng) {
             let allowed = check(MAIN_KEY, main);
             lock(&recorder).record(i, t, allowed);
+        }
+        for _ in 0..poisson(background_lambda, &mut rng) {
+            let k = rng.random_range(0..background_keys.len());
+            check(&background_keys[k], background_limit);
         }
         if cfg.converge_at_ms.is_some_and(|c| t < c) {
             for _ in 0..poisson(0.05, &mut rng) {
@@ -407,8 +425,8 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
         if let Some(at) = cfg.converge_at_ms
             && convergence.is_none()
             && t > at
-            && t % 5 == 0
-            && estimates_agree(&sim, &hosts)
+            && t.is_multiple_of(5)
+            && estimates_agree(&hosts)
         {
             convergence = Some(t - at);
         }
@@ -416,7 +434,7 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
 
     let rec = std::mem::take(&mut *lock(&recorder));
     let mut wire = Vec::new();
-    for (i, h) in hosts.iter().enumerate() {
+    for h in &hosts {
         fired.datagrams_sent += h.net.sent.load(Ordering::Relaxed);
         fired.datagrams_dropped += h.net.dropped.load(Ordering::Relaxed);
         fired.datagrams_duplicated += h.net.duplicated.load(Ordering::Relaxed);
@@ -432,7 +450,6 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
                 }
             }
         }
-        let _ = i;
         wire.extend(snaps);
     }
     let final_live = hosts
@@ -556,8 +573,7 @@ fn observe_probes(
 }
 
 /// Whether every running node's estimate of the convergence key agrees within 1 %.
-fn estimates_agree(sim: &turmoil::Sim<'_>, hosts: &[Arc<HostShared>]) -> bool {
-    let _ = sim;
+fn estimates_agree(hosts: &[Arc<HostShared>]) -> bool {
     let mut estimates = Vec::new();
     for h in hosts {
         let (Some(limiter), Some(clock)) = (lock(&h.limiter).clone(), lock(&h.guard).clone())

@@ -22,8 +22,11 @@ pub fn scenario(name: &str, seed: u64, nodes: usize) -> Option<SimConfig> {
     c.nodes = nodes.max(2);
     let last = c.nodes - 1;
     match name {
-        // Uniform 2× overload.
-        "steady" => c.probe_staleness = true,
+        // Uniform 2× overload on the measured key, and 200 other keys in light use.
+        "steady" => {
+            c.probe_staleness = true;
+            c.background = Some((200, 5.0));
+        }
         // 2× overload, one node taking 80 % of it.
         "skewed" => {
             c.workload = Workload::Skewed {

@@ -23,7 +23,8 @@ const WIRE: WireConfig = bincode::config::standard().with_limit::<DECODE_LIMIT>(
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct WireBatch {
-    origin: [u8; 16],
+    /// The registers' origin, when it is not the datagram's (authenticated) sender.
+    origin: Option<[u8; 16]>,
     version: u64,
     hlc: u64,
     entries: Vec<WireEntry>,
@@ -85,15 +86,19 @@ fn entry_of(update: &RegisterUpdate, version: u64, hlc: HlcTimestamp) -> WireEnt
     }
 }
 
-/// Cuts a batch into bodies of at most `max_body` bytes each.
-pub fn encode_batch(batch: &Batch, max_body: usize) -> Result<Vec<Vec<u8>>, MessageError> {
+/// Cuts a batch into bodies of at most `max_body` bytes each, for datagrams sent by `sender`.
+pub fn encode_batch(
+    batch: &Batch,
+    sender: OriginId,
+    max_body: usize,
+) -> Result<Vec<Vec<u8>>, MessageError> {
     let Some(first) = batch.updates.first() else {
         return Ok(Vec::new());
     };
     // The batch stamp is the one most entries share: that of the first, for an emission.
     let (version, hlc) = (first.register.version, first.register.hlc);
     let head = WireBatch {
-        origin: batch.origin.0.to_le_bytes(),
+        origin: (batch.origin != sender).then(|| batch.origin.0.to_le_bytes()),
         version,
         hlc: hlc.to_bits(),
         entries: Vec::new(),
@@ -123,9 +128,9 @@ pub fn encode_batch(batch: &Batch, max_body: usize) -> Result<Vec<Vec<u8>>, Mess
     Ok(bodies)
 }
 
-/// Decodes one body. Entries with an impossible shape are dropped and counted; the body as a
-/// whole fails only if it does not decode.
-pub fn decode_batch(body: &[u8]) -> Result<(Batch, EntryRejects), MessageError> {
+/// Decodes one body from a datagram of `sender`. Entries with an impossible shape are dropped
+/// and counted; the body as a whole fails only if it does not decode.
+pub fn decode_batch(body: &[u8], sender: OriginId) -> Result<(Batch, EntryRejects), MessageError> {
     let (wire, used): (WireBatch, usize) = bincode::serde::decode_from_slice(body, WIRE)
         .map_err(|e| MessageError::Decode(e.to_string()))?;
     if used != body.len() {
@@ -164,7 +169,9 @@ pub fn decode_batch(body: &[u8]) -> Result<(Batch, EntryRejects), MessageError> 
     }
     Ok((
         Batch {
-            origin: OriginId(u128::from_le_bytes(wire.origin)),
+            origin: wire
+                .origin
+                .map_or(sender, |o| OriginId(u128::from_le_bytes(o))),
             updates,
         },
         rejects,
@@ -217,13 +224,17 @@ mod tests {
             origin: OriginId(42),
             updates,
         };
-        let bodies = encode_batch(&batch, 1_340).unwrap();
+        let bodies = encode_batch(&batch, OriginId(7), 1_340).unwrap();
         assert!(bodies.len() > 1);
         assert!(bodies.iter().all(|b| b.len() <= 1_340));
         let mut decoded = Vec::new();
         for b in &bodies {
-            let (part, rejects) = decode_batch(b).unwrap();
-            assert_eq!(part.origin, OriginId(42));
+            let (part, rejects) = decode_batch(b, OriginId(7)).unwrap();
+            assert_eq!(
+                part.origin,
+                OriginId(42),
+                "a relayed batch names its origin"
+            );
             assert_eq!(rejects, EntryRejects::default());
             decoded.extend(part.updates);
         }
@@ -238,8 +249,13 @@ mod tests {
                 .map(|k| update(k << 100 | k, 9, T0, 0, vec![20; 11]))
                 .collect(),
         };
-        let bodies = encode_batch(&batch, 1_340).unwrap();
+        let bodies = encode_batch(&batch, OriginId(1), 1_340).unwrap();
         assert_eq!(bodies.len(), 1);
+        let (decoded, _) = decode_batch(&bodies[0], OriginId(1)).unwrap();
+        assert_eq!(
+            decoded, batch,
+            "the sender's own batch leaves its origin implicit"
+        );
         let per_entry = bodies[0].len() as f64 / 30.0;
         assert!(per_entry < 40.0, "{per_entry} bytes per register");
     }
@@ -256,22 +272,25 @@ mod tests {
                 origin: OriginId(1),
                 updates: vec![good.clone(), bad, long],
             },
+            OriginId(1),
             60_000,
         )
         .unwrap();
-        let (batch, rejects) = decode_batch(&body[0]).unwrap();
+        let (batch, rejects) = decode_batch(&body[0], OriginId(1)).unwrap();
         assert_eq!(batch.updates, vec![good]);
         assert_eq!(rejects.bad_shape, 2);
     }
 
     #[test]
     fn garbage_and_hostile_lengths_fail_cleanly() {
-        assert!(decode_batch(&[]).is_err());
-        // An origin, then claims of an enormous entry count.
-        let mut hostile = vec![0u8; 16];
-        hostile.extend_from_slice(&[1, 1, 0xFD, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]);
+        let s = OriginId(1);
+        assert!(decode_batch(&[], s).is_err());
+        // No origin, version 1, stamp 1, then a claim of an enormous entry count.
+        let hostile = [
+            0u8, 1, 1, 0xFD, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F,
+        ];
         assert!(matches!(
-            decode_batch(&hostile),
+            decode_batch(&hostile, s),
             Err(MessageError::Decode(_))
         ));
         let good = encode_batch(
@@ -279,11 +298,12 @@ mod tests {
                 origin: OriginId(1),
                 updates: vec![update(1, 1, T0, 0, vec![1])],
             },
+            s,
             1_340,
         )
         .unwrap();
         let mut trailing = good[0].clone();
         trailing.push(0);
-        assert_eq!(decode_batch(&trailing), Err(MessageError::Trailing(1)));
+        assert_eq!(decode_batch(&trailing, s), Err(MessageError::Trailing(1)));
     }
 }

@@ -272,16 +272,18 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 }
             }
             Kind::Heartbeat => {}
-            Kind::Summary | Kind::AntiEntropy => match decode_batch(opened.body) {
-                Ok((batch, rejects)) => {
-                    let report = self.limiter.merge(&batch, now_ms);
-                    self.view.wire.merged(&report, rejects.bad_shape);
+            Kind::Summary | Kind::AntiEntropy => {
+                match decode_batch(opened.body, OriginId(header.sender)) {
+                    Ok((batch, rejects)) => {
+                        let report = self.limiter.merge(&batch, now_ms);
+                        self.view.wire.merged(&report, rejects.bad_shape);
+                    }
+                    Err(_) => self
+                        .view
+                        .wire
+                        .dropped(crate::gossip::wire::DropReason::Malformed),
                 }
-                Err(_) => self
-                    .view
-                    .wire
-                    .dropped(crate::gossip::wire::DropReason::Malformed),
-            },
+            }
         }
     }
 
@@ -456,7 +458,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         if batch.updates.is_empty() {
             return;
         }
-        let Ok(bodies) = encode_batch(batch, self.sealer.max_body()) else {
+        let Ok(bodies) = encode_batch(batch, self.limiter.origin(), self.sealer.max_body()) else {
             return;
         };
         let now_ms = self.clock.now_ms();

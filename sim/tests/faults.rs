@@ -1,0 +1,187 @@
+//! The cluster under each fault, on fixed seeds. Every test first asserts that its fault
+//! actually happened, then that limitmesh stayed within its bounds. A failure names its seed;
+//! rerun it with `cargo run --release -p limitmesh-sim -- <scenario> --seed <seed>`.
+
+use limitmesh_sim::cluster::{Fault, Outcome, SimConfig};
+use limitmesh_sim::scenario::scenario;
+use limitmesh_sim::{Report, run};
+
+const SEED: u64 = 7;
+
+fn simulate(name: &str, shorten_to_ms: Option<u64>) -> (SimConfig, Outcome, Report) {
+    let mut cfg = scenario(name, SEED, 5).expect("known scenario");
+    if let Some(ms) = shorten_to_ms {
+        cfg.duration_ms = ms;
+    }
+    let outcome =
+        run(&cfg).unwrap_or_else(|e| panic!("{name} seed {SEED}: simulation failed: {e}"));
+    let report = Report::new(&cfg, &outcome);
+    (cfg, outcome, report)
+}
+
+#[test]
+fn formation_and_steady_overload() {
+    let (_, out, r) = simulate("steady", Some(15_000));
+    assert_eq!(
+        out.final_live,
+        vec![5; 5],
+        "seed {SEED}: every node sees all five"
+    );
+    let wire_drops: u64 = out.wire.iter().map(|w| w.dropped_total()).sum();
+    assert_eq!(
+        wire_drops, 0,
+        "seed {SEED}: no datagram rejected on a clean network"
+    );
+    assert!(r.over_admission_mean <= 0.01, "seed {SEED}: {r:?}");
+    assert!(r.over_admission_p99 <= 0.05, "seed {SEED}: {r:?}");
+    assert!(r.utilization >= 0.97, "seed {SEED}: {r:?}");
+    // One round plus one network latency (200 + 20 ms), at 1 ms resolution.
+    let p99 = r.staleness_p99_ms.expect("probes were observed");
+    assert!(p99 <= 221, "seed {SEED}: staleness p99 {p99} ms");
+    let cost = r
+        .gossip_bytes_per_key_per_peer
+        .expect("summaries were sent");
+    assert!(
+        cost <= 40.0,
+        "seed {SEED}: {cost} B per key per peer per round"
+    );
+}
+
+#[test]
+fn partition_three_two_then_heal() {
+    let (_, out, r) = simulate("partition", None);
+    let f = &out.faults;
+    assert_eq!((f.partitions, f.repairs), (1, 1), "seed {SEED}: {f:?}");
+    let min_live = f
+        .min_live_during_partition
+        .expect("sampled during the partition");
+    assert!(
+        min_live <= 3,
+        "seed {SEED}: the sides never saw the split: {f:?}"
+    );
+    let ratio = r.partition_max_ratio.expect("windows inside the partition");
+    assert!(
+        ratio <= 1.05,
+        "seed {SEED}: whole cluster at {ratio} × L in a window"
+    );
+    let heal = r.convergence_ms.expect("estimates agreed after the heal");
+    assert!(
+        heal <= 1_000,
+        "seed {SEED}: converged {heal} ms after the heal"
+    );
+    assert_eq!(out.final_live, vec![5; 5], "seed {SEED}: one cluster again");
+}
+
+#[test]
+fn crash_and_restart_of_one_node() {
+    let (_, out, r) = simulate("restart", None);
+    assert_eq!(out.faults.crashes, 1, "seed {SEED}");
+    assert_eq!(
+        out.faults.boots,
+        vec![1, 1, 1, 1, 2],
+        "seed {SEED}: the last node rebooted"
+    );
+    let conv = r
+        .convergence_ms
+        .expect("estimates agreed after the restart");
+    assert!(
+        conv <= 1_000,
+        "seed {SEED}: converged {conv} ms after the restart"
+    );
+    assert!(r.over_admission_max <= 0.10, "seed {SEED}: {r:?}");
+    // The restarted node is back to taking its share.
+    let last: u32 = out.admitted_by_node[4][15_000..20_000].iter().sum();
+    assert!(
+        last > 500,
+        "seed {SEED}: restarted node admitted only {last} in 5 s"
+    );
+}
+
+#[test]
+fn twenty_percent_loss() {
+    let (_, out, r) = simulate("loss", Some(15_000));
+    let f = &out.faults;
+    let rate = f.datagrams_dropped as f64 / f.datagrams_sent as f64;
+    assert!(
+        (0.17..0.23).contains(&rate),
+        "seed {SEED}: loss injected at {rate}"
+    );
+    assert!(r.over_admission_mean <= 0.03, "seed {SEED}: {r:?}");
+    assert!(r.utilization >= 0.95, "seed {SEED}: {r:?}");
+}
+
+#[test]
+fn duplicated_and_reordered_datagrams() {
+    let mut cfg = SimConfig::new(SEED);
+    cfg.duration_ms = 10_000;
+    cfg.faults.push(Fault::Duplication { p: 0.3 });
+    // Latency up to 80 ms reorders rounds that are 200 ms apart less often than datagrams
+    // within a round, which it reorders all the time.
+    cfg.max_latency_ms = 80;
+    let out = run(&cfg).expect("simulation runs");
+    let r = Report::new(&cfg, &out);
+    assert!(
+        out.faults.datagrams_duplicated > 100,
+        "seed {SEED}: {:?}",
+        out.faults
+    );
+    let replays: u64 = out.wire.iter().map(|w| w.dropped["replayed"]).sum();
+    assert!(
+        replays > 100,
+        "seed {SEED}: duplicates must be caught as replays"
+    );
+    assert!(r.over_admission_mean <= 0.01, "seed {SEED}: {r:?}");
+}
+
+#[test]
+fn clocks_skewed_by_a_hundred_ms() {
+    let (_, out, r) = simulate("skew", Some(15_000));
+    // Nodes at −100 and +100 ms: some node estimates a peer about 200 ms off.
+    assert!(
+        out.faults.max_estimated_offset_ms >= 150,
+        "seed {SEED}: skew not seen: {:?}",
+        out.faults
+    );
+    assert!(r.over_admission_mean <= 0.03, "seed {SEED}: {r:?}");
+}
+
+#[test]
+fn clock_rollback_on_one_node() {
+    let (_, out, r) = simulate("rollback", Some(15_000));
+    assert_eq!(
+        out.faults.clock_rollbacks, 1,
+        "seed {SEED}: {:?}",
+        out.faults
+    );
+    assert!(r.over_admission_mean <= 0.03, "seed {SEED}: {r:?}");
+    // It keeps answering through and after the rollback.
+    let after: u32 = out.admitted_by_node[2][10_000..12_000].iter().sum();
+    assert!(
+        after > 100,
+        "seed {SEED}: node 2 admitted {after} after its clock stepped back"
+    );
+}
+
+#[test]
+fn burst_from_idle() {
+    let (_, _, r) = simulate("burst", None);
+    let first = r.burst_first_window_over.expect("a burst scenario");
+    assert!(first <= 0.10, "seed {SEED}: first window {first} over L");
+}
+
+#[test]
+fn same_seed_same_trace() {
+    let mut cfg = scenario("partition", SEED, 5).expect("known scenario");
+    cfg.duration_ms = 14_000;
+    let a = run(&cfg).expect("first run");
+    let b = run(&cfg).expect("second run");
+    assert!(a.admitted_per_ms.iter().sum::<u32>() > 0);
+    assert_eq!(a, b, "seed {SEED}: two runs of one seed differ");
+    let mut other = cfg.clone();
+    other.seed = SEED + 1;
+    let c = run(&other).expect("another seed");
+    assert_ne!(
+        a.admitted_per_ms, c.admitted_per_ms,
+        "another seed, another trace"
+    );
+}
