@@ -7,6 +7,7 @@
 //! - [`limiter`]: keys and limits, the key table, admission by demand share, decisions.
 //! - [`membership`]: SWIM membership (foca): identity, codec, timers, rejoin.
 //! - [`gossip`]: the authenticated datagram envelope and register bodies.
+//! - [`discovery`]: seeds from a DNS name, re-resolved periodically.
 //! - [`node`]: the node loop: socket, membership, summary rounds, anti-entropy, view.
 //! - [`transport`]: the datagram-socket seam (real UDP or simulated).
 //!
@@ -15,6 +16,7 @@
 
 pub mod clock;
 pub mod crdt;
+pub mod discovery;
 pub mod gossip;
 pub mod limiter;
 pub mod membership;

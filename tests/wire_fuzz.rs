@@ -96,7 +96,16 @@ fn random_and_mutated_datagrams_never_panic() {
         } else {
             Kind::AntiEntropy
         };
-        sealer.seal(&keyring, kind, NOW, body, &mut d).unwrap();
+        sealer
+            .seal(
+                &keyring,
+                kind,
+                NOW,
+                body,
+                "10.0.0.1:7946".parse().unwrap(),
+                &mut d,
+            )
+            .unwrap();
         genuine.push(d);
     }
     let mut opener = Opener::new(tag, 1_400);

@@ -1,16 +1,18 @@
 //! The datagram envelope: every UDP datagram a node sends, membership and summaries alike.
 //!
 //! ```text
-//! 0      2    3     4            8            12           20            36         44
-//! | "LM" | v1 | kind | cluster tag | key finger | sent ms    | sender       | counter  | ciphertext … | tag (16) |
+//! 0      2    3     4            8            12           20            36         44       48
+//! | "LM" | v1 | kind | cluster tag | key finger | sent ms    | sender       | counter  | stream | ciphertext … | tag (16) |
 //! ```
 //!
 //! The body is sealed with XChaCha20-Poly1305 under a key of the cluster's keyring; the header is
 //! the associated data, so nothing in it can be altered either. The nonce is the sender's boot id
-//! and its datagram counter: unique for as long as that process lives, and a restart is a new id.
+//! and its datagram counter (across all destinations): unique for as long as that process lives,
+//! and a restart is a new id. `stream` numbers the datagrams from this sender to this receiver,
+//! so a receiver sees consecutive numbers however many peers the sender writes to in between.
 //! A receiver drops, and counts by reason, anything that is short, oversized, of another
 //! cluster or protocol version, sealed with a key it does not hold, forged, too far from its own
-//! clock, or already seen (a per-sender sliding window of counters, like IPsec's). Work and
+//! clock, or already seen (a per-sender sliding window over its stream, like IPsec's). Work and
 //! memory per datagram are bounded by the datagram, never by a length it claims.
 
 use std::collections::BTreeMap;
@@ -21,7 +23,7 @@ use thiserror::Error;
 
 pub const MAGIC: [u8; 2] = *b"LM";
 pub const WIRE_VERSION: u8 = 1;
-pub const HEADER_LEN: usize = 44;
+pub const HEADER_LEN: usize = 48;
 pub const TAG_LEN: usize = 16;
 /// Bytes the envelope adds to a body.
 pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
@@ -31,8 +33,12 @@ pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 pub const MAX_CLOCK_DISTANCE_MS: u64 = 60_000;
 /// Senders whose replay windows are remembered.
 const MAX_TRACKED_SENDERS: usize = 4_096;
-/// Width of the per-sender replay window, in datagrams.
-const REPLAY_WINDOW: u64 = 64;
+/// Width of the per-sender replay window, in datagrams: how far out of order a datagram may
+/// arrive (a bootstrap push can be hundreds of datagrams sent at once).
+const REPLAY_WINDOW: u64 = 1024;
+const REPLAY_WORDS: usize = (REPLAY_WINDOW / 64) as usize;
+/// Destinations a sealer keeps a stream number for.
+const MAX_STREAMS: usize = 4_096;
 
 /// What a datagram carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -214,7 +220,10 @@ pub struct Header {
     pub sent_ms: u64,
     /// The sender's boot id (its origin).
     pub sender: u128,
+    /// The sender's datagram counter, across destinations (the nonce).
     pub counter: u64,
+    /// The sender's datagram number towards this receiver (the replay window).
+    pub stream: u32,
 }
 
 impl Header {
@@ -227,6 +236,7 @@ impl Header {
         out.extend_from_slice(&self.sent_ms.to_le_bytes());
         out.extend_from_slice(&self.sender.to_le_bytes());
         out.extend_from_slice(&self.counter.to_le_bytes());
+        out.extend_from_slice(&self.stream.to_le_bytes());
     }
 
     fn parse(b: &[u8]) -> Result<Self, DropReason> {
@@ -255,6 +265,7 @@ impl Header {
             sent_ms: u64_at(12),
             sender: u128::from_le_bytes(sender),
             counter: u64_at(36),
+            stream: u32_at(44),
         })
     }
 
@@ -272,6 +283,7 @@ pub struct Sealer {
     cluster_tag: u32,
     sender: u128,
     counter: u64,
+    streams: BTreeMap<std::net::SocketAddr, u32>,
     max_packet: usize,
 }
 
@@ -281,6 +293,7 @@ impl Sealer {
             cluster_tag,
             sender,
             counter: 0,
+            streams: BTreeMap::new(),
             max_packet,
         }
     }
@@ -290,13 +303,14 @@ impl Sealer {
         self.max_packet.saturating_sub(OVERHEAD)
     }
 
-    /// Seals `body` into `out` (cleared first).
+    /// Seals `body`, for the receiver at `to`, into `out` (cleared first).
     pub fn seal(
         &mut self,
         keyring: &Keyring,
         kind: Kind,
         sent_ms: u64,
         body: &[u8],
+        to: std::net::SocketAddr,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         if body.len() > self.max_body() {
@@ -306,6 +320,15 @@ impl Sealer {
             });
         }
         self.counter += 1;
+        if !self.streams.contains_key(&to) && self.streams.len() >= MAX_STREAMS {
+            // A destination seen least recently in counter order loses its number; the
+            // receiver, if it still exists, sees a restart of the stream and accepts it only
+            // after its window has moved past (it refuses nothing genuine for long).
+            self.streams.pop_first();
+        }
+        let stream = self.streams.entry(to).or_insert(0);
+        *stream = stream.wrapping_add(1);
+        let stream = *stream;
         let (fingerprint, cipher) = keyring.primary();
         let header = Header {
             kind,
@@ -314,6 +337,7 @@ impl Sealer {
             sent_ms,
             sender: self.sender,
             counter: self.counter,
+            stream,
         };
         out.clear();
         header.write(out);
@@ -327,34 +351,55 @@ impl Sealer {
     }
 }
 
-/// A sender's recent counters.
-#[derive(Debug, Clone, Copy)]
+/// A sender's recent stream numbers.
+#[derive(Debug, Clone)]
 struct ReplayWindow {
     highest: u64,
-    /// Bit `i` set: counter `highest - i` was seen.
-    seen: u64,
+    /// Bit `i` set: number `highest - i` was seen.
+    seen: [u64; REPLAY_WORDS],
     last_seen_ms: u64,
 }
 
 impl ReplayWindow {
-    /// Records `counter`; false if it was seen or is too old to tell.
-    fn accept(&mut self, counter: u64) -> bool {
-        if counter > self.highest {
-            let shift = counter - self.highest;
-            self.seen = if shift >= REPLAY_WINDOW {
-                0
-            } else {
-                self.seen << shift
+    fn bit(&self, back: u64) -> bool {
+        self.seen[(back / 64) as usize] & (1 << (back % 64)) != 0
+    }
+
+    fn set(&mut self, back: u64) {
+        self.seen[(back / 64) as usize] |= 1 << (back % 64);
+    }
+
+    /// Moves the window up by `shift` numbers.
+    fn slide(&mut self, shift: u64) {
+        if shift >= REPLAY_WINDOW {
+            self.seen = [0; REPLAY_WORDS];
+            return;
+        }
+        let (words, bits) = ((shift / 64) as usize, (shift % 64) as u32);
+        for i in (0..REPLAY_WORDS).rev() {
+            let from = i.checked_sub(words);
+            let hi = from.map_or(0, |f| self.seen[f] << bits);
+            let lo = match from.and_then(|f| f.checked_sub(1)) {
+                Some(g) if bits > 0 => self.seen[g] >> (64 - bits),
+                _ => 0,
             };
-            self.seen |= 1;
-            self.highest = counter;
+            self.seen[i] = hi | lo;
+        }
+    }
+
+    /// Records `number`; false if it was seen or is too old to tell.
+    fn accept(&mut self, number: u64) -> bool {
+        if number > self.highest {
+            self.slide(number - self.highest);
+            self.highest = number;
+            self.set(0);
             return true;
         }
-        let back = self.highest - counter;
-        if back >= REPLAY_WINDOW || self.seen & (1 << back) != 0 {
+        let back = self.highest - number;
+        if back >= REPLAY_WINDOW || self.bit(back) {
             return false;
         }
-        self.seen |= 1 << back;
+        self.set(back);
         true
     }
 }
@@ -414,7 +459,7 @@ impl Opener {
         if header.sent_ms.abs_diff(now_ms) > MAX_CLOCK_DISTANCE_MS {
             return Err(DropReason::Stale);
         }
-        self.check_replay(header.sender, header.counter, now_ms)?;
+        self.check_replay(header.sender, u64::from(header.stream), now_ms)?;
         Ok(Opened { header, body })
     }
 
@@ -433,7 +478,7 @@ impl Opener {
         }
         let window = self.senders.entry(sender).or_insert(ReplayWindow {
             highest: 0,
-            seen: 0,
+            seen: [0; REPLAY_WORDS],
             last_seen_ms: now_ms,
         });
         if !window.accept(counter) {
@@ -454,9 +499,14 @@ mod tests {
         Keyring::new(&[[secret; 32]]).unwrap()
     }
 
+    const TO: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::LOCALHOST,
+        7946,
+    ));
+
     fn sealed(kind: Kind, body: &[u8], keyring: &Keyring, sealer: &mut Sealer) -> Vec<u8> {
         let mut out = Vec::new();
-        sealer.seal(keyring, kind, NOW, body, &mut out).unwrap();
+        sealer.seal(keyring, kind, NOW, body, TO, &mut out).unwrap();
         out
     }
 
@@ -593,7 +643,7 @@ mod tests {
         let mut out = Vec::new();
         let body = vec![0u8; 200 - OVERHEAD + 1];
         assert!(matches!(
-            sealer.seal(&ring(1), Kind::Summary, NOW, &body, &mut out),
+            sealer.seal(&ring(1), Kind::Summary, NOW, &body, TO, &mut out),
             Err(WireError::TooLarge { .. })
         ));
     }

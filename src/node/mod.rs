@@ -57,6 +57,9 @@ pub struct NodeParams {
     pub gc_interval: Duration,
     /// Windows examined per GC pass.
     pub gc_budget: usize,
+    /// Registers one periodic anti-entropy push carries at most; larger tables are pushed a
+    /// page at a time, round-robin.
+    pub anti_entropy_page: usize,
     /// Clock offsets beyond this are logged and counted (half the smallest bucket in use).
     pub offset_warn_ms: u64,
     /// A member not heard from for this long stops counting as live for admission (its
@@ -83,6 +86,7 @@ impl NodeParams {
             max_packet_size: 1400,
             gc_interval: Duration::from_secs(1),
             gc_budget: 10_000,
+            anti_entropy_page: 4_096,
             offset_warn_ms: 50,
             silence_threshold: Duration::from_millis(800),
             join_grace: Duration::from_millis(500),
@@ -125,6 +129,8 @@ pub struct Node<S, C> {
     last_heard: std::collections::BTreeMap<u128, Instant>,
     /// When each member appeared (up or renamed).
     joined_at: std::collections::BTreeMap<u128, Instant>,
+    /// Where the next periodic anti-entropy page starts in the local snapshot.
+    anti_entropy_cursor: usize,
 }
 
 impl<S, C> std::fmt::Debug for Node<S, C> {
@@ -165,6 +171,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             pending: Vec::new(),
             last_heard: std::collections::BTreeMap::new(),
             joined_at: std::collections::BTreeMap::new(),
+            anti_entropy_cursor: 0,
             params,
             socket,
             clock,
@@ -294,7 +301,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             let mut out = Vec::with_capacity(data.len() + crate::gossip::wire::OVERHEAD);
             if self
                 .sealer
-                .seal(&self.keyring, Kind::Membership, now_ms, &data, &mut out)
+                .seal(&self.keyring, Kind::Membership, now_ms, &data, to, &mut out)
                 .is_ok()
             {
                 self.pending.push((Kind::Membership, to, out));
@@ -415,7 +422,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                     let mut out = Vec::with_capacity(crate::gossip::wire::OVERHEAD);
                     if self
                         .sealer
-                        .seal(&self.keyring, Kind::Heartbeat, now_ms, &[], &mut out)
+                        .seal(&self.keyring, Kind::Heartbeat, now_ms, &[], peer, &mut out)
                         .is_ok()
                     {
                         self.pending.push((Kind::Heartbeat, peer, out));
@@ -431,7 +438,15 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             return;
         }
         let to = members[self.rng.random_range(0..members.len())].addr;
-        self.queue_bootstrap(to);
+        let mut own = self.limiter.snapshot_local(self.clock.now_ms());
+        let page = self.params.anti_entropy_page.max(1);
+        if own.updates.len() > page {
+            let start = self.anti_entropy_cursor % own.updates.len();
+            own.updates.rotate_left(start);
+            own.updates.truncate(page);
+            self.anti_entropy_cursor = start + page;
+        }
+        self.send_batch_later(Kind::AntiEntropy, &own, &[to]);
     }
 
     /// Queues for `to` this node's live registers and those of origins that are no longer
@@ -467,7 +482,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 let mut out = Vec::with_capacity(body.len() + crate::gossip::wire::OVERHEAD);
                 if self
                     .sealer
-                    .seal(&self.keyring, kind, now_ms, body, &mut out)
+                    .seal(&self.keyring, kind, now_ms, body, *peer, &mut out)
                     .is_ok()
                 {
                     self.pending.push((kind, *peer, out));
