@@ -10,8 +10,9 @@
 //!   `Timer` order), and the runtime's queues are drained after every foca call;
 //! - **rejoin**: an idle foca never announces again, and after a partition heals both sides
 //!   still have members, so neither would look for the other for a minute or more. Twice a
-//!   second this node announces itself to every seed that is not a member
-//!   ([`Membership::announce_to_absent_seeds`]).
+//!   second this node announces itself to every seed that is not a member and to every member
+//!   it holds as down ([`Membership::announce_to_absent`]); down members are forgotten after
+//!   two minutes, which bounds what a node that is really gone costs.
 //! - **sizing**: foca's LAN preset is re-derived whenever the member count changes.
 
 mod codec;
@@ -81,6 +82,7 @@ fn config_for(members: u32, max_packet: usize) -> Config {
     if let Some(size) = std::num::NonZeroUsize::new(max_packet) {
         c.max_packet_size = size;
     }
+    c.remove_down_after = Some(FORGET_DOWN_AFTER);
     c
 }
 
@@ -165,17 +167,24 @@ impl Membership {
         self.drain(now);
     }
 
-    /// Announces to every seed that is not a live member (all of them when alone). Returns
-    /// how many announces went out.
-    pub fn announce_to_absent_seeds(&mut self, seeds: &[SocketAddr], now: Instant) -> usize {
+    /// Announces to every seed that is not a live member (all of them when alone) and to every
+    /// member held as down. Returns how many announces went out.
+    pub fn announce_to_absent(&mut self, seeds: &[SocketAddr], now: Instant) -> usize {
         let present: std::collections::BTreeSet<SocketAddr> =
             self.foca.iter_members().map(|m| m.id().addr).collect();
         let me = self.identity().addr;
-        let absent: Vec<SocketAddr> = seeds
+        let mut absent: std::collections::BTreeSet<SocketAddr> = seeds
             .iter()
             .copied()
             .filter(|s| *s != me && !present.contains(s))
             .collect();
+        absent.extend(
+            self.foca
+                .iter_membership_state()
+                .filter(|m| m.state() == foca::State::Down)
+                .map(|m| m.id().addr)
+                .filter(|a| *a != me && !present.contains(a)),
+        );
         for seed in &absent {
             self.announce(*seed, now);
         }
@@ -232,8 +241,10 @@ impl Membership {
     }
 }
 
-/// How often a node announces itself to seeds that are not members.
+/// How often a node announces itself to seeds that are not members and to down members.
 pub const REJOIN_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a member declared down is remembered (and announced to).
+pub const FORGET_DOWN_AFTER: Duration = Duration::from_secs(120);
 
 #[cfg(test)]
 mod tests {
@@ -272,7 +283,7 @@ mod tests {
         let seed = nodes[0].identity().addr;
         let now = Instant::now();
         for n in &mut nodes[1..] {
-            assert_eq!(n.announce_to_absent_seeds(&[seed], now), 1);
+            assert_eq!(n.announce_to_absent(&[seed], now), 1);
         }
         settle(&mut nodes, now);
         // A few protocol periods for the gossip to spread.
@@ -295,7 +306,7 @@ mod tests {
                 .any(|e| matches!(e, MemberEvent::Up(id) if id.addr == seed))
         );
         assert_eq!(
-            nodes[1].announce_to_absent_seeds(&[seed], t),
+            nodes[1].announce_to_absent(&[seed], t),
             0,
             "the seed is a member now"
         );

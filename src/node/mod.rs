@@ -218,7 +218,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 _ = rejoin.tick() => {
                     let seeds = self.seeds();
                     self.membership
-                        .announce_to_absent_seeds(&seeds, Instant::now());
+                        .announce_to_absent(&seeds, Instant::now());
                 }
                 _ = gc.tick() => {
                     self.limiter.gc(self.clock.now_ms(), self.params.gc_budget);
