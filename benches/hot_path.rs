@@ -124,7 +124,7 @@ fn merge(c: &mut Criterion) {
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(3));
     let spec = WindowSpec::with_default_buckets(1_000).unwrap();
-    let mut held: Replica<u32> = Replica::new(&spec);
+    let mut held = Replica::new(&spec);
     for origin in 0..5 {
         held.merge_register(
             origin,

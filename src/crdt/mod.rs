@@ -11,6 +11,7 @@
 //!
 //! A restarted node is a new origin, so its old register simply ages out of the window.
 
+mod counts;
 mod register;
 mod replica;
 mod version;
@@ -18,6 +19,7 @@ mod version;
 #[cfg(test)]
 mod tests;
 
+pub use counts::Counts;
 pub use register::{Arbitration, Register, RegisterRef};
-pub use replica::{MergeOutcome, Replica};
+pub use replica::{MergeOutcome, Origin, Replica};
 pub use version::VersionVector;

@@ -3,6 +3,7 @@
 
 use std::cmp::Ordering;
 
+use super::counts::Counts;
 use crate::clock::HlcTimestamp;
 use crate::window::WindowSpec;
 
@@ -32,7 +33,7 @@ pub struct RegisterRef<'a> {
     pub hlc: HlcTimestamp,
     pub newest_epoch: u64,
     pub demand: u32,
-    pub admitted: &'a [u32],
+    pub admitted: Counts<'a>,
 }
 
 impl Register {
@@ -42,12 +43,12 @@ impl Register {
             hlc: self.hlc,
             newest_epoch: self.newest_epoch,
             demand: self.demand,
-            admitted: &self.admitted,
+            admitted: Counts::Wide(&self.admitted),
         }
     }
 }
 
-impl RegisterRef<'_> {
+impl<'a> RegisterRef<'a> {
     pub fn to_owned(&self) -> Register {
         Register {
             version: self.version,
@@ -59,13 +60,13 @@ impl RegisterRef<'_> {
     }
 
     /// `(epoch, admitted)` for every non-empty bucket, newest first.
-    pub fn buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+    pub fn buckets(&self) -> impl Iterator<Item = (u64, u64)> + 'a {
         let newest = self.newest_epoch;
         self.admitted
             .iter()
             .enumerate()
-            .filter(move |(age, c)| **c > 0 && (*age as u64) <= newest)
-            .map(move |(age, c)| (newest - age as u64, u64::from(*c)))
+            .filter(move |(age, c)| *c > 0 && (*age as u64) <= newest)
+            .map(move |(age, c)| (newest - age as u64, u64::from(c)))
     }
 
     /// Whether every bucket of this register has left the window at `now_ms`.

@@ -1,27 +1,30 @@
 //! The replica state of one window: origin → register, merged as a CRDT.
 //!
-//! Storage is flat, because there is one of these per active key: a sorted array of register
-//! heads and one array of counts with a fixed stride of `B + 1` (every register of a window has
-//! the same shape). Registers are normalised to that stride on the way in: longer ones lose
-//! buckets that cannot be in the window any more, shorter ones are padded with zeros.
+//! There is one of these per active key and it is copied on every merge, so it is one flat
+//! array of 32-bit words: per register, in origin order, an 8-word head (origin, demand,
+//! version, stamp, newest epoch) followed by its counts. Every register of a window has the
+//! same number of counts (`B + 1`); registers are normalised to it on the way in, longer ones
+//! losing buckets that cannot be in the window any more, shorter ones padded with zeros.
+//! Counts take 16 bits each while they fit, two to a word, and the whole replica switches to
+//! one word per count while one does not: storage stays exact either way. The packing is a
+//! function of the content (narrow whenever every count fits), so equal replicas are equal
+//! word for word, whatever they went through.
 
 use std::cmp::Ordering;
 
 use crate::clock::HlcTimestamp;
-use crate::window::WindowSpec;
+use crate::window::{MAX_BUCKETS, WindowSpec};
 
-use super::register::{Arbitration, Register, RegisterRef};
+use super::counts::{Counts, pack_into, words_for};
+use super::register::{Arbitration, RegisterRef};
 use super::version::VersionVector;
 
-/// The fixed-size part of a stored register.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Head<O> {
-    origin: O,
-    demand: u32,
-    version: u64,
-    hlc: HlcTimestamp,
-    newest_epoch: u64,
-}
+/// Who wrote a register: an index into the node's table of origins.
+pub type Origin = u32;
+
+const HEAD: usize = 8;
+/// Most counts a register holds (`B + 1`).
+const MAX_STRIDE: usize = MAX_BUCKETS as usize + 1;
 
 /// What merging one register did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,107 +47,199 @@ impl MergeOutcome {
 
 /// Per-origin registers of one window.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Replica<O> {
-    stride: usize,
-    heads: Vec<Head<O>>,
-    counts: Vec<u32>,
+pub struct Replica {
+    words: Box<[u32]>,
+    /// Counts per register (`B + 1`).
+    stride: u8,
+    /// One word per count instead of two counts per word.
+    wide: bool,
 }
 
-impl<O: Copy + Ord> Replica<O> {
+fn split(v: u64) -> [u32; 2] {
+    [v as u32, (v >> 32) as u32]
+}
+
+fn join(lo: u32, hi: u32) -> u64 {
+    u64::from(lo) | (u64::from(hi) << 32)
+}
+
+impl Replica {
     pub fn new(spec: &WindowSpec) -> Self {
         Self::with_stride(spec.slots())
     }
 
-    fn with_stride(stride: usize) -> Self {
+    /// A replica whose registers hold `stride` counts (1 to `MAX_BUCKETS + 1`).
+    pub fn with_stride(stride: usize) -> Self {
         Self {
-            stride,
-            heads: Vec::new(),
-            counts: Vec::new(),
+            words: Box::new([]),
+            stride: u8::try_from(stride.clamp(1, MAX_STRIDE)).unwrap_or(u8::MAX),
+            wide: false,
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.heads.is_empty()
+    fn stride(&self) -> usize {
+        usize::from(self.stride)
+    }
+
+    fn reg_words(&self) -> usize {
+        HEAD + words_for(self.stride(), self.wide)
     }
 
     pub fn len(&self) -> usize {
-        self.heads.len()
+        self.words.len() / self.reg_words()
     }
 
-    fn counts_of(&self, index: usize) -> &[u32] {
-        &self.counts[index * self.stride..(index + 1) * self.stride]
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
     }
 
-    fn view(&self, index: usize) -> RegisterRef<'_> {
-        let h = &self.heads[index];
+    fn reg(&self, i: usize) -> &[u32] {
+        let w = self.reg_words();
+        &self.words[i * w..(i + 1) * w]
+    }
+
+    fn origin_at(&self, i: usize) -> Origin {
+        self.reg(i)[0]
+    }
+
+    fn view(&self, i: usize) -> RegisterRef<'_> {
+        let r = self.reg(i);
+        let counts = &r[HEAD..];
         RegisterRef {
-            version: h.version,
-            hlc: h.hlc,
-            newest_epoch: h.newest_epoch,
-            demand: h.demand,
-            admitted: self.counts_of(index),
+            demand: r[1],
+            version: join(r[2], r[3]),
+            hlc: HlcTimestamp::from_bits(join(r[4], r[5])),
+            newest_epoch: join(r[6], r[7]),
+            admitted: if self.wide {
+                Counts::Wide(counts)
+            } else {
+                Counts::Narrow {
+                    words: counts,
+                    len: self.stride(),
+                }
+            },
         }
     }
 
-    fn find(&self, origin: O) -> Result<usize, usize> {
-        self.heads.binary_search_by(|h| h.origin.cmp(&origin))
+    fn find(&self, origin: Origin) -> Result<usize, usize> {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.origin_at(mid).cmp(&origin) {
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(lo)
     }
 
-    pub fn get(&self, origin: O) -> Option<RegisterRef<'_>> {
+    pub fn get(&self, origin: Origin) -> Option<RegisterRef<'_>> {
         self.find(origin).ok().map(|i| self.view(i))
     }
 
     /// Registers in origin order.
-    pub fn iter(&self) -> impl Iterator<Item = (O, RegisterRef<'_>)> + '_ {
-        (0..self.heads.len()).map(|i| (self.heads[i].origin, self.view(i)))
+    pub fn iter(&self) -> impl Iterator<Item = (Origin, RegisterRef<'_>)> + '_ {
+        (0..self.len()).map(|i| (self.origin_at(i), self.view(i)))
     }
 
-    pub fn version_vector(&self) -> VersionVector<O> {
-        self.heads.iter().map(|h| (h.origin, h.version)).collect()
+    pub fn version_vector(&self) -> VersionVector<Origin> {
+        self.iter().map(|(o, r)| (o, r.version)).collect()
     }
 
-    /// Counts normalised to this replica's stride.
-    fn normalise<'a>(&self, admitted: &'a [u32], scratch: &'a mut Vec<u32>) -> &'a [u32] {
-        if admitted.len() == self.stride {
-            return admitted;
+    /// Writes one register in this replica's packing into `out` (exactly its words).
+    fn encode_into(&self, origin: Origin, reg: &RegisterRef<'_>, wide: bool, out: &mut [u32]) {
+        out[0] = origin;
+        out[1] = reg.demand;
+        out[2..4].copy_from_slice(&split(reg.version));
+        out[4..6].copy_from_slice(&split(reg.hlc.to_bits()));
+        out[6..8].copy_from_slice(&split(reg.newest_epoch));
+        pack_into(reg.admitted.iter(), self.stride(), wide, &mut out[HEAD..]);
+    }
+
+    fn encode(&self, origin: Origin, reg: &RegisterRef<'_>, wide: bool) -> Vec<u32> {
+        let mut out = vec![0u32; HEAD + words_for(self.stride(), wide)];
+        self.encode_into(origin, reg, wide, &mut out);
+        out
+    }
+
+    /// Re-encodes every register in the given packing.
+    fn repack(&mut self, wide: bool) {
+        if wide == self.wide {
+            return;
         }
-        scratch.clear();
-        scratch.extend(admitted.iter().copied().take(self.stride));
-        scratch.resize(self.stride, 0);
-        scratch
+        let regs: Vec<Vec<u32>> = (0..self.len())
+            .map(|i| self.encode(self.origin_at(i), &self.view(i), wide))
+            .collect();
+        self.wide = wide;
+        self.words = regs.concat().into_boxed_slice();
+    }
+
+    /// Narrows a wide replica whose counts all fit 16 bits again.
+    fn canonicalise(&mut self) {
+        if self.wide
+            && self
+                .iter()
+                .all(|(_, r)| r.admitted.max() <= u32::from(u16::MAX))
+        {
+            self.repack(false);
+        }
     }
 
     /// Merges one register from `origin`.
     pub fn merge_register(
         &mut self,
-        origin: O,
+        origin: Origin,
         reg: RegisterRef<'_>,
         arbitration: Arbitration,
     ) -> MergeOutcome {
-        let mut scratch = Vec::new();
-        let admitted = self.normalise(reg.admitted, &mut scratch);
-        let incoming = RegisterRef { admitted, ..reg };
-        let head = Head {
-            origin,
-            demand: reg.demand,
-            version: reg.version,
-            hlc: reg.hlc,
-            newest_epoch: reg.newest_epoch,
+        let stride = self.stride();
+        let found = self.find(origin);
+        if let Ok(i) = found {
+            let held = self.view(i);
+            let order = arbitration
+                .rank(reg.version, reg.hlc)
+                .cmp(&arbitration.rank(held.version, held.hlc))
+                .then_with(|| {
+                    // Same version and stamp: order by content, as normalised to this window.
+                    let norm = |r: &RegisterRef<'_>| {
+                        let counts: Vec<u32> = (0..stride).map(|k| r.admitted.get(k)).collect();
+                        (r.newest_epoch, r.demand, counts)
+                    };
+                    norm(&reg).cmp(&norm(&held))
+                });
+            match order {
+                Ordering::Equal => return MergeOutcome::Duplicate,
+                Ordering::Less => return MergeOutcome::Stale,
+                Ordering::Greater => {}
+            }
+        }
+        let fits_narrow = match reg.admitted {
+            Counts::Wide(slice) => slice.iter().take(stride).all(|c| *c <= u32::from(u16::MAX)),
+            // Narrow counts fit by construction.
+            Counts::Narrow { .. } => true,
         };
-        match self.find(origin) {
-            Ok(i) => match arbitration.compare(&incoming, &self.view(i)) {
-                Ordering::Greater => {
-                    self.heads[i] = head;
-                    self.counts[i * self.stride..(i + 1) * self.stride].copy_from_slice(admitted);
-                    MergeOutcome::Replaced
-                }
-                Ordering::Equal => MergeOutcome::Duplicate,
-                Ordering::Less => MergeOutcome::Stale,
-            },
+        if !self.wide && !fits_narrow {
+            self.repack(true);
+        }
+        // Packing takes `stride` counts and pads with zeros: that is the normalisation.
+        let w = self.reg_words();
+        let wide = self.wide;
+        match found {
+            Ok(i) => {
+                let mut slot = std::mem::take(&mut self.words);
+                self.encode_into(origin, &reg, wide, &mut slot[i * w..(i + 1) * w]);
+                self.words = slot;
+                self.canonicalise();
+                MergeOutcome::Replaced
+            }
             Err(i) => {
-                self.heads.insert(i, head);
-                let at = i * self.stride;
-                self.counts.splice(at..at, admitted.iter().copied());
+                let mut words = Vec::with_capacity(self.words.len() + w);
+                words.extend_from_slice(&self.words[..i * w]);
+                words.resize(i * w + w, 0);
+                self.encode_into(origin, &reg, wide, &mut words[i * w..]);
+                words.extend_from_slice(&self.words[i * w..]);
+                self.words = words.into_boxed_slice();
                 MergeOutcome::Inserted
             }
         }
@@ -154,82 +249,56 @@ impl<O: Copy + Ord> Replica<O> {
     /// replica holds, so the summary can be dropped without reading its buckets. O(origins).
     pub fn dominates(
         &self,
-        summary: impl IntoIterator<Item = (O, u64, HlcTimestamp)>,
+        summary: impl IntoIterator<Item = (Origin, u64, HlcTimestamp)>,
         arbitration: Arbitration,
     ) -> bool {
         summary.into_iter().all(|(origin, version, hlc)| {
-            self.find(origin).is_ok_and(|i| {
-                let h = &self.heads[i];
+            self.get(origin).is_some_and(|h| {
                 arbitration.rank(h.version, h.hlc) >= arbitration.rank(version, hlc)
             })
         })
     }
 
     /// Merges every register of another replica of the same window.
-    pub fn merge(&mut self, other: &Replica<O>, arbitration: Arbitration) {
+    pub fn merge(&mut self, other: &Replica, arbitration: Arbitration) {
         for (origin, reg) in other.iter() {
             self.merge_register(origin, reg, arbitration);
         }
     }
 
+    /// Keeps the registers for which `keep` holds.
+    fn retain(&mut self, keep: impl Fn(Origin, &RegisterRef<'_>) -> bool) -> usize {
+        let before = self.len();
+        let w = self.reg_words();
+        let kept: Vec<u32> = (0..before)
+            .filter(|i| keep(self.origin_at(*i), &self.view(*i)))
+            .flat_map(|i| self.words[i * w..(i + 1) * w].iter().copied())
+            .collect();
+        self.words = kept.into_boxed_slice();
+        self.canonicalise();
+        before - self.len()
+    }
+
     /// Drops registers whose buckets have all left the window. Returns how many were dropped.
     pub fn expire(&mut self, spec: &WindowSpec, now_ms: u64) -> usize {
-        let before = self.heads.len();
-        let mut keep = 0;
-        for i in 0..before {
-            if !self.view(i).is_expired(spec, now_ms) {
-                if keep != i {
-                    self.heads[keep] = self.heads[i];
-                    self.counts
-                        .copy_within(i * self.stride..(i + 1) * self.stride, keep * self.stride);
-                }
-                keep += 1;
-            }
+        if self.iter().all(|(_, r)| !r.is_expired(spec, now_ms)) {
+            return 0;
         }
-        self.heads.truncate(keep);
-        self.counts.truncate(keep * self.stride);
-        before - keep
+        self.retain(|_, r| !r.is_expired(spec, now_ms))
     }
 
     /// Removes one origin's register (its owner is gone for good).
-    pub fn remove(&mut self, origin: O) -> bool {
-        match self.find(origin) {
-            Ok(i) => {
-                self.heads.remove(i);
-                self.counts.drain(i * self.stride..(i + 1) * self.stride);
-                true
-            }
-            Err(_) => false,
-        }
+    pub fn remove(&mut self, origin: Origin) -> bool {
+        self.find(origin).is_ok() && self.retain(|o, _| o != origin) == 1
     }
 
     /// The newest epoch any register holds.
     pub fn newest_epoch(&self) -> Option<u64> {
-        self.heads.iter().map(|h| h.newest_epoch).max()
+        self.iter().map(|(_, r)| r.newest_epoch).max()
     }
 
     /// Bytes this replica holds on the heap.
     pub fn heap_bytes(&self) -> usize {
-        self.heads.capacity() * std::mem::size_of::<Head<O>>()
-            + self.counts.capacity() * std::mem::size_of::<u32>()
-    }
-
-    /// Releases spare capacity; replicas are cloned on every merge, so spare room is waste.
-    pub fn shrink_to_fit(&mut self) {
-        self.heads.shrink_to_fit();
-        self.counts.shrink_to_fit();
-    }
-}
-
-impl<O: Copy + Ord> FromIterator<(O, Register)> for Replica<O> {
-    /// Builds a replica from registers that must share one stride (the first one's length).
-    fn from_iter<I: IntoIterator<Item = (O, Register)>>(iter: I) -> Self {
-        let items: Vec<_> = iter.into_iter().collect();
-        let stride = items.first().map_or(1, |(_, r)| r.admitted.len().max(1));
-        let mut replica = Self::with_stride(stride);
-        for (origin, reg) in &items {
-            replica.merge_register(*origin, reg.as_ref(), Arbitration::VectorDominance);
-        }
-        replica
+        self.words.len() * std::mem::size_of::<u32>()
     }
 }

@@ -17,7 +17,7 @@ fn arb_register() -> impl Strategy<Value = Register> {
         (0u64..40, 0u16..3),
         100u64..110,
         0u32..20,
-        prop::collection::vec(0u32..6, 0..=13),
+        prop::collection::vec(prop_oneof![9 => 0u32..6, 1 => 65_530u32..70_000], 0..=13),
     )
         .prop_map(
             |(version, (ms, logical), newest_epoch, demand, admitted)| Register {
@@ -30,8 +30,8 @@ fn arb_register() -> impl Strategy<Value = Register> {
         )
 }
 
-fn arb_delivery() -> impl Strategy<Value = (u8, Register)> {
-    (0u8..5, arb_register())
+fn arb_delivery() -> impl Strategy<Value = (u32, Register)> {
+    (0u32..5, arb_register())
 }
 
 fn arb_arbitration() -> impl Strategy<Value = Arbitration> {
@@ -41,7 +41,7 @@ fn arb_arbitration() -> impl Strategy<Value = Arbitration> {
     ]
 }
 
-fn replica_of(items: &[(u8, Register)], arb: Arbitration) -> Replica<u8> {
+fn replica_of(items: &[(u32, Register)], arb: Arbitration) -> Replica {
     let mut r = Replica::new(&spec());
     for (origin, reg) in items {
         r.merge_register(*origin, reg.as_ref(), arb);
@@ -49,7 +49,7 @@ fn replica_of(items: &[(u8, Register)], arb: Arbitration) -> Replica<u8> {
     r
 }
 
-fn merged(a: &Replica<u8>, b: &Replica<u8>, arb: Arbitration) -> Replica<u8> {
+fn merged(a: &Replica, b: &Replica, arb: Arbitration) -> Replica {
     let mut out = a.clone();
     out.merge(b, arb);
     out
@@ -169,7 +169,7 @@ fn reg(version: u64, hlc_ms: u64, admitted: &[u32]) -> Register {
 #[test]
 fn outcomes_and_counts_that_go_down() {
     let arb = Arbitration::VectorDominance;
-    let mut r: Replica<u8> = Replica::new(&spec());
+    let mut r: Replica = Replica::new(&spec());
     assert_eq!(
         r.merge_register(1, reg(3, 10, &[5, 4]).as_ref(), arb),
         MergeOutcome::Inserted
@@ -187,29 +187,29 @@ fn outcomes_and_counts_that_go_down() {
         r.merge_register(1, reg(4, 11, &[2, 4]).as_ref(), arb),
         MergeOutcome::Replaced
     );
-    assert_eq!(&r.get(1).unwrap().admitted[..3], &[2, 4, 0]);
+    assert_eq!(&r.get(1).unwrap().admitted.to_vec()[..3], &[2, 4, 0]);
 
     // Under max-timestamp the later stamp wins even with a lower version (a reset counter).
-    let mut t: Replica<u8> = Replica::new(&spec());
+    let mut t: Replica = Replica::new(&spec());
     t.merge_register(1, reg(9, 10, &[1]).as_ref(), Arbitration::MaxTimestamp);
     let out = t.merge_register(1, reg(1, 20, &[7]).as_ref(), Arbitration::MaxTimestamp);
     assert_eq!(out, MergeOutcome::Replaced);
-    assert_eq!(t.get(1).unwrap().admitted[0], 7);
+    assert_eq!(t.get(1).unwrap().admitted.get(0), 7);
 }
 
 #[test]
 fn registers_are_normalised_to_the_window_shape() {
     let arb = Arbitration::VectorDominance;
-    let mut r: Replica<u8> = Replica::new(&spec());
+    let mut r: Replica = Replica::new(&spec());
     let long: Vec<u32> = (1..=20).collect();
     r.merge_register(2, reg(1, 1, &long).as_ref(), arb);
     r.merge_register(1, reg(1, 1, &[7]).as_ref(), arb);
     let two = r.get(2).unwrap();
     assert_eq!(two.admitted.len(), 11);
-    assert_eq!(two.admitted[10], 11);
+    assert_eq!(two.admitted.get(10), 11);
     assert_eq!(
-        r.get(1).unwrap().admitted,
-        &[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        r.get(1).unwrap().admitted.to_vec(),
+        vec![7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
     );
     // Origins come out in order, whatever the arrival order.
     assert_eq!(r.iter().map(|(o, _)| o).collect::<Vec<_>>(), vec![1, 2]);
@@ -220,7 +220,7 @@ fn registers_are_normalised_to_the_window_shape() {
 fn expire_drops_registers_that_left_the_window() {
     let s = spec();
     let arb = Arbitration::VectorDominance;
-    let mut r: Replica<u8> = Replica::new(&s);
+    let mut r: Replica = Replica::new(&s);
     let mut old = reg(1, 1, &[3]);
     old.newest_epoch = 100;
     let mut live = reg(1, 1, &[4]);
@@ -233,12 +233,32 @@ fn expire_drops_registers_that_left_the_window() {
     assert_eq!(r.len(), 1);
     assert!(r.get(2).is_some());
     assert_eq!(
-        r.get(2).unwrap().admitted[0],
+        r.get(2).unwrap().admitted.get(0),
         4,
         "the survivor's counts moved with it"
     );
     assert!(r.remove(2));
     assert!(r.is_empty());
+}
+
+#[test]
+fn counts_widen_when_one_does_not_fit_sixteen_bits() {
+    let arb = Arbitration::VectorDominance;
+    let mut r = Replica::new(&spec());
+    r.merge_register(1, reg(1, 1, &[3, 65_535]).as_ref(), arb);
+    r.merge_register(2, reg(1, 1, &[9]).as_ref(), arb);
+    let narrow_bytes = r.heap_bytes();
+    r.merge_register(3, reg(1, 1, &[70_000, 1]).as_ref(), arb);
+    assert!(r.heap_bytes() > narrow_bytes + 32, "widened");
+    assert_eq!(r.get(1).unwrap().admitted.get(1), 65_535);
+    assert_eq!(r.get(2).unwrap().admitted.get(0), 9);
+    assert_eq!(r.get(3).unwrap().admitted.get(0), 70_000);
+    // The same registers in another order give the same replica.
+    let mut s = Replica::new(&spec());
+    s.merge_register(3, reg(1, 1, &[70_000, 1]).as_ref(), arb);
+    s.merge_register(2, reg(1, 1, &[9]).as_ref(), arb);
+    s.merge_register(1, reg(1, 1, &[3, 65_535]).as_ref(), arb);
+    assert_eq!(r, s);
 }
 
 #[test]

@@ -264,7 +264,7 @@ impl Limiter {
             let state = self
                 .table
                 .get_or_insert(id, &item.limit.window, now_ms, &guard)?;
-            evals.push(self.evaluate(id, state, item.limit, item.cost, now_ms, !req.dry_run));
+            evals.push(self.evaluate(id, state, item.limit, item.cost, now_ms));
         }
         let mut fits: SmallVec<[bool; 2]> = evals.iter().map(Eval::fits).collect();
         let allowed = if req.dry_run {
@@ -323,7 +323,7 @@ impl Limiter {
             }
         }
         let seen = state.bound.load(Ordering::Acquire);
-        let e = self.evaluate(id, state, *limit, item.cost, now_ms, !dry_run);
+        let e = self.evaluate(id, state, *limit, item.cost, now_ms);
         let allowed = if dry_run {
             e.fits()
         } else {
@@ -376,22 +376,17 @@ impl Limiter {
         limit: Limit,
         cost: u32,
         now_ms: u64,
-        record: bool,
     ) -> Eval<'g> {
         let spec = &limit.window;
         let local = state.ring.usage(spec, now_ms);
         let silent = self.silent_origins.load();
         let remote = state.remote_scalars(spec, now_ms, silent.as_deref().map(Vec::as_slice));
-        let onset = if !local.active {
-            // This request starts a new period of demand for the window.
-            if record {
-                state.active_since_ms.store(now_ms, Ordering::Relaxed);
-            }
-            true
-        } else {
-            now_ms.saturating_sub(state.active_since_ms.load(Ordering::Relaxed))
-                < self.config.onset_ms
-        };
+        // Demand started recently if the oldest bucket with traffic is young: until one bucket
+        // plus `onset_ms` after it began, peers' demand may not have been heard yet.
+        let onset = local.oldest_active_age.is_none_or(|age| {
+            let first = spec.epoch_start_ms(local.epoch.saturating_sub(age) + 1);
+            now_ms < first.saturating_add(self.config.onset_ms)
+        });
         let (live, expected) = self.view();
         let inputs = admission::Inputs {
             limit: f64::from(limit.limit),

@@ -15,13 +15,12 @@ pub(crate) type OriginIdx = u32;
 /// is written with CAS, and `remote` is replaced whole (copy on write) by the merge path.
 #[derive(Debug)]
 pub(crate) struct WindowState {
-    pub spec: WindowSpec,
+    window_ms: u64,
+    buckets: u16,
     pub ring: LocalRing,
-    pub remote: ArcSwapOption<Replica<OriginIdx>>,
+    pub remote: ArcSwapOption<Replica>,
     /// Set when the ring changed since the last emission; whoever sets it queues the key.
     pub dirty: AtomicBool,
-    /// When this node's demand for the window last started after idleness.
-    pub active_since_ms: AtomicU64,
     /// The current bucket's admission bound, cached for the rest of the bucket:
     /// `epoch tag (16) | membership generation (16) | bound (32)`, 0 when empty.
     ///
@@ -54,12 +53,19 @@ impl WindowState {
     pub fn new(spec: WindowSpec) -> Self {
         Self {
             ring: LocalRing::new(&spec),
-            spec,
+            window_ms: spec.window_ms(),
+            buckets: spec.buckets(),
             remote: ArcSwapOption::empty(),
             dirty: AtomicBool::new(false),
-            active_since_ms: AtomicU64::new(0),
             bound: AtomicU64::new(0),
         }
+    }
+
+    /// The window's shape (interpolated). Kept as length and bucket count, the rest derived:
+    /// there is one of these per key, and the check path uses the caller's spec.
+    pub fn spec(&self) -> WindowSpec {
+        WindowSpec::new(self.window_ms, self.buckets, Default::default())
+            .expect("validated when the window was created")
     }
 
     /// The cached bound for `epoch` under membership generation `generation`, if any.
@@ -143,26 +149,27 @@ impl WindowState {
 
     /// Whether anyone is being refused in this window (such a key is never evicted).
     pub fn is_limiting(&self, now_ms: u64) -> bool {
-        let local = self.ring.snapshot(&self.spec, now_ms);
+        let local = self.ring.snapshot(&self.spec(), now_ms);
         let local_limiting = local
             .offered
             .by_age()
             .iter()
             .zip(local.admitted.by_age())
             .any(|(o, a)| o > a);
-        local_limiting || self.remote_usage(&self.spec, now_ms).limiting
+        local_limiting || self.remote_usage(&self.spec(), now_ms).limiting
     }
 
     /// When the last thing counted in this window stops counting, or `None` if nothing
     /// counts any more.
     pub fn live_until_ms(&self, local: &RingSnapshot) -> Option<u64> {
-        let local_end = local.newest_active_epoch().map(|e| self.spec.expiry_ms(e));
+        let spec = self.spec();
+        let local_end = local.newest_active_epoch().map(|e| spec.expiry_ms(e));
         let remote_end = self
             .remote
             .load()
             .as_deref()
             .and_then(|r| r.newest_epoch())
-            .map(|e| self.spec.expiry_ms(e));
+            .map(|e| spec.expiry_ms(e));
         local_end.max(remote_end)
     }
 }

@@ -205,12 +205,12 @@ impl Limiter {
             };
             // Clear before reading: a change after the read sets it again and requeues.
             state.dirty.store(false, Ordering::Release);
-            let snap = state.ring.snapshot(&state.spec, now_ms);
+            let snap = state.ring.snapshot(&state.spec(), now_ms);
             updates.push(RegisterUpdate {
                 key: id,
-                window_ms: state.spec.window_ms(),
-                buckets: state.spec.buckets(),
-                register: register_of(&snap, &state.spec, now_ms, version, hlc),
+                window_ms: state.spec().window_ms(),
+                buckets: state.spec().buckets(),
+                register: register_of(&snap, &state.spec(), now_ms, version, hlc),
             });
         }
         Some(Batch {
@@ -231,15 +231,15 @@ impl Limiter {
             let Some(state) = self.table.get(&id, &guard) else {
                 continue;
             };
-            let snap = state.ring.snapshot(&state.spec, now_ms);
+            let snap = state.ring.snapshot(&state.spec(), now_ms);
             if snap.is_empty() {
                 continue;
             }
             updates.push(RegisterUpdate {
                 key: id,
-                window_ms: state.spec.window_ms(),
-                buckets: state.spec.buckets(),
-                register: register_of(&snap, &state.spec, now_ms, version, hlc),
+                window_ms: state.spec().window_ms(),
+                buckets: state.spec().buckets(),
+                register: register_of(&snap, &state.spec(), now_ms, version, hlc),
             });
         }
         Batch {
@@ -265,13 +265,13 @@ impl Limiter {
                 let Some(origin) = sync.origins.get(idx).map(|e| e.id) else {
                     continue;
                 };
-                if reg.is_expired(&state.spec, now_ms) || !relay(origin) {
+                if reg.is_expired(&state.spec(), now_ms) || !relay(origin) {
                     continue;
                 }
                 by_origin.entry(origin).or_default().push(RegisterUpdate {
                     key: id,
-                    window_ms: state.spec.window_ms(),
-                    buckets: state.spec.buckets(),
+                    window_ms: state.spec().window_ms(),
+                    buckets: state.spec().buckets(),
                     register: reg.to_owned(),
                 });
             }
@@ -340,10 +340,9 @@ impl Limiter {
             }
             let mut next = current
                 .map(|c| (*c).clone())
-                .unwrap_or_else(|| Replica::new(&state.spec));
+                .unwrap_or_else(|| Replica::new(&state.spec()));
             let outcome = next.merge_register(idx, reg.as_ref(), arbitration);
-            next.expire(&state.spec, now_ms);
-            next.shrink_to_fit();
+            next.expire(&state.spec(), now_ms);
             state.remote.store(Some(Arc::new(next)));
             // Remote counts may have grown: the cached bound may no longer hold.
             state.clear_bound();
@@ -358,7 +357,7 @@ impl Limiter {
         let id = self.hasher.key_id(key, &limit.window);
         let guard = self.table.guard();
         let state = self.table.get(&id, &guard)?;
-        if !same_shape(&state.spec, &limit.window) {
+        if !same_shape(&state.spec(), &limit.window) {
             return None;
         }
         let spec = &limit.window;
@@ -380,7 +379,7 @@ impl Limiter {
             }
         }
         drop(sync);
-        let eval = self.evaluate(id, state, *limit, 1, now_ms, false);
+        let eval = self.evaluate(id, state, *limit, 1, now_ms);
         Some(Inspection {
             key_id: id,
             limit: limit.limit,

@@ -83,7 +83,7 @@ impl KeyTable {
         guard: &'g impl Guard,
     ) -> Result<&'g WindowState, CheckError> {
         if let Some(state) = self.map.get(&id, guard) {
-            if same_shape(&state.spec, spec) {
+            if same_shape(&state.spec(), spec) {
                 return Ok(state);
             }
             self.map.remove(&id, guard);
@@ -182,8 +182,8 @@ impl KeyTable {
                 continue;
             };
             expire_remote(state, now_ms);
-            state.ring.clear_stale(&state.spec, now_ms);
-            let local = state.ring.snapshot(&state.spec, now_ms);
+            state.ring.clear_stale(&state.spec(), now_ms);
+            let local = state.ring.snapshot(&state.spec(), now_ms);
             let until = state.live_until_ms(&local);
             // A window whose every bucket has expired has nothing left to emit either: peers
             // expire their copies of its registers on the same clock.
@@ -223,11 +223,10 @@ fn expire_remote(state: &WindowState, now_ms: u64) {
     };
     if current
         .iter()
-        .any(|(_, r)| r.is_expired(&state.spec, now_ms))
+        .any(|(_, r)| r.is_expired(&state.spec(), now_ms))
     {
         let mut next = (*current).clone();
-        next.expire(&state.spec, now_ms);
-        next.shrink_to_fit();
+        next.expire(&state.spec(), now_ms);
         // Only the merge path and GC write `remote`, and both hold the limiter's sync lock.
         state
             .remote

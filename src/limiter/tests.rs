@@ -379,10 +379,12 @@ fn onset_takes_one_nth_until_peers_can_have_been_heard() {
     let l = limiter();
     l.set_members(5, T0);
     let lim = [second(100)];
-    assert_eq!(admitted_in(&l, "k", &lim, 100, T0), 20);
-    assert_eq!(admitted_in(&l, "k", &lim, 100, T0 + 499), 0);
+    assert_eq!(admitted_in(&l, "k", &lim, 100, T0 + 30), 20);
+    // Onset runs from the end of the first busy bucket (T0 + 100), so it covers 500 ms after
+    // the first request at least.
+    assert_eq!(admitted_in(&l, "k", &lim, 100, T0 + 599), 0);
     // After the onset period, with no peer demand heard, the whole limit is this node's.
-    assert_eq!(admitted_in(&l, "k", &lim, 100, T0 + 500), 80);
+    assert_eq!(admitted_in(&l, "k", &lim, 100, T0 + 600), 80);
 }
 
 #[test]

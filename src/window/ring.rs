@@ -115,6 +115,8 @@ pub struct RingUsage {
     pub current: u32,
     /// Age in buckets of the newest bucket with admissions.
     pub newest_admitted_age: Option<u64>,
+    /// Age in buckets of the oldest bucket with any traffic.
+    pub oldest_active_age: Option<u64>,
     /// Whether the window saw any traffic at all.
     pub active: bool,
 }
@@ -128,21 +130,47 @@ pub enum Admit {
     Refused { current: u32 },
 }
 
+/// Slots kept inline in the window's own allocation: enough for the default 10 buckets.
+const INLINE_SLOTS: usize = 11;
+
+#[derive(Debug)]
+enum Slots {
+    Inline {
+        len: u8,
+        words: [AtomicU64; INLINE_SLOTS],
+    },
+    Heap(Box<[AtomicU64]>),
+}
+
 #[derive(Debug)]
 pub struct LocalRing {
-    slots: Box<[AtomicU64]>,
+    slots: Slots,
 }
 
 impl LocalRing {
     pub fn new(spec: &WindowSpec) -> Self {
-        Self {
-            slots: (0..spec.slots()).map(|_| AtomicU64::new(0)).collect(),
+        let n = spec.slots();
+        let slots = match u8::try_from(n) {
+            Ok(len) if n <= INLINE_SLOTS => Slots::Inline {
+                len,
+                words: Default::default(),
+            },
+            _ => Slots::Heap((0..n).map(|_| AtomicU64::new(0)).collect()),
+        };
+        Self { slots }
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        match &self.slots {
+            Slots::Inline { len, words } => &words[..usize::from(*len)],
+            Slots::Heap(words) => words,
         }
     }
 
     fn slot(&self, epoch: u64) -> &AtomicU64 {
+        let words = self.words();
         // The ring length is `B + 1`, at most 65, so the remainder fits in usize.
-        &self.slots[(epoch % self.slots.len() as u64) as usize]
+        &words[(epoch % words.len() as u64) as usize]
     }
 
     /// Reads every live bucket at `now_ms`. Lock-free and allocation-free; a concurrent writer
@@ -180,20 +208,23 @@ impl LocalRing {
     /// the ring backwards from the current slot (one division per read, not one per slot).
     pub fn usage(&self, spec: &WindowSpec, now_ms: u64) -> RingUsage {
         let now_epoch = spec.epoch(now_ms);
-        let n = self.slots.len();
+        let slots = self.words();
+        let n = slots.len();
         let b = n - 1;
         let mut idx = (now_epoch % n as u64) as usize;
         let mut full_admitted = 0u64;
         let mut full_offered = 0u64;
         let mut current = 0u32;
         let mut newest = u64::MAX;
+        let mut oldest_active = None;
         // Buckets fully inside the window: ages 0..B.
         for age in 0..b as u64 {
-            let word = self.slots[idx].load(Ordering::Acquire);
+            let word = slots[idx].load(Ordering::Acquire);
             idx = if idx == 0 { b } else { idx - 1 };
             if word == 0 || tag(word) != epoch_tag(now_epoch.wrapping_sub(age)) {
                 continue;
             }
+            oldest_active = Some(age);
             let a = admitted(word);
             if age == 0 {
                 current = a;
@@ -205,9 +236,10 @@ impl LocalRing {
             full_offered += u64::from(a) + rejected(word);
         }
         // The straddling bucket, or a writer already in the next bucket (count it as current).
-        let word = self.slots[idx].load(Ordering::Acquire);
+        let word = slots[idx].load(Ordering::Acquire);
         let (mut admitted_est, mut straddle_offered) = (0.0, 0.0);
         if holds(word, now_epoch.wrapping_sub(b as u64)) {
+            oldest_active = Some(b as u64);
             let w = spec.straddle_weight(now_ms);
             let a = admitted(word);
             if a > 0 && newest == u64::MAX {
@@ -218,6 +250,7 @@ impl LocalRing {
         } else if holds(word, now_epoch + 1) {
             let a = admitted(word);
             current = current.saturating_add(a);
+            oldest_active = oldest_active.or(Some(0));
             if a > 0 {
                 newest = 0;
             }
@@ -233,6 +266,7 @@ impl LocalRing {
             straddle_offered,
             current,
             newest_admitted_age: (newest != u64::MAX).then_some(newest),
+            oldest_active_age: oldest_active,
             active: offered_est > 0.0,
         }
     }
@@ -309,14 +343,15 @@ impl LocalRing {
     /// meanwhile is left as it is (CAS).
     pub fn clear_stale(&self, spec: &WindowSpec, now_ms: u64) {
         let now_epoch = spec.epoch(now_ms);
-        for (i, word) in self.slots.iter().enumerate() {
+        let slots = self.words();
+        for (i, word) in slots.iter().enumerate() {
             let cur = word.load(Ordering::Acquire);
             if cur == 0 {
                 continue;
             }
             let live = (0..=u64::from(spec.buckets()) + 1).any(|age| {
                 let epoch = (now_epoch + 1).saturating_sub(age);
-                (epoch % self.slots.len() as u64) as usize == i && holds(cur, epoch)
+                (epoch % slots.len() as u64) as usize == i && holds(cur, epoch)
             });
             if !live {
                 let _ = word.compare_exchange(cur, 0, Ordering::AcqRel, Ordering::Relaxed);
@@ -577,5 +612,21 @@ mod tests {
                 .map(|a| a as u64);
             assert_eq!(u.newest_admitted_age, newest, "+{dt}");
         }
+    }
+
+    #[test]
+    fn rings_longer_than_the_inline_slots_live_on_the_heap() {
+        let s = WindowSpec::new(60_000, 60, EstimateMode::Interpolated).unwrap();
+        let ring = LocalRing::new(&s);
+        let e0 = s.epoch(T0);
+        for k in 0..61 {
+            ring.admit(e0 + k, 1, u64::MAX);
+        }
+        let snap = ring.snapshot(&s, s.epoch_start_ms(e0 + 60));
+        assert_eq!(snap.admitted.by_age().iter().sum::<u64>(), 61);
+        assert!(
+            std::mem::size_of::<LocalRing>() <= 104,
+            "inline slots stay small"
+        );
     }
 }
