@@ -12,4 +12,5 @@
 pub mod clock;
 pub mod crdt;
 pub mod limiter;
+pub mod proto;
 pub mod window;
