@@ -12,5 +12,7 @@
 pub mod clock;
 pub mod crdt;
 pub mod limiter;
+pub mod metrics;
 pub mod proto;
+pub mod rules;
 pub mod window;
