@@ -10,6 +10,7 @@
 //! never reads a clock, a socket or a random number generator.
 
 pub mod clock;
+pub mod config;
 pub mod crdt;
 pub mod limiter;
 pub mod metrics;
