@@ -10,16 +10,24 @@
 //! - [`discovery`]: seeds from a DNS name, re-resolved periodically.
 //! - [`node`]: the node loop: socket, membership, summary rounds, anti-entropy, view.
 //! - [`transport`]: the datagram-socket seam (real UDP or simulated).
+//! - [`rules`]: rules files in envoyproxy/ratelimit's YAML format, matching, hot reload.
+//! - [`config`]: the node configuration (TOML and environment overrides).
+//! - [`metrics`]: Prometheus metrics.
+//! - [`proto`]: generated gRPC code (limitmesh.v1 and Envoy's RLS v3).
 //!
 //! The core (`window`, `crdt`, `limiter`) is sans-IO: it is handed `now_ms` and messages and
 //! never reads a clock, a socket or a random number generator.
 
 pub mod clock;
+pub mod config;
 pub mod crdt;
 pub mod discovery;
 pub mod gossip;
 pub mod limiter;
 pub mod membership;
+pub mod metrics;
 pub mod node;
+pub mod proto;
+pub mod rules;
 pub mod transport;
 pub mod window;

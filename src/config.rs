@@ -1,0 +1,406 @@
+//! Node configuration: a TOML file, overridden by environment variables, with every default
+//! documented here and returned by [`Config::default`].
+//!
+//! An environment variable `LIMITMESH__SECTION__KEY` sets `key` of `[section]`, for example
+//! `LIMITMESH__GRPC__LISTEN=0.0.0.0:9000`; lists are comma-separated
+//! (`LIMITMESH__CLUSTER__SEEDS=10.0.0.1:7946,10.0.0.2:7946`). Any other variable starting
+//! with `LIMITMESH__` is an error, so that a misspelt one is not silently ignored.
+//!
+//! Errors name where the bad value came from: `file:line` for the file (from the TOML
+//! parser's spans), the variable for the environment.
+
+mod base64;
+mod demo;
+mod load;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+pub use self::base64::Base64Error;
+pub use self::demo::{DEMO_CONFIG_TOML, DEMO_RULES_NAME, DEMO_RULES_YAML};
+pub use self::load::{ENV_PREFIX, Origin};
+use crate::crdt::Arbitration;
+use crate::limiter::{LimiterConfig, PartitionPolicy, Policy};
+use crate::rules::{LoadOptions, RulesSource};
+
+/// Length of a cluster key, in bytes.
+pub const CLUSTER_KEY_BYTES: usize = 32;
+
+/// The whole node configuration. Every section and field may be omitted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub node: NodeConfig,
+    pub grpc: GrpcConfig,
+    pub http: HttpConfig,
+    pub cluster: ClusterConfig,
+    pub limiter: LimiterSettings,
+    pub rules: RulesConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeConfig {
+    /// The node's name in logs and member lists. Default: the host name, else `limitmesh`.
+    pub name: String,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        Self {
+            name: default_node_name(),
+        }
+    }
+}
+
+/// The host name (Linux: the kernel's; else `$HOSTNAME`), or `limitmesh`.
+fn default_node_name() -> String {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+    let env = std::env::var("HOSTNAME").ok();
+    kernel
+        .into_iter()
+        .chain(env)
+        .map(|name| name.trim().to_owned())
+        .find(|name| !name.is_empty())
+        .unwrap_or_else(|| "limitmesh".to_owned())
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrpcConfig {
+    /// Where the gRPC services (own API, Envoy RLS, health, reflection) listen. Default:
+    /// `127.0.0.1:8081`, envoyproxy/ratelimit's port.
+    pub listen: SocketAddr,
+    /// A request still running after this long is answered with an error. Envoy waits 20 ms by
+    /// default; decisions take microseconds. Default: 50.
+    pub request_timeout_ms: u64,
+    /// HTTP/2 streams per connection. Default: 1024.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for GrpcConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            request_timeout_ms: 50,
+            max_concurrent_streams: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpConfig {
+    /// Where the admin HTTP server (metrics, health, JSON checks) listens. Default:
+    /// `127.0.0.1:8080`.
+    pub listen: SocketAddr,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// The UDP socket for membership and gossip. Default: `127.0.0.1:7946`.
+    pub bind: SocketAddr,
+    /// The address peers reach this node at, `ip:port`. Default: empty, meaning `bind`. With
+    /// peers it must be a concrete address (not `0.0.0.0`).
+    pub advertise: String,
+    /// Peers to join, `host:port` each. Default: none (a cluster of one).
+    pub seeds: Vec<String>,
+    /// A `host:port` whose addresses are the seeds, resolved again every `dns_refresh_ms`
+    /// (a Kubernetes headless Service). Default: empty.
+    pub seed_dns: String,
+    /// Default: 30000.
+    pub dns_refresh_ms: u64,
+    /// Names the cluster in every datagram; nodes of other clusters are ignored. Default:
+    /// `limitmesh`.
+    pub cluster_id: String,
+    /// The keyring: base64 of 32-byte keys. The first is the primary (it signs); the others are
+    /// still accepted, for rotation. Default: none.
+    pub keys: Vec<String>,
+    /// Alternative to `keys`: a file with one base64 key per line (blank lines and `#`
+    /// comments ignored). Default: empty.
+    pub key_file: String,
+    /// Allows seeds or DNS discovery without keys: datagrams are then neither authenticated
+    /// nor encrypted. Default: false.
+    pub insecure: bool,
+    /// Default: 200.
+    pub gossip_interval_ms: u64,
+    /// Default: 5000.
+    pub anti_entropy_interval_ms: u64,
+    /// Largest datagram sent. Default: 1400 (fits a 1500-byte MTU).
+    pub max_packet_size: u32,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 7946)),
+            advertise: String::new(),
+            seeds: Vec::new(),
+            seed_dns: String::new(),
+            dns_refresh_ms: 30_000,
+            cluster_id: "limitmesh".to_owned(),
+            keys: Vec::new(),
+            key_file: String::new(),
+            insecure: false,
+            gossip_interval_ms: 200,
+            anti_entropy_interval_ms: 5_000,
+            max_packet_size: 1_400,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether this node is configured to have peers.
+    pub fn has_peers(&self) -> bool {
+        !self.seeds.is_empty() || !self.seed_dns.is_empty()
+    }
+}
+
+/// See `limitmesh::limiter::PartitionPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionPolicyName {
+    Strict,
+    Available,
+}
+
+/// See `limitmesh::crdt::Arbitration`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArbitrationName {
+    VectorDominance,
+    MaxTimestamp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimiterSettings {
+    /// Most windows held at once. Default: 100000.
+    pub max_keys: usize,
+    /// `strict`: in a partition each side takes its share of the limit, so the cluster stays
+    /// within it; `available`: each side may use the whole limit. Default: `strict`.
+    pub partition_policy: PartitionPolicyName,
+    /// `vector-dominance` (higher version wins) or `max-timestamp` (later clock stamp wins).
+    /// Default: `vector-dominance`.
+    pub arbitration: ArbitrationName,
+    /// How long a new burst takes at most `1/N` of a limit. Default: 500.
+    pub onset_ms: u64,
+    /// How long the largest cluster size seen is still expected. Default: 60000.
+    pub expected_hold_ms: u64,
+    /// How far ahead a peer's clock stamp may be. Default: 10000.
+    pub max_clock_drift_ms: u64,
+    /// Buckets per window when a rule or request does not say; must divide 1000 (so that
+    /// every unit's window divides). Default: 10.
+    pub default_buckets: u16,
+}
+
+impl Default for LimiterSettings {
+    fn default() -> Self {
+        let core = LimiterConfig::default();
+        Self {
+            max_keys: core.max_keys,
+            partition_policy: PartitionPolicyName::Strict,
+            arbitration: ArbitrationName::VectorDominance,
+            onset_ms: core.onset_ms,
+            expected_hold_ms: core.expected_hold_ms,
+            max_clock_drift_ms: core.max_clock_drift_ms,
+            default_buckets: crate::window::DEFAULT_BUCKETS,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RulesConfig {
+    /// A rules file or a directory of `*.yaml`/`*.yml` files. Default: empty, meaning the
+    /// embedded demo rules.
+    pub path: String,
+    /// How often the files are checked for changes. Default: 1000.
+    pub reload_interval_ms: u64,
+}
+
+impl Default for RulesConfig {
+    fn default() -> Self {
+        Self {
+            path: String::new(),
+            reload_interval_ms: 1_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// Default: `text`.
+    pub format: LogFormat,
+    /// A tracing env-filter directive, e.g. `info,limitmesh=debug`. Default: `info`.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            format: LogFormat::Text,
+            filter: "info".to_owned(),
+        }
+    }
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Malformed TOML, an unknown key, or a value of the wrong type, in the file.
+    #[error("{file}:{line}:{column}: {message}")]
+    Toml {
+        file: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A `LIMITMESH__` variable that names no setting or holds a bad value.
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+    /// A value out of range, or settings that contradict each other. `origin` is where the
+    /// value came from.
+    #[error("{origin}: {field}: {message}")]
+    Invalid {
+        field: &'static str,
+        origin: Origin,
+        message: String,
+    },
+    #[error("{file}:{line}: {message}")]
+    KeyFile {
+        file: String,
+        line: usize,
+        message: String,
+    },
+}
+
+impl Config {
+    /// The embedded demo configuration (one node on 127.0.0.1).
+    pub fn demo() -> Result<Self, ConfigError> {
+        load::parse(
+            "<embedded demo config>",
+            DEMO_CONFIG_TOML,
+            std::iter::empty(),
+        )
+    }
+
+    /// Reads the TOML file at `path` (none: the embedded demo configuration), applies the
+    /// process's `LIMITMESH__` environment variables, and validates the result.
+    pub fn load(path: Option<&std::path::Path>) -> Result<Self, ConfigError> {
+        Self::load_with_env(path, std::env::vars_os())
+    }
+
+    /// [`Config::load`] with the given environment instead of the process's.
+    pub fn load_with_env(
+        path: Option<&std::path::Path>,
+        env: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Result<Self, ConfigError> {
+        match path {
+            None => load::parse("<embedded demo config>", DEMO_CONFIG_TOML, env),
+            Some(path) => {
+                let file = path.display().to_string();
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    file: file.clone(),
+                    source,
+                })?;
+                load::parse(&file, &text, env)
+            }
+        }
+    }
+
+    /// Parses TOML text (`file` names it in errors), applies `env` and validates.
+    pub fn from_toml(
+        file: &str,
+        text: &str,
+        env: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Result<Self, ConfigError> {
+        load::parse(file, text, env)
+    }
+
+    /// Checks ranges and cross-field rules. Values are attributed to [`Origin::Default`];
+    /// [`Config::load`] validates with the real origins.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate::validate(self, &load::Provenance::default())
+    }
+
+    /// The core limiter's configuration.
+    pub fn limiter_config(&self) -> LimiterConfig {
+        let l = &self.limiter;
+        LimiterConfig {
+            max_keys: l.max_keys,
+            policy: Policy::DemandShare(match l.partition_policy {
+                PartitionPolicyName::Strict => PartitionPolicy::Strict,
+                PartitionPolicyName::Available => PartitionPolicy::Available,
+            }),
+            arbitration: match l.arbitration {
+                ArbitrationName::VectorDominance => Arbitration::VectorDominance,
+                ArbitrationName::MaxTimestamp => Arbitration::MaxTimestamp,
+            },
+            onset_ms: l.onset_ms,
+            expected_hold_ms: l.expected_hold_ms,
+            max_clock_drift_ms: l.max_clock_drift_ms,
+            ..LimiterConfig::default()
+        }
+    }
+
+    /// Where the rules come from: `rules.path`, or the embedded demo rules.
+    pub fn rules_source(&self) -> RulesSource {
+        if self.rules.path.is_empty() {
+            RulesSource::Embedded {
+                name: DEMO_RULES_NAME,
+                text: DEMO_RULES_YAML,
+            }
+        } else {
+            RulesSource::Path(PathBuf::from(&self.rules.path))
+        }
+    }
+
+    pub fn rules_load_options(&self) -> LoadOptions {
+        LoadOptions {
+            default_buckets: self.limiter.default_buckets,
+        }
+    }
+
+    /// The address peers reach this node at.
+    pub fn advertise_addr(&self) -> Result<SocketAddr, ConfigError> {
+        validate::advertise_addr(self, &load::Provenance::default())
+    }
+
+    /// The keyring, primary key first: `cluster.keys`, or the lines of `cluster.key_file`.
+    /// Empty when neither is set.
+    pub fn cluster_keys(&self) -> Result<Vec<[u8; CLUSTER_KEY_BYTES]>, ConfigError> {
+        validate::cluster_keys(self, &load::Provenance::default())
+    }
+}

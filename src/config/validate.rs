@@ -1,0 +1,280 @@
+//! Ranges and cross-field rules of the node configuration.
+
+use std::net::SocketAddr;
+
+use super::load::Provenance;
+use super::{CLUSTER_KEY_BYTES, Config, ConfigError, base64};
+use crate::window::{EstimateMode, MAX_BUCKETS, WindowSpec};
+
+/// Most bytes in a cluster id (it travels in every datagram header).
+const MAX_CLUSTER_ID_BYTES: usize = 64;
+/// Datagram size bounds: the IPv4 minimum reassembly size, and the largest UDP payload.
+const MIN_PACKET_SIZE: u32 = 576;
+const MAX_PACKET_SIZE: u32 = 65_507;
+
+fn invalid(
+    field: &'static str,
+    provenance: &Provenance,
+    message: impl Into<String>,
+) -> ConfigError {
+    invalid_because_of(field, field, provenance, message)
+}
+
+/// An error about `field` caused by the value of `cause` (whose origin is reported).
+fn invalid_because_of(
+    field: &'static str,
+    cause: &str,
+    provenance: &Provenance,
+    message: impl Into<String>,
+) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        origin: provenance.origin(cause),
+        message: message.into(),
+    }
+}
+
+fn at_least(
+    field: &'static str,
+    value: u64,
+    min: u64,
+    provenance: &Provenance,
+) -> Result<(), ConfigError> {
+    if value < min {
+        return Err(invalid(
+            field,
+            provenance,
+            format!("{value} is below the minimum of {min}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Accepts `host:port` with a non-zero port, the host an IP address or a DNS name.
+fn check_host_port(text: &str) -> Result<(), String> {
+    if text.parse::<SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!("`{text}` is not host:port"));
+    };
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(format!("`{text}` has no valid port")),
+    }
+    let name_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if name_ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{text}`: `{host}` is neither an IP address nor a host name"
+        ))
+    }
+}
+
+pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigError> {
+    if config.node.name.trim().is_empty() {
+        return Err(invalid("node.name", p, "must not be empty"));
+    }
+
+    let grpc = &config.grpc;
+    at_least("grpc.request_timeout_ms", grpc.request_timeout_ms, 1, p)?;
+    at_least(
+        "grpc.max_concurrent_streams",
+        u64::from(grpc.max_concurrent_streams),
+        1,
+        p,
+    )?;
+    if grpc.listen == config.http.listen && grpc.listen.port() != 0 {
+        return Err(invalid(
+            "http.listen",
+            p,
+            format!("{} is also grpc.listen", config.http.listen),
+        ));
+    }
+
+    let cluster = &config.cluster;
+    for seed in &cluster.seeds {
+        check_host_port(seed).map_err(|m| invalid("cluster.seeds", p, m))?;
+    }
+    if !cluster.seed_dns.is_empty() {
+        check_host_port(&cluster.seed_dns).map_err(|m| invalid("cluster.seed_dns", p, m))?;
+    }
+    advertise_addr(config, p)?;
+    at_least("cluster.dns_refresh_ms", cluster.dns_refresh_ms, 100, p)?;
+    if cluster.cluster_id.is_empty() || cluster.cluster_id.len() > MAX_CLUSTER_ID_BYTES {
+        return Err(invalid(
+            "cluster.cluster_id",
+            p,
+            format!("must be 1 to {MAX_CLUSTER_ID_BYTES} bytes"),
+        ));
+    }
+    if !cluster.keys.is_empty() && !cluster.key_file.is_empty() {
+        return Err(invalid(
+            "cluster.key_file",
+            p,
+            "set cluster.keys or cluster.key_file, not both",
+        ));
+    }
+    for (i, key) in cluster.keys.iter().enumerate() {
+        decode_key(key).map_err(|m| invalid("cluster.keys", p, format!("key {}: {m}", i + 1)))?;
+    }
+    if cluster.has_peers()
+        && cluster.keys.is_empty()
+        && cluster.key_file.is_empty()
+        && !cluster.insecure
+    {
+        let cause = if cluster.seeds.is_empty() {
+            "cluster.seed_dns"
+        } else {
+            "cluster.seeds"
+        };
+        return Err(invalid_because_of(
+            "cluster.keys",
+            cause,
+            p,
+            "a node with seeds or seed_dns needs a cluster key (cluster.keys or cluster.key_file), \
+             or cluster.insecure = true to gossip unauthenticated",
+        ));
+    }
+    at_least(
+        "cluster.gossip_interval_ms",
+        cluster.gossip_interval_ms,
+        10,
+        p,
+    )?;
+    if cluster.anti_entropy_interval_ms < cluster.gossip_interval_ms {
+        return Err(invalid(
+            "cluster.anti_entropy_interval_ms",
+            p,
+            "must be at least cluster.gossip_interval_ms",
+        ));
+    }
+    if !(MIN_PACKET_SIZE..=MAX_PACKET_SIZE).contains(&cluster.max_packet_size) {
+        return Err(invalid(
+            "cluster.max_packet_size",
+            p,
+            format!("must be {MIN_PACKET_SIZE} to {MAX_PACKET_SIZE}"),
+        ));
+    }
+
+    let limiter = &config.limiter;
+    at_least("limiter.max_keys", limiter.max_keys as u64, 1, p)?;
+    at_least(
+        "limiter.max_clock_drift_ms",
+        limiter.max_clock_drift_ms,
+        1,
+        p,
+    )?;
+    // Every unit is a whole number of seconds, so a count that divides a second divides all.
+    WindowSpec::new(1_000, limiter.default_buckets, EstimateMode::Interpolated).map_err(|e| {
+        invalid(
+            "limiter.default_buckets",
+            p,
+            format!("must be 1 to {MAX_BUCKETS} and divide 1000: {e}"),
+        )
+    })?;
+
+    at_least(
+        "rules.reload_interval_ms",
+        config.rules.reload_interval_ms,
+        10,
+        p,
+    )?;
+
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&config.log.filter) {
+        return Err(invalid("log.filter", p, e.to_string()));
+    }
+    Ok(())
+}
+
+fn decode_key(text: &str) -> Result<[u8; CLUSTER_KEY_BYTES], String> {
+    let bytes = base64::decode(text).map_err(|e| format!("not base64: {e}"))?;
+    <[u8; CLUSTER_KEY_BYTES]>::try_from(bytes.as_slice()).map_err(|_| {
+        format!(
+            "decodes to {} bytes; a key is {CLUSTER_KEY_BYTES}",
+            bytes.len()
+        )
+    })
+}
+
+pub(crate) fn advertise_addr(config: &Config, p: &Provenance) -> Result<SocketAddr, ConfigError> {
+    let cluster = &config.cluster;
+    // The field whose value is the address (for the error's origin).
+    let (addr, field) = if cluster.advertise.is_empty() {
+        (cluster.bind, "cluster.bind")
+    } else {
+        let addr = cluster.advertise.parse::<SocketAddr>().map_err(|_| {
+            invalid(
+                "cluster.advertise",
+                p,
+                format!("`{}` is not ip:port", cluster.advertise),
+            )
+        })?;
+        (addr, "cluster.advertise")
+    };
+    if cluster.has_peers() && (addr.ip().is_unspecified() || addr.port() == 0) {
+        return Err(invalid_because_of(
+            "cluster.advertise",
+            field,
+            p,
+            format!(
+                "peers must be able to reach {addr}: set cluster.advertise to this node's IP \
+                 address and a fixed port"
+            ),
+        ));
+    }
+    Ok(addr)
+}
+
+pub(crate) fn cluster_keys(
+    config: &Config,
+    p: &Provenance,
+) -> Result<Vec<[u8; CLUSTER_KEY_BYTES]>, ConfigError> {
+    let cluster = &config.cluster;
+    if cluster.key_file.is_empty() {
+        return cluster
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                decode_key(k).map_err(|m| invalid("cluster.keys", p, format!("key {}: {m}", i + 1)))
+            })
+            .collect();
+    }
+    let file = cluster.key_file.clone();
+    let text = std::fs::read_to_string(&file).map_err(|source| ConfigError::Read {
+        file: file.clone(),
+        source,
+    })?;
+    let mut keys = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_text = line.trim();
+        if line_text.is_empty() || line_text.starts_with('#') {
+            continue;
+        }
+        keys.push(
+            decode_key(line_text).map_err(|message| ConfigError::KeyFile {
+                file: file.clone(),
+                line: i + 1,
+                message,
+            })?,
+        );
+    }
+    if keys.is_empty() {
+        return Err(ConfigError::KeyFile {
+            file,
+            line: 1,
+            message: "no keys".to_owned(),
+        });
+    }
+    Ok(keys)
+}

@@ -1,0 +1,235 @@
+//! Prometheus metrics of a node: one registry, and typed handles to every family in it.
+//!
+//! All families are created and registered in [`Metrics::new`]; parts of the node increment
+//! them through the public fields or the helpers below. To add families, add a field and
+//! register it in `new` (the registry is public for families registered elsewhere before the
+//! node starts serving). [`Metrics::encode`] renders the Prometheus text format.
+//!
+//! Label values never come straight from requests: a domain is a label only if the rules
+//! define it (others are counted under [`UNCONFIGURED_DOMAIN`]), so a client cannot grow the
+//! number of series.
+
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// The `domain` label of requests whose domain the rules do not define.
+pub const UNCONFIGURED_DOMAIN: &str = "_unconfigured";
+
+/// How one descriptor (or key) of a request was decided.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum DecisionResult {
+    /// A limit applied and had room.
+    Allowed,
+    /// A limit applied and refused.
+    OverLimit,
+    /// No limit applied: no rule matched, the rule is unlimited, or it was replaced.
+    Unlimited,
+    /// A shadow-mode rule was over its limit; the request was not refused for it.
+    ShadowOverLimit,
+    /// The request was malformed (counted once per request, not per descriptor).
+    Invalid,
+    /// The key table was full of busy keys; the request was refused with RESOURCE_EXHAUSTED
+    /// (counted once per request).
+    Refused,
+}
+
+impl DecisionResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionResult::Allowed => "allowed",
+            DecisionResult::OverLimit => "over_limit",
+            DecisionResult::Unlimited => "unlimited",
+            DecisionResult::ShadowOverLimit => "shadow_over_limit",
+            DecisionResult::Invalid => "invalid",
+            DecisionResult::Refused => "refused",
+        }
+    }
+}
+
+impl EncodeLabelValue for DecisionResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub domain: String,
+    pub result: DecisionResult,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DomainLabels {
+    pub domain: String,
+}
+
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    Success,
+    Failure,
+}
+
+impl EncodeLabelValue for ReloadOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        encoder.write_str(match self {
+            ReloadOutcome::Success => "success",
+            ReloadOutcome::Failure => "failure",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    pub outcome: ReloadOutcome,
+}
+
+/// The node's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    pub registry: Registry,
+    /// `limitmesh_decisions_total{domain, result}`: per descriptor (or key) decided.
+    pub decisions: Family<DecisionLabels, Counter>,
+    /// `limitmesh_unmatched_descriptors_total{domain}`: descriptors no rule applied to (also
+    /// counted as `unlimited` decisions); a high rate often means a descriptor the rules do
+    /// not expect.
+    pub unmatched_descriptors: Family<DomainLabels, Counter>,
+    /// `limitmesh_rules_reloads_total{outcome}`.
+    pub rules_reloads: Family<ReloadLabels, Counter>,
+    /// `limitmesh_rules_loaded`: rules (with a `rate_limit`) in force.
+    pub rules_loaded: Gauge,
+    /// `limitmesh_rules_domains`: domains in force.
+    pub rules_domains: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("limitmesh");
+        let decisions = Family::<DecisionLabels, Counter>::default();
+        registry.register(
+            "decisions",
+            "Descriptors (or keys) decided, by domain and result",
+            decisions.clone(),
+        );
+        let unmatched_descriptors = Family::<DomainLabels, Counter>::default();
+        registry.register(
+            "unmatched_descriptors",
+            "Descriptors no rule applied to (reported as unlimited)",
+            unmatched_descriptors.clone(),
+        );
+        let rules_reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "rules_reloads",
+            "Rules reloads by outcome; a failure keeps the previous rules",
+            rules_reloads.clone(),
+        );
+        let rules_loaded = Gauge::default();
+        registry.register(
+            "rules_loaded",
+            "Rules with a rate_limit in force",
+            rules_loaded.clone(),
+        );
+        let rules_domains = Gauge::default();
+        registry.register("rules_domains", "Domains in force", rules_domains.clone());
+        Self {
+            registry,
+            decisions,
+            unmatched_descriptors,
+            rules_reloads,
+            rules_loaded,
+            rules_domains,
+        }
+    }
+
+    /// Counts `n` decisions of `result` in `domain` (already mapped to a label value).
+    pub fn record_decisions(&self, domain: &str, result: DecisionResult, n: u64) {
+        if n > 0 {
+            self.decisions
+                .get_or_create(&DecisionLabels {
+                    domain: domain.to_owned(),
+                    result,
+                })
+                .inc_by(n);
+        }
+    }
+
+    pub fn record_unmatched(&self, domain: &str, n: u64) {
+        if n > 0 {
+            self.unmatched_descriptors
+                .get_or_create(&DomainLabels {
+                    domain: domain.to_owned(),
+                })
+                .inc_by(n);
+        }
+    }
+
+    pub fn record_rules_reload(&self, success: bool) {
+        let outcome = if success {
+            ReloadOutcome::Success
+        } else {
+            ReloadOutcome::Failure
+        };
+        self.rules_reloads
+            .get_or_create(&ReloadLabels { outcome })
+            .inc();
+    }
+
+    pub fn set_rules_loaded(&self, domains: usize, rules: usize) {
+        self.rules_domains
+            .set(i64::try_from(domains).unwrap_or(i64::MAX));
+        self.rules_loaded
+            .set(i64::try_from(rules).unwrap_or(i64::MAX));
+    }
+
+    /// The Prometheus text exposition of every family.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_counters_with_labels_and_gauges() {
+        let m = Metrics::new();
+        m.record_decisions("api", DecisionResult::OverLimit, 3);
+        m.record_decisions("api", DecisionResult::Allowed, 0);
+        m.record_unmatched(UNCONFIGURED_DOMAIN, 2);
+        m.record_rules_reload(true);
+        m.record_rules_reload(false);
+        m.record_rules_reload(false);
+        m.set_rules_loaded(2, 7);
+        let text = m.encode();
+        assert!(
+            text.contains(r#"limitmesh_decisions_total{domain="api",result="over_limit"} 3"#),
+            "{text}"
+        );
+        assert!(
+            !text.contains(r#"result="allowed""#),
+            "zero adds create no series"
+        );
+        assert!(
+            text.contains(r#"limitmesh_unmatched_descriptors_total{domain="_unconfigured"} 2"#)
+        );
+        assert!(text.contains(r#"limitmesh_rules_reloads_total{outcome="success"} 1"#));
+        assert!(text.contains(r#"limitmesh_rules_reloads_total{outcome="failure"} 2"#));
+        assert!(text.contains("limitmesh_rules_loaded 7"));
+        assert!(text.contains("limitmesh_rules_domains 2"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+}

@@ -1,0 +1,18 @@
+//! Generated protobuf messages, tonic servers and clients (see `build.rs`).
+//!
+//! Modules follow the proto packages: [`limitmesh::v1`] is limitmesh's own API;
+//! `envoy::service::ratelimit::v3` and the packages it imports are a wire-compatible subset of
+//! Envoy's rate limit service. Only `rpc` converts between these and domain types.
+
+#![allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    missing_debug_implementations
+)]
+
+include!(concat!(env!("OUT_DIR"), "/limitmesh_protos.rs"));
+
+/// The encoded `FileDescriptorSet` of every proto above and its imports, for server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/limitmesh_descriptor.bin"));
