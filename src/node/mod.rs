@@ -17,6 +17,7 @@
 //!   live state within a round trip. Every `anti_entropy_interval` it pushes its registers to one
 //!   member in turn, repairing what losses left behind.
 
+mod collector;
 mod stats;
 mod view;
 
@@ -31,6 +32,7 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
+pub use collector::ClusterCollector;
 pub use stats::{WireSnapshot, WireStats};
 pub use view::{ClusterView, MemberInfo, MemberState};
 
