@@ -13,11 +13,13 @@
 //! - [`rules`]: rules files in envoyproxy/ratelimit's YAML format, matching, hot reload.
 //! - [`config`]: the node configuration (TOML and environment overrides).
 //! - [`metrics`]: Prometheus metrics.
+//! - [`admin`]: the admin HTTP endpoint: metrics, health, readiness, members, JSON checks.
 //! - [`proto`]: generated gRPC code (limitmesh.v1 and Envoy's RLS v3).
 //!
 //! The core (`window`, `crdt`, `limiter`) is sans-IO: it is handed `now_ms` and messages and
 //! never reads a clock, a socket or a random number generator.
 
+pub mod admin;
 pub mod clock;
 pub mod config;
 pub mod crdt;

@@ -1,0 +1,184 @@
+//! The admin HTTP endpoint (default 127.0.0.1:8080): Prometheus metrics, health, readiness, the
+//! member list, and a JSON check compatible with envoyproxy/ratelimit's `/json`.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Serialize;
+
+use crate::metrics::Metrics;
+use crate::node::ClusterView;
+
+/// Answers `POST /json`: the body of an envoyproxy/ratelimit JSON request, and whether the
+/// request is over its limit with the JSON response. Provided by the gRPC layer, which owns the
+/// Envoy semantics.
+pub trait JsonCheck: Send + Sync + 'static {
+    fn check_json(&self, body: &[u8]) -> Result<(bool, serde_json::Value), String>;
+}
+
+#[derive(Clone)]
+pub struct AdminState {
+    pub metrics: Arc<Metrics>,
+    pub view: Arc<ClusterView>,
+    /// Set once the node serves; cleared when it starts shutting down.
+    pub ready: Arc<AtomicBool>,
+    pub json: Option<Arc<dyn JsonCheck>>,
+}
+
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminState")
+            .field("ready", &self.ready.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct MemberJson {
+    id: String,
+    address: SocketAddr,
+    state: &'static str,
+    is_self: bool,
+    boot_ms: u64,
+    clock_offset_ms: Option<i64>,
+}
+
+async fn metrics(State(s): State<AdminState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(s): State<AdminState>) -> Response {
+    if s.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+async fn members(State(s): State<AdminState>) -> axum::Json<Vec<MemberJson>> {
+    let members = s
+        .view
+        .members()
+        .iter()
+        .map(|m| MemberJson {
+            id: m.id.to_string(),
+            address: m.addr,
+            state: m.state.as_str(),
+            is_self: m.is_self,
+            boot_ms: m.boot_ms,
+            clock_offset_ms: m.clock_offset_ms,
+        })
+        .collect();
+    axum::Json(members)
+}
+
+async fn json_check(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
+    let Some(check) = &s.json else {
+        return (StatusCode::NOT_FOUND, "no rate limit service\n").into_response();
+    };
+    match check.check_json(&body) {
+        Ok((over, response)) => {
+            let status = if over {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            (status, axum::Json(response)).into_response()
+        }
+        Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
+    }
+}
+
+/// The admin routes.
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/members", get(members))
+        .route("/json", post(json_check))
+        .with_state(state)
+}
+
+/// Serves the admin routes on `listener` until `shutdown`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    fn state() -> AdminState {
+        AdminState {
+            metrics: Arc::new(Metrics::new()),
+            view: Arc::new(ClusterView::default()),
+            ready: Arc::new(AtomicBool::new(false)),
+            json: None,
+        }
+    }
+
+    async fn get(router: Router, path: &str) -> (StatusCode, String) {
+        let resp = router
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    #[tokio::test]
+    async fn health_readiness_members_and_metrics() {
+        let s = state();
+        assert_eq!(get(router(s.clone()), "/healthz").await.0, StatusCode::OK);
+        assert_eq!(
+            get(router(s.clone()), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        s.ready.store(true, Ordering::Relaxed);
+        assert_eq!(get(router(s.clone()), "/readyz").await.0, StatusCode::OK);
+        let (status, body) = get(router(s.clone()), "/v1/members").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body, "[]");
+        s.metrics
+            .record_decisions("demo", crate::metrics::DecisionResult::Allowed, 3);
+        let (_, text) = get(router(s.clone()), "/metrics").await;
+        assert!(text.contains("limitmesh_decisions_total"), "{text}");
+        let resp = router(s)
+            .oneshot(Request::post("/json").body(Body::from("{}")).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    }
+}
