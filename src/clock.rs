@@ -16,6 +16,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use thiserror::Error;
 
+/// Monotonic time for timers, intervals and elapsed-time measurements: `tokio::time`, which a
+/// simulation drives and `tokio::time::pause` freezes. Every read of a monotonic clock goes
+/// through here, as every read of the wall clock goes through [`Clock`].
+pub fn monotonic_now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
+}
+
 /// A source of wall-clock time in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + 'static {
     fn now_ms(&self) -> u64;

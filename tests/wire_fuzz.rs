@@ -185,7 +185,7 @@ async fn hostile_membership_packets_never_panic() {
         1_340,
         2,
     );
-    let now = tokio::time::Instant::now();
+    let now = limitmesh::clock::monotonic_now();
     peer.announce("10.0.0.1:7946".parse().unwrap(), now);
     let announce = peer.take_outbox().remove(0).1.to_vec();
     let mut errors = 0usize;

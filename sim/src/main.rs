@@ -2,8 +2,6 @@
 //! admission policy and with the naive baseline, and prints the measures side by side. The
 //! output depends only on the arguments (wall-clock speed goes to stderr).
 
-use std::time::Instant;
-
 use anyhow::{Context, bail};
 use clap::Parser;
 use limitmesh::limiter::{PartitionPolicy, Policy};
@@ -66,7 +64,7 @@ fn main() -> anyhow::Result<()> {
         ] {
             let mut cfg = base.clone();
             cfg.policy = policy;
-            let started = Instant::now();
+            let started = limitmesh::clock::monotonic_now();
             let outcome = run(&cfg)
                 .map_err(|e| anyhow::anyhow!("{e}"))
                 .with_context(|| format!("scenario {name} ({label})"))?;

@@ -281,7 +281,7 @@ mod tests {
     async fn three_nodes_form_and_see_a_leave() {
         let mut nodes = vec![node(1), node(2), node(3)];
         let seed = nodes[0].identity().addr;
-        let now = Instant::now();
+        let now = crate::clock::monotonic_now();
         for n in &mut nodes[1..] {
             assert_eq!(n.announce_to_absent(&[seed], now), 1);
         }

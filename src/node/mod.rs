@@ -213,14 +213,14 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 }
                 _ = async { tokio::time::sleep_until(next_timer.unwrap_or_else(Instant::now)).await },
                     if next_timer.is_some() => {
-                    self.membership.fire_due(Instant::now());
+                    self.membership.fire_due(crate::clock::monotonic_now());
                 }
                 _ = round.tick() => self.summary_round(),
                 _ = anti_entropy.tick() => self.periodic_anti_entropy(),
                 _ = rejoin.tick() => {
                     let seeds = self.seeds();
                     self.membership
-                        .announce_to_absent(&seeds, Instant::now());
+                        .announce_to_absent(&seeds, crate::clock::monotonic_now());
                 }
                 _ = gc.tick() => {
                     self.limiter.gc(self.clock.now_ms(), self.params.gc_budget);
@@ -232,7 +232,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             }
             self.flush().await;
         }
-        self.membership.leave(Instant::now());
+        self.membership.leave(crate::clock::monotonic_now());
         self.flush().await;
         tracing::info!(id = %self.params.node_id, "left the cluster");
     }
@@ -258,7 +258,8 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             header.kind,
             opened.body.len() + crate::gossip::wire::OVERHEAD,
         );
-        self.last_heard.insert(header.sender, Instant::now());
+        self.last_heard
+            .insert(header.sender, crate::clock::monotonic_now());
         let offset = self.offsets.observe(header.sender, header.sent_ms, now_ms);
         if offset.unsigned_abs() > self.params.offset_warn_ms {
             self.view
@@ -271,7 +272,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             Kind::Membership => {
                 if self
                     .membership
-                    .handle_data(opened.body, Instant::now())
+                    .handle_data(opened.body, crate::clock::monotonic_now())
                     .is_err()
                 {
                     self.view
@@ -314,7 +315,8 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             for event in &events {
                 tracing::debug!(?event, "membership");
                 if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
-                    self.joined_at.insert(id.node.as_u128(), Instant::now());
+                    self.joined_at
+                        .insert(id.node.as_u128(), crate::clock::monotonic_now());
                     self.queue_bootstrap(id.addr);
                 }
             }
@@ -374,7 +376,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
     /// The limiter's view: members heard from within the silence threshold, and present for
     /// the join grace, are live; the others are silent.
     fn update_live(&mut self, now_ms: u64) {
-        let now = Instant::now();
+        let now = crate::clock::monotonic_now();
         let (threshold, grace) = (self.params.silence_threshold, self.params.join_grace);
         let members = self.membership.members();
         let silent: Vec<OriginId> = members
