@@ -15,5 +15,6 @@ pub mod crdt;
 pub mod limiter;
 pub mod metrics;
 pub mod proto;
+pub mod rpc;
 pub mod rules;
 pub mod window;
