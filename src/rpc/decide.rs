@@ -335,6 +335,15 @@ pub(crate) fn plan<'r, 'q>(
     Ok(planned)
 }
 
+/// A peek is a dry run of one unit, and a dry run that fits reports what would remain after
+/// it; a check of 0 reports the room there is.
+fn peek_status(mut status: LimitStatus) -> LimitStatus {
+    if status.allowed {
+        status.remaining = status.remaining.saturating_add(1);
+    }
+    status
+}
+
 /// Runs a plan against the limiter at `now_ms` (see the module docs for the grouping).
 pub(crate) fn execute<'r, 'q>(
     limiter: &Limiter,
@@ -379,7 +388,7 @@ pub(crate) fn execute<'r, 'q>(
         )?;
         allowed &= decision.allowed;
         for (&i, status) in peeks.iter().zip(decision.limits) {
-            statuses[i] = Some(status);
+            statuses[i] = Some(peek_status(status));
         }
     }
     for &i in &shadows {
@@ -392,7 +401,10 @@ pub(crate) fn execute<'r, 'q>(
             },
             now_ms,
         )?;
-        statuses[i] = decision.limits.first().copied();
+        statuses[i] = decision
+            .limits
+            .first()
+            .map(|s| if peek { peek_status(*s) } else { *s });
     }
     if !consuming.is_empty() {
         let items = group(&consuming);
