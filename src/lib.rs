@@ -30,6 +30,7 @@ pub mod membership;
 pub mod metrics;
 pub mod node;
 pub mod proto;
+pub mod rpc;
 pub mod rules;
 pub mod transport;
 pub mod window;

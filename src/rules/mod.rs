@@ -19,7 +19,7 @@
 //! anywhere in it); `rate_limit` with `unit` (second to year), `requests_per_unit`,
 //! `unlimited`, `name`, `replaces`; `shadow_mode`; `share_threshold`. `detailed_metric`,
 //! `value_to_metric` and `metadata` are accepted and ignored; `quota_mode: true` is refused.
-//! Matching is described in [`tree`](self::Match); replacing happens per request, in `rpc`.
+//! Matching is described on [`RuleSet::lookup`]; `replaces` acts per request, in `rpc`.
 //!
 //! A [`RuleSet`] is immutable; [`RulesHandle`] swaps in a new one on reload and keeps the old
 //! one if the new files are invalid.
@@ -139,7 +139,11 @@ impl RuleSet {
         Ok(())
     }
 
-    /// The rule that applies to a descriptor (its entries, in order) in `domain`.
+    /// The rule that applies to a descriptor (its entries, in order) in `domain`, as
+    /// envoyproxy/ratelimit matches: one tree level per entry; at each level the rule with the
+    /// entry's key and value, else the first (in file order) with its key and a wildcard value
+    /// that matches, else the one with its key and no value; and the rule reached by the
+    /// **last** entry applies if it has a `rate_limit` (a shorter rule above does not).
     pub fn lookup<'r>(&'r self, domain: &str, entries: &[DescriptorEntry<'_>]) -> Lookup<'r> {
         match self.domains.get(domain) {
             None => Lookup::UnknownDomain,

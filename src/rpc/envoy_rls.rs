@@ -1,0 +1,38 @@
+//! Envoy's rate limit service, `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`,
+//! with the semantics of envoyproxy/ratelimit: a descriptor no rule matches is OK and reported
+//! without a limit; a shadow rule counts and is always OK; the request is OVER_LIMIT if any
+//! other descriptor is. Unlike envoyproxy/ratelimit, the non-shadow descriptors of a request
+//! are consumed all together or not at all.
+
+use tonic::{Request, Response, Status};
+
+use super::{RpcContext, convert};
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+
+/// The `envoy.service.ratelimit.v3.RateLimitService` service.
+#[derive(Debug, Clone)]
+pub struct RateLimitServiceImpl {
+    ctx: RpcContext,
+}
+
+impl RateLimitServiceImpl {
+    pub fn new(ctx: RpcContext) -> Self {
+        Self { ctx }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RateLimitServiceImpl {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let req = request.into_inner();
+        let rules = self.ctx.rules.current();
+        let query =
+            convert::envoy_request(&req).map_err(|e| self.ctx.invalid(&rules, &req.domain, e))?;
+        let outcome = self.ctx.decide(&rules, &query)?;
+        Ok(Response::new(convert::envoy_response(&outcome)))
+    }
+}

@@ -1,0 +1,205 @@
+//! The gRPC services of a node: limitmesh's own API (`limitmesh.v1.RateLimiter`), Envoy's rate
+//! limit service (`envoy.service.ratelimit.v3.RateLimitService`), health (`grpc.health.v1`)
+//! and server reflection, on any stream of incoming connections.
+//!
+//! Both APIs decide the same way (`decide.rs`): the request is checked and resolved against
+//! the rules with nothing consumed, then the limiter is asked. Conversions
+//! between protobuf and domain types live in `convert.rs` only. Time is read from the
+//! context's clock, once per request.
+
+mod convert;
+mod decide;
+mod envoy_rls;
+mod health;
+mod invalid;
+mod members;
+mod own_api;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_stream::Stream;
+use tonic::Status;
+use tonic::transport::server::Connected;
+
+pub use self::decide::MAX_DESCRIPTORS;
+pub use self::envoy_rls::RateLimitServiceImpl;
+pub use self::health::HealthHandle;
+pub use self::invalid::InvalidRequest;
+pub use self::members::{MemberInfo, MemberState, MembersSource, SingleNode};
+pub use self::own_api::{MAX_BATCH_CHECKS, RateLimiterService};
+use crate::clock::Clock;
+use crate::limiter::{CheckError, Limiter};
+use crate::metrics::{DecisionResult, Metrics};
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use crate::proto::limitmesh::v1::rate_limiter_server::RateLimiterServer;
+use crate::rules::{RuleSet, RulesHandle};
+
+/// Everything the services read. Cheap to clone.
+#[derive(Clone)]
+pub struct RpcContext {
+    pub limiter: Arc<Limiter>,
+    pub rules: Arc<RulesHandle>,
+    pub clock: Arc<dyn Clock>,
+    pub members: Arc<dyn MembersSource>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for RpcContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RpcContext")
+            .field("limiter", &self.limiter)
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RpcContext {
+    /// Plans and executes `req`, counting the outcome (or the refusal) in metrics.
+    pub(crate) fn decide<'r, 'q>(
+        &self,
+        rules: &'r RuleSet,
+        req: &decide::Request<'q>,
+    ) -> Result<decide::Outcome<'r, 'q>, Status> {
+        let planned = decide::plan(rules, req).map_err(|e| self.invalid(rules, req.domain, e))?;
+        let now_ms = self.clock.now_ms();
+        let outcome = decide::execute(&self.limiter, planned, req.dry_run, now_ms)
+            .map_err(|e| self.refused(rules, req.domain, e))?;
+        decide::record(
+            &self.metrics,
+            decide::domain_label(rules, req.domain),
+            &outcome,
+        );
+        Ok(outcome)
+    }
+
+    /// Counts an invalid request and turns it into INVALID_ARGUMENT.
+    pub(crate) fn invalid(&self, rules: &RuleSet, domain: &str, e: InvalidRequest) -> Status {
+        self.metrics.record_decisions(
+            decide::domain_label(rules, domain),
+            DecisionResult::Invalid,
+            1,
+        );
+        e.into()
+    }
+
+    /// Counts a request the limiter refused to evaluate and turns it into a status: a full key
+    /// table is RESOURCE_EXHAUSTED (retrying later can succeed); anything else the core finds
+    /// wrong with a request is INVALID_ARGUMENT.
+    pub(crate) fn refused(&self, rules: &RuleSet, domain: &str, e: CheckError) -> Status {
+        let label = decide::domain_label(rules, domain);
+        match e {
+            CheckError::KeyTableFull { .. } => {
+                self.metrics
+                    .record_decisions(label, DecisionResult::Refused, 1);
+                Status::resource_exhausted(e.to_string())
+            }
+            other => {
+                self.metrics
+                    .record_decisions(label, DecisionResult::Invalid, 1);
+                Status::invalid_argument(other.to_string())
+            }
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum RpcError {
+    #[error("cannot build the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Server settings beyond the context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// A request still running after this long is answered with an error.
+    pub request_timeout: Duration,
+    /// HTTP/2 streams per connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        let grpc = crate::config::GrpcConfig::default();
+        Self::from_config(&grpc)
+    }
+}
+
+impl ServeOptions {
+    pub fn from_config(grpc: &crate::config::GrpcConfig) -> Self {
+        Self {
+            request_timeout: Duration::from_millis(grpc.request_timeout_ms),
+            max_concurrent_streams: grpc.max_concurrent_streams,
+        }
+    }
+}
+
+/// Serves every gRPC service on the connections of `incoming` (a `TcpListenerStream` in
+/// production, simulated connections in tests) until `shutdown` completes, then stops
+/// accepting and finishes the requests in flight. Health reports SERVING for both rate limit
+/// services once serving starts, and NOT_SERVING from the moment `shutdown` completes; call
+/// [`HealthHandle::set_not_serving`] earlier to drain before shutting down.
+pub async fn serve<I, IO, IE>(
+    incoming: I,
+    ctx: RpcContext,
+    request_timeout: Duration,
+    health: HealthHandle,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RpcError>
+where
+    I: Stream<Item = Result<IO, IE>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let options = ServeOptions {
+        request_timeout,
+        ..ServeOptions::default()
+    };
+    serve_with_options(incoming, ctx, options, health, shutdown).await
+}
+
+/// [`serve`] with every server setting.
+pub async fn serve_with_options<I, IO, IE>(
+    incoming: I,
+    ctx: RpcContext,
+    options: ServeOptions,
+    health: HealthHandle,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RpcError>
+where
+    I: Stream<Item = Result<IO, IE>>,
+    IO: AsyncRead + AsyncWrite + Connected + Unpin + Send + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    // Older grpcurl releases ask the v1alpha service.
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
+    health.set_serving().await;
+    let draining = health.clone();
+    let shutdown = async move {
+        shutdown.await;
+        draining.set_not_serving().await;
+    };
+    tonic::transport::Server::builder()
+        .timeout(options.request_timeout)
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .add_service(health.service())
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(RateLimiterServer::new(RateLimiterService::new(ctx.clone())))
+        .add_service(RateLimitServiceServer::new(RateLimitServiceImpl::new(ctx)))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await?;
+    Ok(())
+}

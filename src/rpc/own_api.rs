@@ -1,0 +1,130 @@
+//! limitmesh's own API: `Check`, `CheckBatch`, `Inspect`, `Members`.
+
+use tonic::{Request, Response, Status};
+
+use super::invalid::InvalidRequest;
+use super::{RpcContext, convert, decide};
+use crate::proto::limitmesh::v1::rate_limiter_server::RateLimiter;
+use crate::proto::limitmesh::v1::{
+    CheckBatchRequest, CheckBatchResponse, CheckRequest, CheckResponse, InspectRequest,
+    InspectResponse, MembersRequest, MembersResponse,
+};
+
+/// Most checks in one `CheckBatch`.
+pub const MAX_BATCH_CHECKS: usize = 1000;
+
+/// The `limitmesh.v1.RateLimiter` service.
+#[derive(Debug, Clone)]
+pub struct RateLimiterService {
+    ctx: RpcContext,
+}
+
+impl RateLimiterService {
+    pub fn new(ctx: RpcContext) -> Self {
+        Self { ctx }
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimiter for RateLimiterService {
+    async fn check(
+        &self,
+        request: Request<CheckRequest>,
+    ) -> Result<Response<CheckResponse>, Status> {
+        let req = request.into_inner();
+        let rules = self.ctx.rules.current();
+        let query = convert::own_check(&req, rules.default_buckets())
+            .map_err(|e| self.ctx.invalid(&rules, &req.domain, e))?;
+        let outcome = self.ctx.decide(&rules, &query)?;
+        Ok(Response::new(convert::own_check_response(&outcome)))
+    }
+
+    /// Every check is validated and planned before any runs, so an invalid check anywhere in
+    /// the batch consumes nothing. Checks then run in order, each on its own; a full key table
+    /// stops the batch with RESOURCE_EXHAUSTED, the checks before it having been decided.
+    async fn check_batch(
+        &self,
+        request: Request<CheckBatchRequest>,
+    ) -> Result<Response<CheckBatchResponse>, Status> {
+        let req = request.into_inner();
+        let rules = self.ctx.rules.current();
+        if req.checks.len() > MAX_BATCH_CHECKS {
+            let e = InvalidRequest::new(
+                "checks",
+                format!(
+                    "{} given; the maximum is {MAX_BATCH_CHECKS}",
+                    req.checks.len()
+                ),
+            );
+            return Err(self.ctx.invalid(&rules, "", e));
+        }
+        let mut planned = Vec::with_capacity(req.checks.len());
+        for (i, check) in req.checks.iter().enumerate() {
+            let prefix = format!("checks[{i}].");
+            let query = convert::own_check(check, rules.default_buckets())
+                .map_err(|e| self.ctx.invalid(&rules, &check.domain, e.within(&prefix)))?;
+            let plan = decide::plan(&rules, &query)
+                .map_err(|e| self.ctx.invalid(&rules, &check.domain, e.within(&prefix)))?;
+            planned.push((query, plan));
+        }
+        let now_ms = self.ctx.clock.now_ms();
+        let mut results = Vec::with_capacity(planned.len());
+        for (i, (query, plan)) in planned.into_iter().enumerate() {
+            let outcome =
+                decide::execute(&self.ctx.limiter, plan, query.dry_run, now_ms).map_err(|e| {
+                    let status = self.ctx.refused(&rules, query.domain, e);
+                    Status::new(status.code(), format!("checks[{i}]: {}", status.message()))
+                })?;
+            decide::record(
+                &self.ctx.metrics,
+                decide::domain_label(&rules, query.domain),
+                &outcome,
+            );
+            results.push(convert::own_check_response(&outcome));
+        }
+        Ok(Response::new(CheckBatchResponse { results }))
+    }
+
+    async fn inspect(
+        &self,
+        request: Request<InspectRequest>,
+    ) -> Result<Response<InspectResponse>, Status> {
+        let req = request.into_inner();
+        let rules = self.ctx.rules.current();
+        let query = convert::own_inspect(&req, rules.default_buckets())
+            .map_err(|e| self.ctx.invalid(&rules, &req.domain, e))?;
+        let plan =
+            decide::plan(&rules, &query).map_err(|e| self.ctx.invalid(&rules, &req.domain, e))?;
+        let now_ms = self.ctx.clock.now_ms();
+        let limiter = &self.ctx.limiter;
+        let windows = plan
+            .iter()
+            .map(|planned| match planned {
+                decide::Planned::Limited(item) => {
+                    let key_id = limiter.key_id(&item.key, &item.limit.window).to_string();
+                    let inspection = limiter.inspect(&item.key, &item.limit, now_ms);
+                    convert::own_window(planned, Some(key_id), inspection.as_ref())
+                }
+                other => convert::own_window(other, None, None),
+            })
+            .collect();
+        let (live, expected) = limiter.view();
+        Ok(Response::new(InspectResponse {
+            windows,
+            live_members: u32::try_from(live).unwrap_or(u32::MAX),
+            expected_members: u32::try_from(expected).unwrap_or(u32::MAX),
+        }))
+    }
+
+    /// This node first, then the others by id.
+    async fn members(
+        &self,
+        _request: Request<MembersRequest>,
+    ) -> Result<Response<MembersResponse>, Status> {
+        let mut members = self.ctx.members.members();
+        members.sort_by(|a, b| b.is_self.cmp(&a.is_self).then_with(|| a.id.cmp(&b.id)));
+        Ok(Response::new(MembersResponse {
+            members: members.iter().map(convert::own_member).collect(),
+        }))
+    }
+}
