@@ -16,11 +16,23 @@ use serde::Serialize;
 use crate::metrics::Metrics;
 use crate::node::ClusterView;
 
-/// Answers `POST /json`: the body of an envoyproxy/ratelimit JSON request, and whether the
-/// request is over its limit with the JSON response. Provided by the gRPC layer, which owns the
-/// Envoy semantics.
+/// A JSON check refused: the HTTP status and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonRefusal {
+    pub status: u16,
+    pub message: String,
+}
+
+/// The outcome of a JSON check: whether it is over its limit, and the response body.
+pub type JsonOutcome = Result<(bool, serde_json::Value), JsonRefusal>;
+
+/// Answers `POST /json`, given the body of an envoyproxy/ratelimit JSON request. Provided by the
+/// layer that owns the Envoy semantics.
 pub trait JsonCheck: Send + Sync + 'static {
-    fn check_json(&self, body: &[u8]) -> Result<(bool, serde_json::Value), String>;
+    fn check_json<'a>(
+        &'a self,
+        body: &'a [u8],
+    ) -> std::pin::Pin<Box<dyn Future<Output = JsonOutcome> + Send + 'a>>;
 }
 
 #[derive(Clone)]
@@ -94,7 +106,7 @@ async fn json_check(State(s): State<AdminState>, body: axum::body::Bytes) -> Res
     let Some(check) = &s.json else {
         return (StatusCode::NOT_FOUND, "no rate limit service\n").into_response();
     };
-    match check.check_json(&body) {
+    match check.check_json(&body).await {
         Ok((over, response)) => {
             let status = if over {
                 StatusCode::TOO_MANY_REQUESTS
@@ -103,7 +115,11 @@ async fn json_check(State(s): State<AdminState>, body: axum::body::Bytes) -> Res
             };
             (status, axum::Json(response)).into_response()
         }
-        Err(message) => (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response(),
+        Err(refusal) => (
+            StatusCode::from_u16(refusal.status).unwrap_or(StatusCode::BAD_REQUEST),
+            format!("{}\n", refusal.message),
+        )
+            .into_response(),
     }
 }
 

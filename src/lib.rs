@@ -14,16 +14,22 @@
 //! - [`config`]: the node configuration (TOML and environment overrides).
 //! - [`metrics`]: Prometheus metrics.
 //! - [`admin`]: the admin HTTP endpoint: metrics, health, readiness, members, JSON checks.
+//! - [`envoy_json`]: envoyproxy/ratelimit's `/json` check, on the Envoy service.
+//! - [`rpc`]: the gRPC services (own API and Envoy RLS v3).
+//! - [`cli`]: the command line: serve, check, inspect, members, validate, bench.
+//! - [`service`]: a whole node process wired from its configuration, with graceful shutdown.
 //! - [`proto`]: generated gRPC code (limitmesh.v1 and Envoy's RLS v3).
 //!
 //! The core (`window`, `crdt`, `limiter`) is sans-IO: it is handed `now_ms` and messages and
 //! never reads a clock, a socket or a random number generator.
 
 pub mod admin;
+pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod crdt;
 pub mod discovery;
+pub mod envoy_json;
 pub mod gossip;
 pub mod limiter;
 pub mod membership;
@@ -32,5 +38,6 @@ pub mod node;
 pub mod proto;
 pub mod rpc;
 pub mod rules;
+pub mod service;
 pub mod transport;
 pub mod window;

@@ -1,9 +1,76 @@
-//! The limitmesh node binary.
+//! The limitmesh node binary: `limitmesh [serve]`, client commands, `validate`, `bench`.
 
-fn main() {
-    println!(
-        "limitmesh {}: the sidecar server is not built yet; the core library is \
-         (see README.md).",
-        env!("CARGO_PKG_VERSION")
-    );
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use limitmesh::cli::{self, Cli, Command, ServeArgs};
+use limitmesh::config::{Config, LogFormat};
+
+fn init_tracing(config: &Config) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.filter));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match config.log.format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            tokio::select! {
+                biased;
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let demo = args.config.is_none();
+    let config = Config::load(args.config.as_deref()).context("loading the configuration")?;
+    init_tracing(&config);
+    let bound = limitmesh::service::bind(&config).await?;
+    let (grpc, http) = (bound.grpc_addr(), bound.http_addr());
+    println!("limitmesh {} serving", env!("CARGO_PKG_VERSION"));
+    println!("  gRPC (limitmesh.v1 + Envoy RLS v3): {grpc}");
+    println!("  admin HTTP (/metrics /healthz /readyz /v1/members /json): {http}");
+    println!("  gossip (UDP): {}", bound.gossip_addr());
+    if demo {
+        println!("demo rules: domain \"demo\", 10 requests per second per client. Try:");
+        println!(
+            "  grpcurl -plaintext -d '{{\"domain\":\"demo\",\"descriptors\":[{{\"entries\":[{{\"key\":\"client\",\"value\":\"alice\"}}]}}]}}' {grpc} limitmesh.v1.RateLimiter/Check"
+        );
+        println!("  limitmesh check --domain demo -d client=alice");
+        println!(
+            "  curl -s -XPOST -d '{{\"domain\":\"demo\",\"descriptors\":[{{\"entries\":[{{\"key\":\"client\",\"value\":\"alice\"}}]}}]}}' http://{http}/json"
+        );
+    }
+    limitmesh::service::run(config, bound, termination()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    let code = match cli.command.unwrap_or(Command::Serve(ServeArgs::default())) {
+        Command::Serve(args) => serve(args).await?,
+        Command::Check(args) => cli::check(args).await?,
+        Command::Inspect(args) => cli::inspect(args).await?,
+        Command::Members(args) => cli::members(args).await?,
+        Command::Validate(args) => cli::validate(&args),
+        Command::Bench(args) => cli::bench::run(args).await?,
+    };
+    Ok(code)
 }

@@ -1,0 +1,306 @@
+//! A whole node process: the limiter, the cluster node, the gRPC services, the admin endpoint,
+//! rules reloading and seed discovery, wired from a [`Config`] and stopped in order.
+//!
+//! Sockets are bound first ([`bind`]) so that a caller (a test, or the CLI printing where to
+//! connect) knows the real addresses before anything runs. [`run`] then serves until its
+//! shutdown signal, and shuts down gracefully: readiness and gRPC health go to NOT_SERVING
+//! first, the node leaves the cluster, in-flight requests drain (bounded), then everything
+//! stops.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use thiserror::Error;
+use tokio::net::{TcpListener, UdpSocket};
+use tokio::sync::{mpsc, watch};
+
+use crate::admin::{self, AdminState};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{Config, ConfigError};
+use crate::gossip::wire::{Keyring, WireError};
+use crate::limiter::{KeyHasher, Limiter, OriginId};
+use crate::metrics::Metrics;
+use crate::node::{ClusterCollector, ClusterView, MemberState, Node, NodeError, NodeParams};
+use crate::rpc::{self, HealthHandle, MemberInfo, MembersSource, RpcContext, ServeOptions};
+use crate::rules::{RulesError, RulesHandle};
+
+/// How long in-flight requests get to finish after shutdown starts.
+const DRAIN: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("{0}")]
+    Rules(#[from] RulesError),
+    #[error("cannot bind {what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cluster keyring: {0}")]
+    Keyring(#[from] WireError),
+    #[error("{0}")]
+    Node(#[from] NodeError),
+    #[error("{0}")]
+    Rpc(#[from] rpc::RpcError),
+    #[error("admin HTTP server failed: {0}")]
+    Admin(std::io::Error),
+}
+
+/// The sockets of a node, bound.
+#[derive(Debug)]
+pub struct Bound {
+    pub grpc: TcpListener,
+    pub http: TcpListener,
+    pub gossip: UdpSocket,
+}
+
+impl Bound {
+    pub fn grpc_addr(&self) -> SocketAddr {
+        self.grpc.local_addr().unwrap_or_else(|_| unspecified())
+    }
+
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http.local_addr().unwrap_or_else(|_| unspecified())
+    }
+
+    pub fn gossip_addr(&self) -> SocketAddr {
+        self.gossip.local_addr().unwrap_or_else(|_| unspecified())
+    }
+}
+
+fn unspecified() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 0))
+}
+
+/// Binds the gRPC, HTTP and gossip sockets the configuration names.
+pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
+    let tcp = |what, addr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServiceError::Bind { what, addr, source })
+    };
+    let grpc = tcp("gRPC", config.grpc.listen).await?;
+    let http = tcp("HTTP", config.http.listen).await?;
+    let gossip = UdpSocket::bind(config.cluster.bind)
+        .await
+        .map_err(|source| ServiceError::Bind {
+            what: "gossip (UDP)",
+            addr: config.cluster.bind,
+            source,
+        })?;
+    Ok(Bound { grpc, http, gossip })
+}
+
+/// The members RPC, from the node's view.
+struct ViewMembers(Arc<ClusterView>);
+
+impl MembersSource for ViewMembers {
+    fn members(&self) -> Vec<MemberInfo> {
+        self.0
+            .members()
+            .iter()
+            .map(|m| MemberInfo {
+                id: m.id.to_string(),
+                address: m.addr.to_string(),
+                state: match m.state {
+                    MemberState::Alive => rpc::MemberState::Alive,
+                    MemberState::Suspect => rpc::MemberState::Suspect,
+                    MemberState::Down => rpc::MemberState::Down,
+                },
+                is_self: m.is_self,
+                boot_ms: m.boot_ms,
+                clock_offset_ms: m.clock_offset_ms.unwrap_or(0),
+            })
+            .collect()
+    }
+}
+
+/// The datagram keyring and the window-naming secret.
+///
+/// Windows are named with a secret derived from the *last* key of the ring: adding a new key in
+/// front (rotation) keeps every window's name, so counts survive a rolling key change; retiring
+/// the last key renames the windows once. Without configured keys, a node with peers must have
+/// been allowed `insecure` (its keys derive from the cluster id, which is not a secret), and a
+/// node without peers draws a random key no one else needs to know.
+fn keys(config: &Config) -> Result<(Keyring, KeyHasher), ServiceError> {
+    let mut secrets = config.cluster_keys()?;
+    if secrets.is_empty() {
+        let secret = if config.cluster.has_peers() {
+            tracing::warn!(
+                "cluster.insecure: datagrams are sealed with a key derived from the cluster id; \
+                 anyone who knows it can read and forge them"
+            );
+            blake3::derive_key(
+                "limitmesh insecure cluster key",
+                config.cluster.cluster_id.as_bytes(),
+            )
+        } else {
+            let mut key = [0u8; 32];
+            key[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+            key[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+            key
+        };
+        secrets.push(secret);
+    }
+    let hasher = KeyHasher::from_secret(secrets.last().map_or(&[][..], |k| &k[..]));
+    Ok((Keyring::new(&secrets)?, hasher))
+}
+
+/// Serves until `shutdown` resolves, then shuts down gracefully.
+pub async fn run(
+    config: Config,
+    bound: Bound,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServiceError> {
+    config.validate()?;
+    let node_id = uuid::Uuid::new_v4();
+    let clock = Arc::new(SystemClock::system());
+    let (keyring, hasher) = keys(&config)?;
+    let limiter = Arc::new(Limiter::new(
+        config.limiter_config(),
+        OriginId(node_id.as_u128()),
+        hasher,
+    ));
+    let rules = Arc::new(RulesHandle::load(
+        config.rules_source(),
+        config.rules_load_options(),
+    )?);
+    let view = Arc::new(ClusterView::default());
+    let mut metrics = Metrics::new();
+    metrics
+        .registry
+        .register_collector(Box::new(ClusterCollector {
+            view: view.clone(),
+            limiter: limiter.clone(),
+            clock: Some(clock.clone()),
+        }));
+    let current = rules.current();
+    metrics.set_rules_loaded(current.domain_count(), current.rule_count());
+    let metrics = Arc::new(metrics);
+
+    let gossip_addr = bound.gossip_addr();
+    let mut advertise = config.advertise_addr()?;
+    if advertise.port() == 0 || advertise.ip().is_unspecified() {
+        // A node without peers may bind anywhere; it advertises what it got.
+        advertise = gossip_addr;
+    }
+    let mut params = NodeParams::new(
+        node_id,
+        advertise,
+        u64::from_le_bytes(node_id.as_bytes()[..8].try_into().unwrap_or([0; 8])),
+    );
+    params.cluster_id = config.cluster.cluster_id.clone();
+    params.gossip_interval = Duration::from_millis(config.cluster.gossip_interval_ms);
+    params.anti_entropy_interval = Duration::from_millis(config.cluster.anti_entropy_interval_ms);
+    params.max_packet_size = config.cluster.max_packet_size as usize;
+    for seed in &config.cluster.seeds {
+        match tokio::net::lookup_host(seed.as_str()).await {
+            Ok(addrs) => params.seeds.extend(addrs),
+            Err(e) => tracing::warn!(%seed, error = %e, "cannot resolve seed; will rely on others"),
+        }
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = move |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    // The cluster node.
+    let (commands, command_rx) = mpsc::channel(8);
+    let node = Node::new(
+        params,
+        Arc::new(bound.gossip),
+        clock.clone(),
+        limiter.clone(),
+        Arc::new(keyring),
+        view.clone(),
+    )?;
+    let node_task = tokio::spawn(node.run(command_rx, stopped(stop_rx.clone())));
+    if !config.cluster.seed_dns.is_empty() {
+        tokio::spawn(crate::discovery::resolve_seeds_periodically(
+            config.cluster.seed_dns.clone(),
+            Duration::from_millis(config.cluster.dns_refresh_ms),
+            commands.clone(),
+            stopped(stop_rx.clone()),
+        ));
+    }
+
+    // Rules reloading.
+    if !config.rules.path.is_empty() {
+        tokio::spawn(crate::rules::watch(
+            rules.clone(),
+            metrics.clone(),
+            Duration::from_millis(config.rules.reload_interval_ms),
+            None,
+            stopped(stop_rx.clone()),
+        ));
+    }
+
+    // gRPC.
+    let health = HealthHandle::new();
+    let ctx = RpcContext {
+        limiter: limiter.clone(),
+        rules: rules.clone(),
+        clock: clock.clone() as Arc<dyn Clock>,
+        members: Arc::new(ViewMembers(view.clone())),
+        metrics: metrics.clone(),
+    };
+    let grpc_addr = bound.grpc.local_addr().unwrap_or_else(|_| unspecified());
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(bound.grpc);
+    let grpc_task = tokio::spawn(rpc::serve_with_options(
+        incoming,
+        ctx.clone(),
+        ServeOptions::from_config(&config.grpc),
+        health.clone(),
+        stopped(stop_rx.clone()),
+    ));
+
+    // Admin HTTP.
+    let ready = Arc::new(AtomicBool::new(false));
+    let admin_state = AdminState {
+        metrics: metrics.clone(),
+        view: view.clone(),
+        ready: ready.clone(),
+        json: Some(Arc::new(crate::envoy_json::JsonChecker::new(ctx))),
+    };
+    let admin_task = tokio::spawn(admin::serve(
+        bound.http,
+        admin_state,
+        stopped(stop_rx.clone()),
+    ));
+
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!(
+        id = %node_id,
+        grpc = %grpc_addr,
+        gossip = %advertise,
+        rules = %rules.source().describe(),
+        "serving"
+    );
+
+    shutdown.await;
+    tracing::info!("shutting down: not serving, leaving the cluster, draining");
+    ready.store(false, Ordering::Relaxed);
+    health.set_not_serving().await;
+    let _ = stop_tx.send(true);
+    let (grpc, admin_result, _node) = tokio::join!(
+        tokio::time::timeout(DRAIN, grpc_task),
+        tokio::time::timeout(DRAIN, admin_task),
+        tokio::time::timeout(DRAIN, node_task),
+    );
+    drop(commands);
+    if let Ok(Ok(Err(e))) = grpc {
+        return Err(e.into());
+    }
+    if let Ok(Ok(Err(e))) = admin_result {
+        return Err(ServiceError::Admin(e));
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
