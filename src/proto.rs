@@ -5,7 +5,12 @@
 //! Envoy's rate limit service. Only `rpc` converts between these and domain types.
 
 /// The generated code, kept apart so that lint exceptions cover it and nothing else.
-#[allow(clippy::all, clippy::pedantic, missing_docs, missing_debug_implementations)]
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    missing_debug_implementations
+)]
 mod generated {
     include!(concat!(env!("OUT_DIR"), "/limitmesh_protos.rs"));
 }

@@ -128,3 +128,62 @@ async fn a_full_key_table_is_resource_exhausted() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_embedded_demo_config_and_rules_serve_a_node() {
+    use limitmesh::config::Config;
+
+    let config = Config::demo().expect("the demo config is valid");
+    assert!(config.grpc.listen.ip().is_loopback());
+    let rules = RulesHandle::load(config.rules_source(), config.rules_load_options())
+        .expect("the demo rules are valid");
+    let ctx = RpcContext {
+        limiter: Arc::new(Limiter::new(
+            config.limiter_config(),
+            OriginId(7),
+            KeyHasher::from_secret(b"demo"),
+        )),
+        rules: Arc::new(rules),
+        clock: Arc::new(ManualClock::new(T0)),
+        members: Arc::new(SingleNode::new("demo", config.cluster.bind.to_string(), T0)),
+        metrics: Arc::new(Metrics::new()),
+    };
+    // The demo's own port may be taken on a test machine; the same services on port 0.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(limitmesh::rpc::serve(
+        TcpListenerStream::new(listener),
+        ctx,
+        Duration::from_millis(config.grpc.request_timeout_ms).max(TEST_TIMEOUT),
+        HealthHandle::new(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let mut allowed = 0;
+    for _ in 0..11 {
+        let resp = client
+            .should_rate_limit(envoy_request(
+                "demo",
+                vec![envoy_descriptor(&[("client", "someone")])],
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        allowed += u32::from(overall(&resp) == Code::Ok);
+    }
+    assert_eq!(allowed, 10, "the demo allows 10 per second per client");
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("stops")
+        .unwrap()
+        .unwrap();
+}
