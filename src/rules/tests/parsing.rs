@@ -113,3 +113,28 @@ fn an_empty_file_and_a_file_without_descriptors() {
     assert_eq!(set.rule_count(), 0);
     assert_eq!(set.lookup("quiet", &[e("k", "v")]), Lookup::NoMatch);
 }
+
+#[test]
+fn a_directory_reads_yaml_and_yml_files_only_and_skips_hidden_ones() {
+    let dir = TempDir::new("dir-load");
+    dir.write("one.yaml", "domain: one\n");
+    dir.write("two.yml", "domain: two\n");
+    dir.write("notes.txt", "not rules");
+    dir.write(".hidden.yaml", "domain: [broken\n");
+    let set = RuleSet::load(&RulesSource::Path(dir.path.clone()), LoadOptions::default()).unwrap();
+    assert_eq!(set.domains().collect::<Vec<_>>(), ["one", "two"]);
+    assert_eq!(set.files().len(), 2);
+    let empty = TempDir::new("dir-empty");
+    let err = RuleSet::load(
+        &RulesSource::Path(empty.path.clone()),
+        LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, RulesError::NoRulesFiles { .. }), "{err}");
+    let missing = RuleSet::load(
+        &RulesSource::Path(empty.path.join("absent.yaml")),
+        LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(missing, RulesError::Read { .. }), "{missing}");
+}
