@@ -10,15 +10,15 @@
 //! - [`discovery`]: seeds from a DNS name, re-resolved periodically.
 //! - [`node`]: the node loop: socket, membership, summary rounds, anti-entropy, view.
 //! - [`transport`]: the datagram-socket seam (real UDP or simulated).
-//! - [`rules`]: rules files in envoyproxy/ratelimit's YAML format, matching, hot reload.
-//! - [`config`]: the node configuration (TOML and environment overrides).
-//! - [`metrics`]: Prometheus metrics.
 //! - [`admin`]: the admin HTTP endpoint: metrics, health, readiness, members, JSON checks.
 //! - [`envoy_json`]: envoyproxy/ratelimit's `/json` check, on the Envoy service.
-//! - [`rpc`]: the gRPC services (own API and Envoy RLS v3).
 //! - [`cli`]: the command line: serve, check, inspect, members, validate, bench.
 //! - [`service`]: a whole node process wired from its configuration, with graceful shutdown.
-//! - [`proto`]: generated gRPC code (limitmesh.v1 and Envoy's RLS v3).
+//! - [`rules`]: which limit applies to a descriptor (envoyproxy/ratelimit YAML), hot reload.
+//! - [`config`]: node configuration: TOML, `LIMITMESH__` overrides, defaults, validation.
+//! - [`rpc`]: gRPC services (own API, Envoy RLS v3, health, reflection) on any incoming stream.
+//! - [`proto`]: generated protobuf messages, servers and clients.
+//! - [`metrics`]: the Prometheus registry and the node's metric families.
 //!
 //! The core (`window`, `crdt`, `limiter`) is sans-IO: it is handed `now_ms` and messages and
 //! never reads a clock, a socket or a random number generator.

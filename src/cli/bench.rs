@@ -66,11 +66,17 @@ impl RateLimiter for NoOp {
         Ok(Response::new(CheckBatchResponse::default()))
     }
 
-    async fn inspect(&self, _: Request<InspectRequest>) -> Result<Response<InspectResponse>, Status> {
+    async fn inspect(
+        &self,
+        _: Request<InspectRequest>,
+    ) -> Result<Response<InspectResponse>, Status> {
         Ok(Response::new(InspectResponse::default()))
     }
 
-    async fn members(&self, _: Request<MembersRequest>) -> Result<Response<MembersResponse>, Status> {
+    async fn members(
+        &self,
+        _: Request<MembersRequest>,
+    ) -> Result<Response<MembersResponse>, Status> {
         Ok(Response::new(MembersResponse::default()))
     }
 }
@@ -96,7 +102,9 @@ async fn load(addr: SocketAddr, args: &BenchArgs) -> Result<Round, CliError> {
         clients.push(RateLimiterClient::new(channel));
     }
     let keys: std::sync::Arc<Vec<String>> = std::sync::Arc::new(
-        (0..args.keys.max(1)).map(|k| format!("bench-key-{k}")).collect(),
+        (0..args.keys.max(1))
+            .map(|k| format!("bench-key-{k}"))
+            .collect(),
     );
     let duration = Duration::from_secs_f64(args.seconds);
     let start = monotonic_now();
@@ -124,7 +132,9 @@ async fn load(addr: SocketAddr, args: &BenchArgs) -> Result<Round, CliError> {
                     Ok(_) => {
                         round.calls += 1;
                         let us = sent.elapsed().as_micros();
-                        round.latencies_us.push(u32::try_from(us).unwrap_or(u32::MAX));
+                        round
+                            .latencies_us
+                            .push(u32::try_from(us).unwrap_or(u32::MAX));
                     }
                     Err(_) => round.errors += 1,
                 }
@@ -155,7 +165,10 @@ struct Summary {
 fn summarise(rounds: &[Round]) -> Summary {
     let calls: u64 = rounds.iter().map(|r| r.calls).sum();
     let seconds: f64 = rounds.iter().map(|r| r.seconds).sum();
-    let mut lat: Vec<u32> = rounds.iter().flat_map(|r| r.latencies_us.iter().copied()).collect();
+    let mut lat: Vec<u32> = rounds
+        .iter()
+        .flat_map(|r| r.latencies_us.iter().copied())
+        .collect();
     lat.sort_unstable();
     let pct = |p: f64| {
         lat.get(((lat.len().saturating_sub(1)) as f64 * p) as usize)

@@ -171,7 +171,11 @@ pub async fn check(args: CheckArgs) -> Result<ExitCode, CliError> {
         .into_inner();
     println!(
         "{}{}",
-        if response.allowed { "ALLOWED" } else { "OVER_LIMIT" },
+        if response.allowed {
+            "ALLOWED"
+        } else {
+            "OVER_LIMIT"
+        },
         if response.allowed {
             String::new()
         } else {
@@ -180,7 +184,10 @@ pub async fn check(args: CheckArgs) -> Result<ExitCode, CliError> {
     );
     for (i, s) in response.statuses.iter().enumerate() {
         if s.unlimited {
-            println!("  [{i}] unlimited{}", if s.matched { "" } else { " (no rule)" });
+            println!(
+                "  [{i}] unlimited{}",
+                if s.matched { "" } else { " (no rule)" }
+            );
         } else {
             println!(
                 "  [{i}] {} limit {} per {} ms, remaining {}, resets in {} ms{}{}",
@@ -228,7 +235,14 @@ pub async fn inspect(args: CheckArgs) -> Result<ExitCode, CliError> {
     );
     for (i, w) in r.windows.iter().enumerate() {
         if !w.found {
-            println!("  [{i}] {}", if w.unlimited { "unlimited" } else { "no traffic yet" });
+            println!(
+                "  [{i}] {}",
+                if w.unlimited {
+                    "unlimited"
+                } else {
+                    "no traffic yet"
+                }
+            );
             continue;
         }
         println!(
@@ -262,8 +276,7 @@ pub async fn members(args: ClientArgs) -> Result<ExitCode, CliError> {
     let mut client = connect(&args.addr).await?;
     let r = client.members(MembersRequest {}).await?.into_inner();
     for m in &r.members {
-        let state = member::State::try_from(m.state)
-            .map_or("?", |s| s.as_str_name());
+        let state = member::State::try_from(m.state).map_or("?", |s| s.as_str_name());
         println!(
             "{:<36} {:<22} {:<7} offset {:>5} ms{}",
             m.id,
@@ -320,10 +333,27 @@ mod tests {
         let d = parse_descriptor("tenant=42, route=/login").unwrap();
         assert_eq!(d.entries.len(), 2);
         assert_eq!(d.entries[1].value, "/login");
-        assert!(matches!(parse_descriptor("tenant"), Err(CliError::Descriptor(_))));
-        let cli = Cli::try_parse_from(["limitmesh", "check", "--domain", "d", "-d", "a=1", "--hits", "3"])
-            .unwrap();
+        assert!(matches!(
+            parse_descriptor("tenant"),
+            Err(CliError::Descriptor(_))
+        ));
+        let cli = Cli::try_parse_from([
+            "limitmesh",
+            "check",
+            "--domain",
+            "d",
+            "-d",
+            "a=1",
+            "--hits",
+            "3",
+        ])
+        .unwrap();
         assert!(matches!(cli.command, Some(Command::Check(ref c)) if c.hits == Some(3)));
-        assert!(Cli::try_parse_from(["limitmesh"]).unwrap().command.is_none());
+        assert!(
+            Cli::try_parse_from(["limitmesh"])
+                .unwrap()
+                .command
+                .is_none()
+        );
     }
 }

@@ -84,8 +84,9 @@ pub struct WatchReport {
 }
 
 /// Polls the source of `handle` every `interval` and reloads when a file's length or
-/// modification time changes, or files appear or disappear. Each reload is logged and counted
-/// in `metrics`, a failure with its exact error. A failed reload is retried only after the
+/// modification time changes, or files appear or disappear, since the rules in force were read.
+/// Each reload is logged and counted in `metrics`, a failure with its exact error; the gauges
+/// of rules in force are set at the start and after each reload. A failed reload is retried only after the
 /// files change again, so one bad edit logs one error.
 ///
 /// Runs until `shutdown` completes or, if given, `max_polls` polls are done.
@@ -98,6 +99,8 @@ pub async fn watch(
 ) -> WatchReport {
     let mut report = WatchReport::default();
     let mut last = handle.loaded_from();
+    let set = handle.current();
+    metrics.set_rules_loaded(set.domain_count(), set.rule_count());
     let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(1)));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick completes at once: the first poll comes one interval from now.

@@ -150,8 +150,7 @@ struct Builder<'a> {
     options: &'a LoadOptions,
 }
 
-/// Where a descriptor goes among its siblings, and the line its first occurrence had (for
-/// duplicate reports).
+/// Where a descriptor goes among its siblings with the same key.
 enum Slot {
     Exact(String),
     Wildcard(Pattern),

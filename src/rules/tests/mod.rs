@@ -1,0 +1,126 @@
+//! Rules: parsing, every validation error (with its file and line), matching, and reload.
+
+mod errors;
+mod matching;
+mod parsing;
+mod reload;
+
+pub(super) use std::path::PathBuf;
+pub(super) use std::sync::Arc;
+pub(super) use std::sync::atomic::{AtomicU32, Ordering};
+pub(super) use std::time::{Duration, SystemTime};
+
+pub(super) use super::*;
+pub(super) use crate::metrics::Metrics;
+pub(super) use crate::window::WindowError;
+
+pub(super) const FILE: &str = "rules.yaml";
+
+pub(super) fn parse(text: &str) -> Result<RuleSet, RulesError> {
+    RuleSet::parse(FILE, text, LoadOptions::default())
+}
+
+pub(super) fn parse_ok(text: &str) -> RuleSet {
+    match parse(text) {
+        Ok(set) => set,
+        Err(e) => panic!("rules should parse: {e}"),
+    }
+}
+
+pub(super) fn parse_err(text: &str) -> RulesError {
+    match parse(text) {
+        Ok(set) => panic!("rules should be refused: {set:?}"),
+        Err(e) => e,
+    }
+}
+
+/// Asserts the error names the file and `line`, both as data and in its message.
+pub(super) fn assert_at(err: &RulesError, line: u64) {
+    assert_eq!(err.file(), FILE, "{err}");
+    assert_eq!(err.line(), Some(line), "{err}");
+    let shown = err.to_string();
+    assert!(
+        shown.starts_with(&format!("{FILE}:{line}:")),
+        "message should start with file:line: {shown}"
+    );
+}
+
+pub(super) fn e<'a>(key: &'a str, value: &'a str) -> DescriptorEntry<'a> {
+    DescriptorEntry::new(key, value)
+}
+
+/// The label of the rule that applies to `entries` in `domain`, if any.
+pub(super) fn applied(
+    set: &RuleSet,
+    domain: &str,
+    entries: &[DescriptorEntry<'_>],
+) -> Option<String> {
+    match set.lookup(domain, entries) {
+        Lookup::Matched(m) => Some(m.rule.label().to_owned()),
+        Lookup::NoMatch | Lookup::UnknownDomain => None,
+    }
+}
+
+pub(super) fn limit_of(
+    set: &RuleSet,
+    domain: &str,
+    entries: &[DescriptorEntry<'_>],
+) -> (u32, Unit, u64, u16) {
+    let Lookup::Matched(m) = set.lookup(domain, entries) else {
+        panic!("no rule for {entries:?}");
+    };
+    let RuleLimit::Limited {
+        requests_per_unit,
+        unit,
+        limit,
+    } = &m.rule.limit
+    else {
+        panic!("rule is unlimited");
+    };
+    (
+        *requests_per_unit,
+        *unit,
+        limit.window.window_ms(),
+        limit.window.buckets(),
+    )
+}
+
+pub(super) static TEMP_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A scratch directory removed on drop.
+pub(super) struct TempDir {
+    pub(super) path: PathBuf,
+}
+
+impl TempDir {
+    pub(super) fn new(tag: &str) -> Self {
+        let n = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("limitmesh-rules-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Self { path }
+    }
+
+    pub(super) fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Writes and stamps a distinct modification time, so a change is seen whatever the
+    /// file system's timestamp resolution.
+    pub(super) fn write_stamped(&self, name: &str, text: &str, stamp_secs: u64) -> PathBuf {
+        let path = self.write(name, text);
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(stamp_secs))
+            .unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}

@@ -1,0 +1,311 @@
+//! One test per row of the bad-input table: each asserts INVALID_ARGUMENT naming the field,
+//! and that nothing was consumed (a valid request afterwards still has the whole limit).
+
+use crate::support::*;
+
+#[tokio::test]
+async fn bad_input_empty_domain() {
+    let server = TestServer::start().await;
+    let mut own_req = own_check("test", &[&[("client", "u1")]]);
+    own_req.domain.clear();
+    assert_invalid(server.own().check(own_req).await, "domain");
+    let envoy_req = envoy_request("", vec![envoy_descriptor(&[("client", "u1")])]);
+    assert_invalid(server.envoy().should_rate_limit(envoy_req).await, "domain");
+    assert_full_limit(&server, "u1").await;
+    assert_eq!(
+        server.metric(r#"limitmesh_decisions_total{domain="_unconfigured",result="invalid"}"#),
+        2
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_empty_descriptor_key() {
+    let server = TestServer::start().await;
+    let own_req = own_check("test", &[&[("client", "u2")], &[("", "v")]]);
+    assert_invalid(
+        server.own().check(own_req).await,
+        "descriptors[1].entries[0].key",
+    );
+    let envoy_req = envoy_request(
+        "test",
+        vec![
+            envoy_descriptor(&[("client", "u2")]),
+            envoy_descriptor(&[("tenant", "t"), ("", "p")]),
+        ],
+    );
+    assert_invalid(
+        server.envoy().should_rate_limit(envoy_req).await,
+        "descriptors[1].entries[1].key",
+    );
+    assert_full_limit(&server, "u2").await;
+    assert_eq!(
+        server.metric(r#"limitmesh_decisions_total{domain="test",result="invalid"}"#),
+        2
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_key_longer_than_4_kib() {
+    let server = TestServer::start().await;
+    let long = "v".repeat(4_100);
+    let own_req = own_check("test", &[&[("client", "u3")], &[("client", &long)]]);
+    assert_invalid(server.own().check(own_req).await, "descriptors[1]");
+    let envoy_req = envoy_request(
+        "test",
+        vec![
+            envoy_descriptor(&[("client", "u3")]),
+            envoy_descriptor(&[("nothing", &long)]),
+        ],
+    );
+    assert_invalid(
+        server.envoy().should_rate_limit(envoy_req).await,
+        "descriptors[1]",
+    );
+    let keyed = own::CheckRequest {
+        domain: "test".to_owned(),
+        key: long.clone(),
+        limit: Some(inline(3, 1_000)),
+        ..Default::default()
+    };
+    assert_invalid(server.own().check(keyed).await, "key");
+    // Just under the bound is fine: the canonical form adds the domain and length prefixes.
+    let fits = own_call(
+        &server,
+        own_check("test", &[&[("client", &"v".repeat(4_000))]]),
+    )
+    .await;
+    assert!(fits.allowed);
+    assert_full_limit(&server, "u3").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_more_than_64_descriptors() {
+    let server = TestServer::start().await;
+    let many: Vec<own::Descriptor> = (0..65)
+        .map(|_| own_descriptor(&[("client", "u4")]))
+        .collect();
+    let own_req = own::CheckRequest {
+        domain: "test".to_owned(),
+        descriptors: many,
+        ..Default::default()
+    };
+    assert_invalid(server.own().check(own_req).await, "descriptors");
+    let envoy_req = envoy_request(
+        "test",
+        (0..65)
+            .map(|_| envoy_descriptor(&[("client", "u4")]))
+            .collect(),
+    );
+    assert_invalid(
+        server.envoy().should_rate_limit(envoy_req).await,
+        "descriptors",
+    );
+    // 64 is allowed.
+    let sixty_four = envoy_request(
+        "test",
+        (0..64)
+            .map(|i| envoy_descriptor(&[("nothing", &i.to_string())]))
+            .collect(),
+    );
+    assert_eq!(overall(&envoy_call(&server, sixty_four).await), Code::Ok);
+    assert_full_limit(&server, "u4").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_hits_zero() {
+    let server = TestServer::start().await;
+    let own_req = own::CheckRequest {
+        hits: Some(0),
+        ..own_check("test", &[&[("client", "u5")]])
+    };
+    assert_invalid(server.own().check(own_req).await, "hits");
+    assert_full_limit(&server, "u5").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_hits_above_the_limit() {
+    let server = TestServer::start().await;
+    let own_req = own::CheckRequest {
+        hits: Some(4),
+        ..own_check("test", &[&[("client", "u6")]])
+    };
+    assert_invalid(server.own().check(own_req).await, "hits");
+    let envoy_req = RateLimitRequest {
+        hits_addend: 4,
+        ..envoy_request(
+            "test",
+            vec![
+                envoy_descriptor(&[("open", "x")]),
+                envoy_descriptor(&[("client", "u6")]),
+            ],
+        )
+    };
+    assert_invalid(
+        server.envoy().should_rate_limit(envoy_req).await,
+        "hits_addend",
+    );
+    let mut heavy = envoy_descriptor(&[("client", "u6")]);
+    heavy.hits_addend = Some(u64::from(u32::MAX) + 7);
+    let per_descriptor = envoy_request("test", vec![envoy_descriptor(&[("client", "u6")]), heavy]);
+    assert_invalid(
+        server.envoy().should_rate_limit(per_descriptor).await,
+        "descriptors[1].hits_addend",
+    );
+    assert_full_limit(&server, "u6").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_unknown_unit() {
+    let server = TestServer::start().await;
+    for unit in [0, 8, -3] {
+        let mut d = envoy_descriptor(&[("client", "u7")]);
+        d.limit = Some(RateLimitOverride {
+            requests_per_unit: 1,
+            unit,
+        });
+        let req = envoy_request("test", vec![envoy_descriptor(&[("client", "u7")]), d]);
+        assert_invalid(
+            server.envoy().should_rate_limit(req).await,
+            "descriptors[1].limit.unit",
+        );
+    }
+    assert_full_limit(&server, "u7").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_descriptor_without_entries() {
+    let server = TestServer::start().await;
+    let own_req = own::CheckRequest {
+        domain: "test".to_owned(),
+        descriptors: vec![
+            own_descriptor(&[("client", "u8")]),
+            own::Descriptor::default(),
+        ],
+        ..Default::default()
+    };
+    assert_invalid(server.own().check(own_req).await, "descriptors[1].entries");
+    let envoy_req = envoy_request(
+        "test",
+        vec![
+            envoy_descriptor(&[("client", "u8")]),
+            RateLimitDescriptor::default(),
+        ],
+    );
+    assert_invalid(
+        server.envoy().should_rate_limit(envoy_req).await,
+        "descriptors[1].entries",
+    );
+    let no_descriptors = envoy_request("test", vec![]);
+    assert_invalid(
+        server.envoy().should_rate_limit(no_descriptors).await,
+        "descriptors",
+    );
+    assert_full_limit(&server, "u8").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_check_batch_over_1000() {
+    let server = TestServer::start().await;
+    let checks = (0..1001)
+        .map(|_| own_check("test", &[&[("client", "u9")]]))
+        .collect();
+    assert_invalid(
+        server
+            .own()
+            .check_batch(own::CheckBatchRequest { checks })
+            .await,
+        "checks",
+    );
+    // One bad check refuses the whole batch before any check runs.
+    let checks = vec![
+        own_check("test", &[&[("client", "u9")]]),
+        own_check("", &[&[("client", "u9")]]),
+    ];
+    assert_invalid(
+        server
+            .own()
+            .check_batch(own::CheckBatchRequest { checks })
+            .await,
+        "checks[1].domain",
+    );
+    assert_full_limit(&server, "u9").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_inline_limit_with_zero_window_or_bad_buckets() {
+    let server = TestServer::start().await;
+    let cases = [
+        (inline(5, 0), "limit.window_ms"),
+        (
+            own::Limit {
+                buckets: 3,
+                ..inline(5, 1_000)
+            },
+            "limit.buckets",
+        ),
+        (
+            own::Limit {
+                buckets: 65,
+                ..inline(5, 1_000)
+            },
+            "limit.buckets",
+        ),
+        (
+            own::Limit {
+                buckets: 70_000,
+                ..inline(5, 1_000)
+            },
+            "limit.buckets",
+        ),
+        (
+            own::Limit {
+                mode: 9,
+                ..inline(5, 1_000)
+            },
+            "limit.mode",
+        ),
+        (inline(5, 400 * 86_400_000), "limit.window_ms"),
+    ];
+    for (limit, field) in cases {
+        let req = own::CheckRequest {
+            limit: Some(limit),
+            ..own_check("test", &[&[("client", "u10")]])
+        };
+        assert_invalid(server.own().check(req).await, field);
+    }
+    assert_full_limit(&server, "u10").await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_key_and_descriptors_together_or_neither() {
+    let server = TestServer::start().await;
+    let both = own::CheckRequest {
+        key: "k".to_owned(),
+        limit: Some(inline(3, 1_000)),
+        ..own_check("test", &[&[("client", "u11")]])
+    };
+    assert_invalid(server.own().check(both).await, "key");
+    let neither = own::CheckRequest {
+        domain: "test".to_owned(),
+        ..Default::default()
+    };
+    assert_invalid(server.own().check(neither).await, "descriptors");
+    let key_without_limit = own::CheckRequest {
+        domain: "test".to_owned(),
+        key: "k".to_owned(),
+        ..Default::default()
+    };
+    assert_invalid(server.own().check(key_without_limit).await, "limit");
+    assert_full_limit(&server, "u11").await;
+    server.stop().await;
+}
