@@ -1,0 +1,383 @@
+//! The built `limitmesh` binary, as users run it: real processes on 127.0.0.1, configured by
+//! files, spoken to over gRPC (Envoy's RLS and the health service) and HTTP.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use limitmesh::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use limitmesh::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use limitmesh::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
+/// A port nobody is using right now (the OS picks it; it is released for the node to bind).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port")
+}
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("limitmesh-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Self(dir)
+    }
+
+    /// Writes a file atomically (a rename), as a deployment tool would.
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        let tmp = self.0.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).expect("write");
+        std::fs::rename(&tmp, &path).expect("rename");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Node {
+    child: Child,
+    grpc: SocketAddr,
+    http: SocketAddr,
+    gossip: SocketAddr,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const KEY_B64: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="; // 32 bytes 0..=31
+
+fn start(scratch: &Scratch, name: &str, rules: &Path, seeds: &[SocketAddr]) -> Node {
+    let (grpc, http, gossip) = (free_port(), free_port(), free_udp_port());
+    let seeds: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
+    let config = format!(
+        r#"
+[node]
+name = "{name}"
+[grpc]
+listen = "127.0.0.1:{grpc}"
+[http]
+listen = "127.0.0.1:{http}"
+[cluster]
+bind = "127.0.0.1:{gossip}"
+seeds = [{seeds}]
+cluster_id = "process-test"
+keys = ["{KEY_B64}"]
+[rules]
+path = "{rules}"
+reload_interval_ms = 100
+[log]
+filter = "warn"
+"#,
+        seeds = seeds.join(", "),
+        rules = rules.display()
+    );
+    let config_path = scratch.write(&format!("{name}.toml"), &config);
+    let child = Command::new(env!("CARGO_BIN_EXE_limitmesh"))
+        .args(["serve", "--config"])
+        .arg(&config_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let node = Node {
+        child,
+        grpc: SocketAddr::from(([127, 0, 0, 1], grpc)),
+        http: SocketAddr::from(([127, 0, 0, 1], http)),
+        gossip: SocketAddr::from(([127, 0, 0, 1], gossip)),
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while http_get(node.http, "/readyz").map(|(s, _)| s) != Some(200) {
+        assert!(Instant::now() < deadline, "{name} did not become ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    node
+}
+
+/// A minimal HTTP/1.1 GET: status and body.
+fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+async fn envoy(node: &Node) -> RateLimitServiceClient<Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
+        .unwrap()
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connects");
+    RateLimitServiceClient::new(channel)
+}
+
+async fn ask(client: &mut RateLimitServiceClient<Channel>, user: &str) -> RateLimitResponse {
+    client
+        .should_rate_limit(RateLimitRequest {
+            domain: "test".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "user".into(),
+                    value: user.into(),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 0,
+        })
+        .await
+        .expect("answered")
+        .into_inner()
+}
+
+fn rules(per_unit: u32, unit: &str) -> String {
+    format!(
+        "domain: test\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: {unit}\n      requests_per_unit: {per_unit}\n      name: per-user\n"
+    )
+}
+
+fn kill(node: &Node, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(node.child.id().to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_envoy_reload_metrics_health_and_sigterm() {
+    let scratch = Scratch::new("one");
+    let rules_path = scratch.write("rules.yaml", &rules(5, "minute"));
+    let mut node = start(&scratch, "solo", &rules_path, &[]);
+    let mut client = envoy(&node).await;
+
+    // Exactly requests_per_unit OK in a window, then OVER_LIMIT.
+    for i in 0..5 {
+        let r = ask(&mut client, "alice").await;
+        assert_eq!(r.overall_code, Code::Ok as i32, "request {i}");
+        assert_eq!(r.statuses[0].limit_remaining, 4 - i);
+    }
+    let over = ask(&mut client, "alice").await;
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    let status = &over.statuses[0];
+    assert_eq!(status.current_limit.as_ref().unwrap().requests_per_unit, 5);
+    // All five landed in one 6 s bucket of a 60 s window: a request fits again once that
+    // bucket is leaving the window, a minute from now (give or take the bucket).
+    let reset = status.duration_until_reset.expect("duration_until_reset");
+    assert!(
+        (53..=62).contains(&reset.seconds),
+        "duration_until_reset {reset:?}"
+    );
+    assert!(
+        over.response_headers_to_add
+            .iter()
+            .any(|h| h.key == "x-ratelimit-remaining" && h.value == "0")
+    );
+    assert_eq!(
+        ask(&mut client, "bob").await.overall_code,
+        Code::Ok as i32,
+        "per user"
+    );
+
+    // /metrics counts the decisions.
+    let (code, metrics) = http_get(node.http, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("limitmesh_decisions_total{domain=\"test\",result=\"allowed\"} 6"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("limitmesh_decisions_total{domain=\"test\",result=\"over_limit\"} 1"));
+
+    // Health reports SERVING.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "envoy.service.ratelimit.v3.RateLimitService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        health.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+
+    // Hot reload: 5 per minute becomes 8 per minute, without a restart.
+    scratch.write("rules.yaml", &rules(8, "minute"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = ask(&mut client, "carol").await;
+        if r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit
+            == 8
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new limit never applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // alice had 5 of 5; now 3 more fit under 8.
+    let mut allowed = 0;
+    for _ in 0..5 {
+        if ask(&mut client, "alice").await.overall_code == Code::Ok as i32 {
+            allowed += 1;
+        }
+    }
+    assert_eq!(allowed, 3, "the raised limit applies to the same window");
+
+    // An invalid file is refused: the old rules stay and the failure is counted.
+    scratch.write("rules.yaml", "domain: test\ndescriptors:\n  - key: user\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, m) = http_get(node.http, "/metrics").unwrap();
+        if m.contains("limitmesh_rules_reloads_total{outcome=\"failure\"} 1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bad reload was never attempted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = ask(&mut client, "dave").await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        8
+    );
+
+    // SIGTERM: a clean exit within 5 s.
+    let sent = Instant::now();
+    kill(&node, "TERM");
+    let status = loop {
+        if let Some(status) = node.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(5),
+            "still running 5 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status}");
+    println!("exited {} ms after SIGTERM", sent.elapsed().as_millis());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_share_a_limit_and_survive_a_kill() {
+    let scratch = Scratch::new("three");
+    let rules_path = scratch.write("rules.yaml", &rules(100, "second"));
+    let first = start(&scratch, "n1", &rules_path, &[]);
+    let seed = first.gossip;
+    let mut nodes = vec![first];
+    for name in ["n2", "n3"] {
+        nodes.push(start(&scratch, name, &rules_path, &[seed]));
+    }
+    // Formation: each node lists three alive members.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes.iter().all(|n| {
+        http_get(n.http, "/v1/members").is_some_and(|(_, b)| b.matches("\"alive\"").count() == 3)
+    }) {
+        assert!(Instant::now() < deadline, "the cluster did not form");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // 300 requests per second spread over the three nodes for 4 s, against 100 per second.
+    let mut clients = Vec::new();
+    for n in &nodes {
+        clients.push(envoy(n).await);
+    }
+    let start_at = Instant::now();
+    let mut admitted_at = Vec::new();
+    let mut i = 0usize;
+    while start_at.elapsed() < Duration::from_secs(4) {
+        let c = &mut clients[i % 3];
+        if ask(c, "tenant").await.overall_code == Code::Ok as i32 {
+            admitted_at.push(start_at.elapsed());
+        }
+        i += 1;
+        let next = start_at + Duration::from_micros(3_333 * i as u64);
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+    // The busiest 1 s window, measured on the client's clock after the first second.
+    let mut worst = 0;
+    for (k, t) in admitted_at.iter().enumerate() {
+        if *t < Duration::from_secs(1) {
+            continue;
+        }
+        let n = admitted_at[..=k]
+            .iter()
+            .rev()
+            .take_while(|s| t.saturating_sub(**s) < Duration::from_secs(1))
+            .count();
+        worst = worst.max(n);
+    }
+    println!(
+        "{i} requests, {} admitted, busiest window {worst}",
+        admitted_at.len()
+    );
+    assert!(
+        worst <= 110,
+        "cluster admitted {worst} in one window against 100"
+    );
+    assert!(
+        admitted_at.len() >= 300,
+        "only {} admitted in 4 s",
+        admitted_at.len()
+    );
+
+    // Kill one process outright; the others keep answering.
+    kill(&nodes[2], "KILL");
+    for _ in 0..20 {
+        for c in clients.iter_mut().take(2) {
+            let r = ask(c, "after-kill").await;
+            assert!(r.overall_code == Code::Ok as i32 || r.overall_code == Code::OverLimit as i32);
+        }
+    }
+}
