@@ -6,8 +6,6 @@
 
 use std::hash::{BuildHasher, Hasher};
 
-use siphasher::sip128::{Hasher128, SipHasher13};
-
 use crate::window::WindowSpec;
 
 /// The wire name of one window of one key.
@@ -47,31 +45,119 @@ impl KeyHasher {
     /// datagram authentication without the two uses ever sharing key material).
     pub fn from_secret(secret: &[u8]) -> Self {
         let derived = blake3::derive_key(KEY_ID_CONTEXT, secret);
-        let (a, b) = derived.split_at(8);
+        let word = |i: usize| u64::from_le_bytes(derived[8 * i..8 * i + 8].try_into().expect("8"));
         Self {
-            k0: u64::from_le_bytes(a.try_into().expect("8 bytes")),
-            k1: u64::from_le_bytes(b[..8].try_into().expect("8 bytes")),
+            k0: word(0),
+            k1: word(1),
         }
     }
 
     /// The id of `key`'s window of shape `spec`. The estimate mode is not part of the name: it
     /// is how a window is read, not what it holds.
+    ///
+    /// SipHash-1-3 with a 128-bit result over the byte stream `shape (u64 LE) ‖ key`, where
+    /// `shape = window_ms | buckets << 48` (a window is under 2^35 ms and has at most 64
+    /// buckets: one block, and the stream is unambiguous). The key is hashed in place rather
+    /// than copied behind the shape: this runs on every check. Every version of limitmesh
+    /// must compute the same ids, or a rolling upgrade splits every limit in two; a test pins
+    /// this to a reference implementation.
+    #[inline]
     pub fn key_id(&self, key: &[u8], spec: &WindowSpec) -> KeyId {
-        // One contiguous input (shape, then the key; unambiguous because the shape has a fixed
-        // width): SipHash runs fastest on a single write.
-        const INLINE: usize = 54;
-        let mut buf = [0u8; 10 + INLINE];
-        let mut h = SipHasher13::new_with_keys(self.k0, self.k1);
-        buf[..8].copy_from_slice(&spec.window_ms().to_le_bytes());
-        buf[8..10].copy_from_slice(&spec.buckets().to_le_bytes());
-        if key.len() <= INLINE {
-            buf[10..10 + key.len()].copy_from_slice(key);
-            h.write(&buf[..10 + key.len()]);
-        } else {
-            h.write(&buf[..10]);
-            h.write(key);
+        let mut s = SipState::new(self.k0, self.k1);
+        s.compress(shape_word(spec));
+        let mut blocks = key.chunks_exact(8);
+        for block in &mut blocks {
+            s.compress(u64::from_le_bytes(block.try_into().expect("8 bytes")));
         }
-        KeyId(h.finish128().as_u128())
+        let last = load_le(blocks.remainder()) | (((8 + key.len()) as u64 & 0xff) << 56);
+        KeyId(s.finish128(last))
+    }
+}
+
+/// A window shape as the first block of its key ids.
+fn shape_word(spec: &WindowSpec) -> u64 {
+    debug_assert!(spec.window_ms() < 1 << 48, "validated by WindowSpec");
+    spec.window_ms() | (u64::from(spec.buckets()) << 48)
+}
+
+/// Up to seven bytes as a little-endian integer, in at most two loads (no call to memcpy: it
+/// runs on every check).
+#[inline]
+fn load_le(b: &[u8]) -> u64 {
+    let n = b.len();
+    debug_assert!(n < 8);
+    if n >= 4 {
+        // Two overlapping four-byte loads; the overlap holds the same bytes in both.
+        let lo = u64::from(u32::from_le_bytes(b[..4].try_into().expect("4 bytes")));
+        let hi = u64::from(u32::from_le_bytes(b[n - 4..].try_into().expect("4 bytes")));
+        lo | (hi << (8 * (n - 4)))
+    } else if n > 0 {
+        u64::from(b[0])
+            | (u64::from(b[n / 2]) << (8 * (n / 2)))
+            | (u64::from(b[n - 1]) << (8 * (n - 1)))
+    } else {
+        0
+    }
+}
+
+/// SipHash-1-3 state (one compression round per block, three finalization rounds), 128-bit
+/// variant.
+struct SipState {
+    v0: u64,
+    v1: u64,
+    v2: u64,
+    v3: u64,
+}
+
+impl SipState {
+    #[inline(always)]
+    fn new(k0: u64, k1: u64) -> Self {
+        Self {
+            v0: k0 ^ 0x736f_6d65_7073_6575,
+            // The 128-bit variant tweaks v1.
+            v1: k1 ^ 0x646f_7261_6e64_6f6d ^ 0xee,
+            v2: k0 ^ 0x6c79_6765_6e65_7261,
+            v3: k1 ^ 0x7465_6462_7974_6573,
+        }
+    }
+
+    #[inline(always)]
+    fn round(&mut self) {
+        self.v0 = self.v0.wrapping_add(self.v1);
+        self.v1 = self.v1.rotate_left(13) ^ self.v0;
+        self.v0 = self.v0.rotate_left(32);
+        self.v2 = self.v2.wrapping_add(self.v3);
+        self.v3 = self.v3.rotate_left(16) ^ self.v2;
+        self.v0 = self.v0.wrapping_add(self.v3);
+        self.v3 = self.v3.rotate_left(21) ^ self.v0;
+        self.v2 = self.v2.wrapping_add(self.v1);
+        self.v1 = self.v1.rotate_left(17) ^ self.v2;
+        self.v2 = self.v2.rotate_left(32);
+    }
+
+    #[inline(always)]
+    fn compress(&mut self, m: u64) {
+        self.v3 ^= m;
+        self.round();
+        self.v0 ^= m;
+    }
+
+    /// Absorbs the last block (the tail bytes and the stream length) and returns
+    /// `h2 << 64 | h1`.
+    #[inline(always)]
+    fn finish128(mut self, last: u64) -> u128 {
+        self.compress(last);
+        self.v2 ^= 0xee;
+        self.round();
+        self.round();
+        self.round();
+        let h1 = self.v0 ^ self.v1 ^ self.v2 ^ self.v3;
+        self.v1 ^= 0xdd;
+        self.round();
+        self.round();
+        self.round();
+        let h2 = self.v0 ^ self.v1 ^ self.v2 ^ self.v3;
+        (u128::from(h2) << 64) | u128::from(h1)
     }
 }
 
@@ -132,5 +218,34 @@ mod tests {
         // Long keys take the two-write path; it is the same function of the same bytes.
         let long = vec![7u8; 300];
         assert_ne!(a.key_id(&long, &sec), a.key_id(&long[..299], &sec));
+    }
+
+    /// Ids are part of the wire protocol: they must be exactly SipHash-1-3-128 of the
+    /// documented stream, as computed by an independent implementation, for every key length
+    /// around the block boundaries and beyond.
+    #[test]
+    fn ids_are_siphash13_128_of_shape_word_then_key() {
+        use siphasher::sip128::{Hasher128, SipHasher13};
+        use std::hash::Hasher as _;
+        let hasher = KeyHasher::from_secret(b"reference");
+        let specs = [
+            WindowSpec::with_default_buckets(1_000).unwrap(),
+            WindowSpec::new(crate::window::MAX_WINDOW_MS, 64, EstimateMode::Exact).unwrap(),
+        ];
+        let bytes: Vec<u8> = (0..300u32).map(|i| (i * 151 + 7) as u8).collect();
+        for spec in &specs {
+            let shape = spec.window_ms() | (u64::from(spec.buckets()) << 48);
+            for len in 0..bytes.len() {
+                let key = &bytes[..len];
+                let mut reference = SipHasher13::new_with_keys(hasher.k0, hasher.k1);
+                reference.write(&shape.to_le_bytes());
+                reference.write(key);
+                assert_eq!(
+                    hasher.key_id(key, spec).0,
+                    reference.finish128().as_u128(),
+                    "key length {len}, spec {spec:?}"
+                );
+            }
+        }
     }
 }

@@ -68,6 +68,13 @@ impl WindowState {
             .expect("validated when the window was created")
     }
 
+    /// Whether this window has `spec`'s length and bucket count (on the check path: no
+    /// validation, unlike [`Self::spec`]).
+    #[inline]
+    pub fn has_shape(&self, spec: &WindowSpec) -> bool {
+        self.window_ms == spec.window_ms() && self.buckets == spec.buckets()
+    }
+
     /// The cached bound for `epoch` under membership generation `generation`, if any.
     pub fn cached_bound(&self, epoch: u64, generation: u16) -> Option<u32> {
         let word = self.bound.load(Ordering::Acquire);

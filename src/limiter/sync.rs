@@ -11,7 +11,6 @@ use std::sync::mpsc;
 
 use super::origin::{OriginId, OriginTable};
 use super::state::WindowState;
-use super::table::same_shape;
 use super::view::ExpectedSize;
 use super::{KeyId, Limit, Limiter};
 use crate::clock::Hlc;
@@ -357,7 +356,7 @@ impl Limiter {
         let id = self.hasher.key_id(key, &limit.window);
         let guard = self.table.guard();
         let state = self.table.get(&id, &guard)?;
-        if !same_shape(&state.spec(), &limit.window) {
+        if !state.has_shape(&limit.window) {
             return None;
         }
         let spec = &limit.window;

@@ -83,7 +83,7 @@ impl KeyTable {
         guard: &'g impl Guard,
     ) -> Result<&'g WindowState, CheckError> {
         if let Some(state) = self.map.get(&id, guard) {
-            if same_shape(&state.spec(), spec) {
+            if state.has_shape(spec) {
                 return Ok(state);
             }
             self.map.remove(&id, guard);
@@ -210,10 +210,6 @@ impl KeyTable {
         ids.sort_unstable();
         ids
     }
-}
-
-pub(crate) fn same_shape(a: &WindowSpec, b: &WindowSpec) -> bool {
-    a.window_ms() == b.window_ms() && a.buckets() == b.buckets()
 }
 
 /// Drops remote registers that have left the window.

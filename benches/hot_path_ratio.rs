@@ -1,0 +1,102 @@
+//! The hot-path ratio to governor, measured interleaved: short slices of each limiter alternate
+//! for a few seconds, and the ratio is the median over slice pairs. On a shared, noisy machine
+//! this is far steadier than criterion's back-to-back runs, where a neighbour's burst lands on
+//! one side only. `cargo bench --bench hot_path_ratio`.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+
+use governor::{Quota, RateLimiter};
+use limitmesh::clock::{Clock, SystemClock, monotonic_now};
+use limitmesh::limiter::{
+    CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
+};
+use limitmesh::window::WindowSpec;
+
+const KEYS: usize = 10_000;
+const SLICE: usize = 1 << 14;
+const PAIRS: usize = 300;
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
+    let limit = Limit {
+        limit: u32::MAX,
+        window: WindowSpec::with_default_buckets(1_000).expect("valid"),
+    };
+    let clock = SystemClock::system();
+    let limiter = Limiter::new(
+        LimiterConfig {
+            max_keys: KEYS * 2,
+            ..LimiterConfig::default()
+        },
+        OriginId(1),
+        KeyHasher::from_secret(b"bench"),
+    );
+    let governor = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
+    let keys: Vec<String> = (0..KEYS)
+        .map(|i| format!("tenant={i}|route=/api/v1/items"))
+        .collect();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let order: Vec<usize> = (0..SLICE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % KEYS as u64) as usize
+        })
+        .collect();
+
+    let ours = |key: &str| {
+        let item = [CheckItem {
+            key: black_box(key.as_bytes()),
+            limit,
+            cost: 1,
+        }];
+        let req = CheckRequest {
+            items: &item,
+            dry_run: false,
+        };
+        limiter.check(&req, clock.now_ms()).expect("valid").allowed
+    };
+    let theirs = |key: &String| governor.check_key(black_box(key)).is_ok();
+
+    println!(
+        "{:<10} {:>14} {:>14} {:>8}",
+        "case", "limitmesh ns", "governor ns", "ratio"
+    );
+    for (case, hot) in [("hot_key", true), ("keys_10k", false)] {
+        let key_of = |i: usize| if hot { &keys[0] } else { &keys[order[i]] };
+        let mut ratios = Vec::with_capacity(PAIRS);
+        let (mut a_all, mut b_all) = (Vec::new(), Vec::new());
+        for round in 0..PAIRS + 20 {
+            let start = monotonic_now();
+            for i in 0..SLICE {
+                black_box(ours(key_of(i)));
+            }
+            let a = start.elapsed().as_nanos() as f64 / SLICE as f64;
+            let start = monotonic_now();
+            for i in 0..SLICE {
+                black_box(theirs(key_of(i)));
+            }
+            let b = start.elapsed().as_nanos() as f64 / SLICE as f64;
+            // The first rounds warm caches and the table.
+            if round >= 20 {
+                ratios.push(a / b);
+                a_all.push(a);
+                b_all.push(b);
+            }
+            limiter.collect_changed(clock.now_ms());
+        }
+        println!(
+            "{case:<10} {:>14.1} {:>14.1} {:>8.2}",
+            median(&mut a_all),
+            median(&mut b_all),
+            median(&mut ratios)
+        );
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
