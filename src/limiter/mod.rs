@@ -254,20 +254,31 @@ impl Limiter {
     pub fn check(&self, req: &CheckRequest<'_>, now_ms: u64) -> Result<Decision, CheckError> {
         decision::validate(req)?;
         let guard = self.table.guard();
-        if let [item] = req.items {
-            return self.check_one(item, req.dry_run, now_ms, &guard);
+        match req.items {
+            [item] => self.check_one(item, req.dry_run, now_ms, &guard),
+            items => self.check_many(items, req.dry_run, now_ms, &guard),
         }
+    }
 
+    /// Several items: all are evaluated, then all consumed or none.
+    #[inline(never)]
+    fn check_many(
+        &self,
+        items: &[CheckItem<'_>],
+        dry_run: bool,
+        now_ms: u64,
+        guard: &impl papaya::Guard,
+    ) -> Result<Decision, CheckError> {
         let mut evals: SmallVec<[Eval<'_>; 2]> = SmallVec::new();
-        for item in req.items {
+        for item in items {
             let id = self.hasher.key_id(item.key, &item.limit.window);
             let state = self
                 .table
-                .get_or_insert(id, &item.limit.window, now_ms, &guard)?;
+                .get_or_insert(id, &item.limit.window, now_ms, guard)?;
             evals.push(self.evaluate(id, state, item.limit, item.cost, now_ms));
         }
         let mut fits: SmallVec<[bool; 2]> = evals.iter().map(Eval::fits).collect();
-        let allowed = if req.dry_run {
+        let allowed = if dry_run {
             fits.iter().all(|f| *f)
         } else {
             let (allowed, refused_at) = self.consume(&evals);
@@ -287,7 +298,10 @@ impl Limiter {
         Ok(Decision { allowed, limits })
     }
 
-    /// The common case, one item, without the bookkeeping of several.
+    /// The common case, one item, without the bookkeeping of several. Kept small: a check far
+    /// from its limit is admitted here under the cached bound; anything else goes to
+    /// [`Self::check_one_exact`].
+    #[inline]
     fn check_one(
         &self,
         item: &CheckItem<'_>,
@@ -322,6 +336,24 @@ impl Limiter {
                 });
             }
         }
+        Ok(self.check_one_exact(id, state, item, dry_run, caching, generation, now_ms))
+    }
+
+    /// One item on the exact path: computes the allowance from the ring and the remote
+    /// registers, and refreshes the cached bound.
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn check_one_exact(
+        &self,
+        id: KeyId,
+        state: &WindowState,
+        item: &CheckItem<'_>,
+        dry_run: bool,
+        caching: bool,
+        generation: u16,
+        now_ms: u64,
+    ) -> Decision {
+        let limit = &item.limit;
         let seen = state.bound.load(Ordering::Acquire);
         let e = self.evaluate(id, state, *limit, item.cost, now_ms);
         let allowed = if dry_run {
@@ -338,10 +370,10 @@ impl Limiter {
             state.store_bound(seen, e.epoch, generation, e.lasting_bound);
         }
         let status = self.status(&e, allowed, allowed, now_ms);
-        Ok(Decision {
+        Decision {
             allowed,
             limits: smallvec::smallvec![status],
-        })
+        }
     }
 
     /// Counts a refusal as demand, and queues the window for the next emission.
