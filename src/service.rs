@@ -97,8 +97,9 @@ pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
     Ok(Bound { grpc, http, gossip })
 }
 
-/// The members RPC, from the node's view.
-struct ViewMembers(Arc<ClusterView>);
+/// The members RPC, from a node's view of the cluster.
+#[derive(Debug)]
+pub struct ViewMembers(pub Arc<ClusterView>);
 
 impl MembersSource for ViewMembers {
     fn members(&self) -> Vec<MemberInfo> {

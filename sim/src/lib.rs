@@ -9,10 +9,12 @@
 //! - [`clock`]: per-host wall clocks with adjustable skew and rollback;
 //! - [`workload`]: offered load per node over time;
 //! - [`cluster`]: builds the simulation, runs it with a fault schedule, and samples;
-//! - [`report`]: turns what was recorded into the measures of the design.
+//! - [`report`]: turns what was recorded into the measures of the design;
+//! - [`grpc`]: the production gRPC server and its clients on simulated TCP.
 
 pub mod clock;
 pub mod cluster;
+pub mod grpc;
 pub mod net;
 pub mod report;
 pub mod scenario;
