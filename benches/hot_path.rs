@@ -2,60 +2,29 @@
 //! the same run: governor's keyed limiter for the check, on the same keys, each including the
 //! clock read.
 
+use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Duration;
-
-use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use limitmesh::clock::{Clock, HlcTimestamp, SystemClock};
 use limitmesh::crdt::{Arbitration, Register, Replica};
-use limitmesh::limiter::{
-    CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
-};
+use limitmesh::limiter::{CheckItem, CheckRequest};
 use limitmesh::window::WindowSpec;
 
-const KEYS: usize = 10_000;
+mod common;
 
-/// A fixed pseudo-random access order over the keys (the same for both limiters).
-fn access_order(n: usize) -> Vec<usize> {
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % KEYS as u64) as usize
-        })
-        .collect()
-}
-
-fn keys() -> Vec<String> {
-    (0..KEYS)
-        .map(|i| format!("tenant={i}|route=/api/v1/items"))
-        .collect()
-}
+use common::{access_order, keys, limiter, open_limit};
 
 fn hot_path(c: &mut Criterion) {
     let mut group = c.benchmark_group("hot_path");
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(3));
 
-    // Limits high enough that every check takes the allowed path.
-    let limit = [Limit {
-        limit: u32::MAX,
-        window: WindowSpec::with_default_buckets(1_000).unwrap(),
-    }];
+    let limit = [open_limit()];
     let clock = SystemClock::system();
-    let limiter = Limiter::new(
-        LimiterConfig {
-            max_keys: KEYS * 2,
-            ..LimiterConfig::default()
-        },
-        OriginId(1),
-        KeyHasher::from_secret(b"bench"),
-    );
+    let limiter = limiter();
     let quota = Quota::per_second(NonZeroU32::new(u32::MAX).unwrap());
     let governor = RateLimiter::keyed(quota);
     let keys = keys();

@@ -8,43 +8,23 @@ use std::num::NonZeroU32;
 
 use governor::{Quota, RateLimiter};
 use limitmesh::clock::{Clock, SystemClock, monotonic_now};
-use limitmesh::limiter::{
-    CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
-};
-use limitmesh::window::WindowSpec;
+use limitmesh::limiter::{CheckItem, CheckRequest};
 
-const KEYS: usize = 10_000;
+mod common;
+
+use common::{access_order, keys, limiter, open_limit};
+
 const SLICE: usize = 1 << 14;
 const PAIRS: usize = 300;
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
-    let limit = Limit {
-        limit: u32::MAX,
-        window: WindowSpec::with_default_buckets(1_000).expect("valid"),
-    };
+    let limit = open_limit();
     let clock = SystemClock::system();
-    let limiter = Limiter::new(
-        LimiterConfig {
-            max_keys: KEYS * 2,
-            ..LimiterConfig::default()
-        },
-        OriginId(1),
-        KeyHasher::from_secret(b"bench"),
-    );
+    let limiter = limiter();
     let governor = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
-    let keys: Vec<String> = (0..KEYS)
-        .map(|i| format!("tenant={i}|route=/api/v1/items"))
-        .collect();
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let order: Vec<usize> = (0..SLICE)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % KEYS as u64) as usize
-        })
-        .collect();
+    let keys = keys();
+    let order = access_order(SLICE);
 
     let ours = |key: &str| {
         let item = [CheckItem {
