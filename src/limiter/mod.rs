@@ -261,7 +261,6 @@ impl Limiter {
     }
 
     /// Several items: all are evaluated, then all consumed or none.
-    #[inline(never)]
     fn check_many(
         &self,
         items: &[CheckItem<'_>],
@@ -298,10 +297,7 @@ impl Limiter {
         Ok(Decision { allowed, limits })
     }
 
-    /// The common case, one item, without the bookkeeping of several. Kept small: a check far
-    /// from its limit is admitted here under the cached bound; anything else goes to
-    /// [`Self::check_one_exact`].
-    #[inline]
+    /// The common case, one item, without the bookkeeping of several.
     fn check_one(
         &self,
         item: &CheckItem<'_>,
@@ -336,24 +332,6 @@ impl Limiter {
                 });
             }
         }
-        Ok(self.check_one_exact(id, state, item, dry_run, caching, generation, now_ms))
-    }
-
-    /// One item on the exact path: computes the allowance from the ring and the remote
-    /// registers, and refreshes the cached bound.
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn check_one_exact(
-        &self,
-        id: KeyId,
-        state: &WindowState,
-        item: &CheckItem<'_>,
-        dry_run: bool,
-        caching: bool,
-        generation: u16,
-        now_ms: u64,
-    ) -> Decision {
-        let limit = &item.limit;
         let seen = state.bound.load(Ordering::Acquire);
         let e = self.evaluate(id, state, *limit, item.cost, now_ms);
         let allowed = if dry_run {
@@ -370,10 +348,10 @@ impl Limiter {
             state.store_bound(seen, e.epoch, generation, e.lasting_bound);
         }
         let status = self.status(&e, allowed, allowed, now_ms);
-        Decision {
+        Ok(Decision {
             allowed,
             limits: smallvec::smallvec![status],
-        }
+        })
     }
 
     /// Counts a refusal as demand, and queues the window for the next emission.
