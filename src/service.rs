@@ -52,12 +52,17 @@ pub enum ServiceError {
     Admin(std::io::Error),
 }
 
-/// The sockets of a node, bound.
+/// A node ready to serve: its configuration checked, its keys read, its rules loaded and its
+/// sockets bound. Everything that can keep a node from starting fails while this is built,
+/// before the node says it is serving.
 #[derive(Debug)]
 pub struct Bound {
     pub grpc: TcpListener,
     pub http: TcpListener,
     pub gossip: UdpSocket,
+    keyring: Keyring,
+    hasher: KeyHasher,
+    rules: RulesHandle,
 }
 
 impl Bound {
@@ -78,8 +83,12 @@ fn unspecified() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 0))
 }
 
-/// Binds the gRPC, HTTP and gossip sockets the configuration names.
+/// Checks the configuration, reads the cluster keys, loads the rules, and binds the gRPC, HTTP
+/// and gossip sockets the configuration names.
 pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
+    config.validate()?;
+    let (keyring, hasher) = keys(config)?;
+    let rules = RulesHandle::load(config.rules_source(), config.rules_load_options())?;
     let tcp = |what, addr| async move {
         TcpListener::bind(addr)
             .await
@@ -94,7 +103,14 @@ pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
             addr: config.cluster.bind,
             source,
         })?;
-    Ok(Bound { grpc, http, gossip })
+    Ok(Bound {
+        grpc,
+        http,
+        gossip,
+        keyring,
+        hasher,
+        rules,
+    })
 }
 
 /// The members RPC, from a node's view of the cluster.
@@ -159,19 +175,15 @@ pub async fn run(
     bound: Bound,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServiceError> {
-    config.validate()?;
+    let gossip_addr = bound.gossip_addr();
     let node_id = uuid::Uuid::new_v4();
     let clock = Arc::new(SystemClock::system());
-    let (keyring, hasher) = keys(&config)?;
     let limiter = Arc::new(Limiter::new(
         config.limiter_config(),
         OriginId(node_id.as_u128()),
-        hasher,
+        bound.hasher,
     ));
-    let rules = Arc::new(RulesHandle::load(
-        config.rules_source(),
-        config.rules_load_options(),
-    )?);
+    let rules = Arc::new(bound.rules);
     let view = Arc::new(ClusterView::default());
     let mut metrics = Metrics::new();
     metrics
@@ -185,7 +197,6 @@ pub async fn run(
     metrics.set_rules_loaded(current.domain_count(), current.rule_count());
     let metrics = Arc::new(metrics);
 
-    let gossip_addr = bound.gossip_addr();
     let mut advertise = config.advertise_addr()?;
     if advertise.port() == 0 || advertise.ip().is_unspecified() {
         // A node without peers may bind anywhere; it advertises what it got.
@@ -219,7 +230,7 @@ pub async fn run(
         Arc::new(bound.gossip),
         clock.clone(),
         limiter.clone(),
-        Arc::new(keyring),
+        Arc::new(bound.keyring),
         view.clone(),
     )?;
     let node_task = tokio::spawn(node.run(command_rx, stopped(stop_rx.clone())));

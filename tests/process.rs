@@ -381,3 +381,81 @@ async fn three_processes_share_a_limit_and_survive_a_kill() {
         }
     }
 }
+
+/// Runs the binary with `config` to its end (at most 20 s): exit success, stdout, stderr.
+fn run_to_end(config: &Path) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_limitmesh"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("a node that cannot start kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut out)
+        .expect("stdout");
+    child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut err)
+        .expect("stderr");
+    (status.success(), out, err)
+}
+
+#[test]
+fn a_node_that_cannot_start_says_why_before_it_says_serving() {
+    let scratch = Scratch::new("no-start");
+    let good_rules = scratch.write("rules.yaml", &rules(5, "second"));
+    let bad_rules = scratch.write("bad.yaml", "domain: test\ndescriptors:\n  - key: user\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n");
+    let missing_key = scratch.0.join("missing.key");
+    let config = |name: &str, key_line: &str, rules: &Path| {
+        scratch.write(
+            name,
+            &format!(
+                "[grpc]\nlisten = \"127.0.0.1:{}\"\n[http]\nlisten = \"127.0.0.1:{}\"\n[cluster]\nbind = \"127.0.0.1:{}\"\n{key_line}\n[rules]\npath = \"{}\"\n",
+                free_port(),
+                free_port(),
+                free_udp_port(),
+                rules.display()
+            ),
+        )
+    };
+
+    let no_key = config(
+        "no-key.toml",
+        &format!("key_file = \"{}\"", missing_key.display()),
+        &good_rules,
+    );
+    let (ok, out, err) = run_to_end(&no_key);
+    assert!(!ok, "started without its key file: {out}");
+    assert!(!out.contains("serving"), "said it was serving: {out}");
+    assert!(
+        err.contains("missing.key"),
+        "the error should name the key file: {err}"
+    );
+
+    let rules_error = config("bad-rules.toml", "", &bad_rules);
+    let (ok, out, err) = run_to_end(&rules_error);
+    assert!(!ok, "started with invalid rules: {out}");
+    assert!(!out.contains("serving"), "said it was serving: {out}");
+    assert!(
+        err.contains("bad.yaml") && err.contains("fortnight"),
+        "the error should name the file and the unit: {err}"
+    );
+}
