@@ -1,8 +1,9 @@
-//! Bytes per active key with five origins (DESIGN §8: target ≤ 512 B, excluding the key
-//! string, which limitmesh never stores). Measured with a counting allocator around a table of
-//! windows that each hold this node's ring and registers from four peers.
+//! Memory, measured with a counting allocator: bytes per active key with five origins (DESIGN
+//! §8: target ≤ 512 B, excluding the key string, which limitmesh never stores), and a key
+//! cardinality explosion (DESIGN §9: a million keys stay within `max_keys`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use limitmesh::clock::HlcTimestamp;
@@ -46,6 +47,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
+/// The tests read one global counter, so they take turns.
+static MEASURING: Mutex<()> = Mutex::new(());
+
 const T0: u64 = 1_700_000_000_000;
 const KEYS: usize = 20_000;
 /// DESIGN §8: at most 512 bytes per active key at five origins.
@@ -53,6 +57,7 @@ const TARGET_BYTES_PER_KEY: f64 = 512.0;
 
 #[test]
 fn bytes_per_active_key_with_five_origins() {
+    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let spec = WindowSpec::with_default_buckets(1_000).unwrap();
     let limit = [Limit {
         limit: 1_000_000,
@@ -121,5 +126,81 @@ fn bytes_per_active_key_with_five_origins() {
     assert!(
         per_key <= TARGET_BYTES_PER_KEY,
         "{per_key:.0} bytes per key exceeds the {TARGET_BYTES_PER_KEY} byte target"
+    );
+}
+
+/// A million distinct keys, a thousand per 10 ms, each asked once, as a scan or an attack on
+/// per-IP limits would: the table never holds more than `max_keys`, idle keys make room (none
+/// is refused), and the memory held stays that of `max_keys` windows. The node's loop drains
+/// the emission queue and collects garbage every round; this does the same every 200 ms.
+#[test]
+fn a_million_keys_stay_within_max_keys() {
+    const MAX_KEYS: usize = 10_000;
+    const DISTINCT: usize = 1_000_000;
+    let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let limit = Limit {
+        limit: 100,
+        window: WindowSpec::with_default_buckets(1_000).unwrap(),
+    };
+    let limiter = Limiter::new(
+        LimiterConfig {
+            max_keys: MAX_KEYS,
+            ..LimiterConfig::default()
+        },
+        OriginId(1),
+        KeyHasher::from_secret(b"cardinality"),
+    );
+    let before = LIVE_BYTES.load(Ordering::Relaxed);
+    let mut peak_bytes = 0isize;
+    let mut key = String::new();
+    for i in 0..DISTINCT {
+        let now = T0 + (i / 100) as u64;
+        key.clear();
+        use std::fmt::Write as _;
+        write!(
+            key,
+            "remote_address=10.{}.{}.{}",
+            i >> 16,
+            (i >> 8) & 255,
+            i & 255
+        )
+        .unwrap();
+        let item = [CheckItem {
+            key: key.as_bytes(),
+            limit,
+            cost: 1,
+        }];
+        let decision = limiter
+            .check(
+                &CheckRequest {
+                    items: &item,
+                    dry_run: false,
+                },
+                now,
+            )
+            .expect("an idle key always makes room");
+        assert!(decision.allowed);
+        if i % 20_000 == 19_999 {
+            drop(limiter.collect_changed(now));
+            limiter.gc(now, 4_096);
+            assert!(limiter.stats().keys <= MAX_KEYS, "{:?}", limiter.stats());
+            peak_bytes = peak_bytes.max(LIVE_BYTES.load(Ordering::Relaxed) - before);
+        }
+    }
+    let stats = limiter.stats();
+    println!(
+        "a million keys: {stats:?}, peak {:.1} MiB",
+        peak_bytes as f64 / (1 << 20) as f64
+    );
+    assert_eq!(stats.refused_table_full, 0);
+    assert!(
+        (stats.evicted_keys + stats.expired_keys) as usize >= DISTINCT - MAX_KEYS,
+        "{stats:?}"
+    );
+    // A window is about 200 bytes here (no peers); allow the table's slack and the queues.
+    let ceiling = (MAX_KEYS * 1_024) as isize;
+    assert!(
+        peak_bytes <= ceiling,
+        "{peak_bytes} bytes held for {MAX_KEYS} keys (ceiling {ceiling})"
     );
 }
