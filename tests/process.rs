@@ -459,3 +459,61 @@ fn a_node_that_cannot_start_says_why_before_it_says_serving() {
         "the error should name the file and the unit: {err}"
     );
 }
+
+/// `limitmesh validate RULES [CONFIG]`: exit code and what it printed.
+fn validate(args: &[&Path]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_limitmesh"))
+        .arg("validate")
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn validate_reports_file_and_line_and_fails() {
+    let scratch = Scratch::new("validate");
+    let rules_ok = scratch.write("ok.yaml", &rules(5, "second"));
+    let key = scratch.write("key", &format!("{KEY_B64}\n"));
+    let config_ok = scratch.write(
+        "ok.toml",
+        &format!("[cluster]\nkey_file = \"{}\"\n", key.display()),
+    );
+    let (ok, out, err) = validate(&[&rules_ok, &config_ok]);
+    assert!(ok, "valid files refused: {out} {err}");
+    assert!(out.contains("1 domains, 1 rules"), "{out}");
+
+    let rules_bad = scratch.write(
+        "bad.yaml",
+        "domain: test\ndescriptors:\n  - key: user\n    rate_limit: { unit: second }\n",
+    );
+    let (ok, _, err) = validate(&[&rules_bad]);
+    assert!(!ok);
+    assert!(
+        err.contains("bad.yaml:4") && err.contains("requests_per_unit"),
+        "the error should name file, line and field: {err}"
+    );
+
+    let config_bad = scratch.write(
+        "bad.toml",
+        "[grpc]\nlisten = \"127.0.0.1:1\"\nlisen = \"x\"\n",
+    );
+    let (ok, _, err) = validate(&[&rules_ok, &config_bad]);
+    assert!(!ok);
+    assert!(
+        err.contains("bad.toml") && err.contains("3") && err.contains("lisen"),
+        "the error should name file, line and key: {err}"
+    );
+
+    let config_no_key = scratch.write(
+        "no-key.toml",
+        "[cluster]\nkey_file = \"/nonexistent/limitmesh.key\"\n",
+    );
+    let (ok, _, err) = validate(&[&rules_ok, &config_no_key]);
+    assert!(!ok);
+    assert!(err.contains("/nonexistent/limitmesh.key"), "{err}");
+}

@@ -294,7 +294,9 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
     let mut ok = true;
     let mut options = LoadOptions::default();
     if let Some(path) = &args.config {
-        match Config::load(Some(path)) {
+        // The key file too: a node reads it before it starts, so a missing or malformed one
+        // is a deployment error like any other.
+        match Config::load(Some(path)).and_then(|c| c.cluster_keys().map(|_| c)) {
             Ok(config) => {
                 println!("{}: ok", path.display());
                 options = config.rules_load_options();
