@@ -14,6 +14,10 @@ use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_service_client::
 use limitmesh::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::transport::Channel;
 
+/// The tests here take turns: each starts real processes, and on a two-core machine four nodes
+/// and two clients at once starve each other's gossip and skew the timing being measured.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A port nobody is using right now (the OS picks it; it is released for the node to bind).
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -179,6 +183,7 @@ fn kill(node: &Node, signal: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_node_envoy_reload_metrics_health_and_sigterm() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let scratch = Scratch::new("one");
     let rules_path = scratch.write("rules.yaml", &rules(5, "minute"));
     let mut node = start(&scratch, "solo", &rules_path, &[]);
@@ -309,6 +314,7 @@ async fn one_node_envoy_reload_metrics_health_and_sigterm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_share_a_limit_and_survive_a_kill() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let scratch = Scratch::new("three");
     let rules_path = scratch.write("rules.yaml", &rules(100, "second"));
     let first = start(&scratch, "n1", &rules_path, &[]);
@@ -420,6 +426,7 @@ fn run_to_end(config: &Path) -> (bool, String, String) {
 
 #[test]
 fn a_node_that_cannot_start_says_why_before_it_says_serving() {
+    let _turn = ONE_AT_A_TIME.blocking_lock();
     let scratch = Scratch::new("no-start");
     let good_rules = scratch.write("rules.yaml", &rules(5, "second"));
     let bad_rules = scratch.write("bad.yaml", "domain: test\ndescriptors:\n  - key: user\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n");
@@ -476,6 +483,7 @@ fn validate(args: &[&Path]) -> (bool, String, String) {
 
 #[test]
 fn validate_reports_file_and_line_and_fails() {
+    let _turn = ONE_AT_A_TIME.blocking_lock();
     let scratch = Scratch::new("validate");
     let rules_ok = scratch.write("ok.yaml", &rules(5, "second"));
     let key = scratch.write("key", &format!("{KEY_B64}\n"));
