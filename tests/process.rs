@@ -481,6 +481,13 @@ fn validate(args: &[&Path]) -> (bool, String, String) {
     )
 }
 
+/// `limitmesh validate` on files it must refuse: asserts it failed, returns what it said.
+fn validate_refuses(args: &[&Path]) -> String {
+    let (ok, out, err) = validate(args);
+    assert!(!ok, "accepted {args:?}: {out}");
+    err
+}
+
 #[test]
 fn validate_reports_file_and_line_and_fails() {
     let _turn = ONE_AT_A_TIME.blocking_lock();
@@ -499,8 +506,7 @@ fn validate_reports_file_and_line_and_fails() {
         "bad.yaml",
         "domain: test\ndescriptors:\n  - key: user\n    rate_limit: { unit: second }\n",
     );
-    let (ok, _, err) = validate(&[&rules_bad]);
-    assert!(!ok);
+    let err = validate_refuses(&[&rules_bad]);
     assert!(
         err.contains("bad.yaml:4") && err.contains("requests_per_unit"),
         "the error should name file, line and field: {err}"
@@ -510,8 +516,7 @@ fn validate_reports_file_and_line_and_fails() {
         "bad.toml",
         "[grpc]\nlisten = \"127.0.0.1:1\"\nlisen = \"x\"\n",
     );
-    let (ok, _, err) = validate(&[&rules_ok, &config_bad]);
-    assert!(!ok);
+    let err = validate_refuses(&[&rules_ok, &config_bad]);
     assert!(
         err.contains("bad.toml") && err.contains("3") && err.contains("lisen"),
         "the error should name file, line and key: {err}"
@@ -521,7 +526,6 @@ fn validate_reports_file_and_line_and_fails() {
         "no-key.toml",
         "[cluster]\nkey_file = \"/nonexistent/limitmesh.key\"\n",
     );
-    let (ok, _, err) = validate(&[&rules_ok, &config_no_key]);
-    assert!(!ok);
+    let err = validate_refuses(&[&rules_ok, &config_no_key]);
     assert!(err.contains("/nonexistent/limitmesh.key"), "{err}");
 }
