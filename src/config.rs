@@ -27,7 +27,7 @@ pub use self::base64::Base64Error;
 pub use self::demo::{DEMO_CONFIG_TOML, DEMO_RULES_NAME, DEMO_RULES_YAML};
 pub use self::load::{ENV_PREFIX, Origin};
 use crate::crdt::Arbitration;
-use crate::limiter::{LimiterConfig, PartitionPolicy, Policy};
+use crate::limiter::{LimiterConfig, PartitionPolicy, Policy, TableFullPolicy};
 use crate::rules::{LoadOptions, RulesSource};
 
 /// Length of a cluster key, in bytes.
@@ -181,6 +181,14 @@ pub enum PartitionPolicyName {
     Available,
 }
 
+/// See `limitmesh::limiter::TableFullPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TableFullPolicyName {
+    Deny,
+    Error,
+}
+
 /// See `limitmesh::crdt::Arbitration`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -194,6 +202,10 @@ pub enum ArbitrationName {
 pub struct LimiterSettings {
     /// Most windows held at once. Default: 100000.
     pub max_keys: usize,
+    /// What a check on a new key gets while every window in a full table holds quota:
+    /// `deny` (over the limit, retry when the earliest window expires) or `error`
+    /// (RESOURCE_EXHAUSTED: the caller's failure mode decides). Default: `deny`.
+    pub when_table_full: TableFullPolicyName,
     /// `strict`: in a partition each side takes its share of the limit, so the cluster stays
     /// within it; `available`: each side may use the whole limit. Default: `strict`.
     pub partition_policy: PartitionPolicyName,
@@ -216,6 +228,7 @@ impl Default for LimiterSettings {
         let core = LimiterConfig::default();
         Self {
             max_keys: core.max_keys,
+            when_table_full: TableFullPolicyName::Deny,
             partition_policy: PartitionPolicyName::Strict,
             arbitration: ArbitrationName::VectorDominance,
             onset_ms: core.onset_ms,
@@ -371,6 +384,10 @@ impl Config {
             onset_ms: l.onset_ms,
             expected_hold_ms: l.expected_hold_ms,
             max_clock_drift_ms: l.max_clock_drift_ms,
+            when_full: match l.when_table_full {
+                TableFullPolicyName::Deny => TableFullPolicy::Deny,
+                TableFullPolicyName::Error => TableFullPolicy::Error,
+            },
             ..LimiterConfig::default()
         }
     }

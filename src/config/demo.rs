@@ -32,6 +32,7 @@ max_packet_size = 1400
 
 [limiter]
 max_keys = 100000
+when_table_full = "deny"
 partition_policy = "strict"
 arbitration = "vector-dominance"
 onset_ms = 500

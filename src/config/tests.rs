@@ -176,6 +176,7 @@ anti_entropy_interval_ms = 1000
 max_packet_size = 1200
 [limiter]
 max_keys = 5
+when_table_full = "error"
 partition_policy = "available"
 arbitration = "max-timestamp"
 onset_ms = 1
@@ -214,6 +215,7 @@ filter = "warn,limitmesh=debug"
 
     let core = c.limiter_config();
     assert_eq!(core.max_keys, 5);
+    assert_eq!(core.when_full, crate::limiter::TableFullPolicy::Error);
     assert_eq!(core.policy, Policy::DemandShare(PartitionPolicy::Available));
     assert_eq!(core.arbitration, Arbitration::MaxTimestamp);
     assert_eq!(

@@ -14,6 +14,7 @@
 //! it is the only writer of remote state and takes one lock, never on the check path.
 
 mod admission;
+mod bound_cache;
 mod decision;
 mod key;
 mod origin;
@@ -43,6 +44,7 @@ pub use sync::{Batch, Inspection, MergeReport, OriginUsage, RegisterUpdate};
 pub use table::GcReport;
 pub use view::ExpectedSize;
 
+use self::bound_cache::BoundKey;
 use self::state::WindowState;
 use self::sync::SyncState;
 use self::table::KeyTable;
@@ -53,8 +55,8 @@ use crate::window::{Admit, AgeProfile, WindowSpec};
 /// How the limiter behaves. Every field has a production default.
 #[derive(Debug, Clone)]
 pub struct LimiterConfig {
-    /// Most windows held at once. Idle ones are evicted first; one that is limiting someone
-    /// is never evicted.
+    /// Most windows held at once. Only windows that count nothing any more are evicted: one
+    /// that holds quota never is (see [`TableFullPolicy`]).
     pub max_keys: usize,
     pub policy: Policy,
     pub arbitration: Arbitration,
@@ -66,6 +68,8 @@ pub struct LimiterConfig {
     /// How far ahead of local wall time a peer's clock stamp may be before its registers are
     /// refused.
     pub max_clock_drift_ms: u64,
+    /// What a check on a new key gets while the key table is full of windows that hold quota.
+    pub when_full: TableFullPolicy,
     /// Cache each window's admission bound for the current bucket, so that a check far from
     /// its limit is one load and one CAS. Decisions are the same either way (a check the cached
     /// bound cannot admit takes the exact path); off only for comparison.
@@ -82,8 +86,23 @@ impl Default for LimiterConfig {
             expected_hold_ms: 60_000,
             max_clock_drift_ms: 10_000,
             admission_cache: true,
+            when_full: TableFullPolicy::default(),
         }
     }
+}
+
+/// What a check on a key the table has no room for gets. Windows that hold quota are never
+/// evicted (that would hand the quota out again), so a table can be full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TableFullPolicy {
+    /// Refused as over the limit, with `retry_after_ms` when the earliest window can have
+    /// expired: the limit holds, and new keys wait. The default: a rate limiter that admits
+    /// what it cannot count is no limiter.
+    #[default]
+    Deny,
+    /// Refused with [`CheckError::KeyTableFull`] (gRPC RESOURCE_EXHAUSTED): the caller's own
+    /// failure mode decides (Envoy's default `failure_mode_deny: false` then admits).
+    Error,
 }
 
 /// Counters for metrics.
@@ -254,9 +273,41 @@ impl Limiter {
     pub fn check(&self, req: &CheckRequest<'_>, now_ms: u64) -> Result<Decision, CheckError> {
         decision::validate(req)?;
         let guard = self.table.guard();
-        match req.items {
+        let result = match req.items {
             [item] => self.check_one(item, req.dry_run, now_ms, &guard),
             items => self.check_many(items, req.dry_run, now_ms, &guard),
+        };
+        match result {
+            Err(CheckError::KeyTableFull { .. })
+                if self.config.when_full == TableFullPolicy::Deny =>
+            {
+                Ok(self.denied_for_room(req, now_ms))
+            }
+            other => other,
+        }
+    }
+
+    /// The answer under [`TableFullPolicy::Deny`]: every item refused, nothing consumed.
+    fn denied_for_room(&self, req: &CheckRequest<'_>, now_ms: u64) -> Decision {
+        let retry_after_ms = self
+            .table
+            .room_expected_at(now_ms)
+            .saturating_sub(now_ms)
+            .max(1);
+        let limits = req
+            .items
+            .iter()
+            .map(|item| LimitStatus {
+                allowed: false,
+                limit: item.limit.limit,
+                remaining: 0,
+                reset_after_ms: retry_after_ms,
+                retry_after_ms,
+            })
+            .collect();
+        Decision {
+            allowed: false,
+            limits,
         }
     }
 
@@ -310,10 +361,15 @@ impl Limiter {
         let state = self.table.get_or_insert(id, &limit.window, now_ms, guard)?;
         let caching = self.config.admission_cache && !dry_run;
         // Read before anything the bound depends on (see `set_members`).
-        let generation = self.generation();
+        let bound_key = BoundKey {
+            epoch: limit.window.epoch(now_ms),
+            limit: limit.limit,
+            mode: limit.window.mode(),
+            generation: self.generation(),
+        };
         if caching {
-            let epoch = limit.window.epoch(now_ms);
-            if let Some(bound) = state.cached_bound(epoch, generation)
+            let epoch = bound_key.epoch;
+            if let Some(bound) = state.bound.get(&bound_key)
                 && let Admit::Admitted { now_holds } =
                     state.ring.admit(epoch, item.cost, u64::from(bound))
             {
@@ -332,7 +388,7 @@ impl Limiter {
                 });
             }
         }
-        let seen = state.bound.load(Ordering::Acquire);
+        let seen = state.bound.seen();
         let e = self.evaluate(id, state, *limit, item.cost, now_ms);
         let allowed = if dry_run {
             e.fits()
@@ -344,8 +400,8 @@ impl Limiter {
             self.record(id, state, e.epoch, item.cost, admitted);
             admitted
         };
-        if caching {
-            state.store_bound(seen, e.epoch, generation, e.lasting_bound);
+        if caching && e.epoch == bound_key.epoch {
+            state.bound.store(seen, &bound_key, e.lasting_bound);
         }
         let status = self.status(&e, allowed, allowed, now_ms);
         Ok(Decision {

@@ -1,9 +1,10 @@
 //! One window of one key on this node: the local ring and what peers said about it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwapOption;
 
+use super::bound_cache::BoundCache;
 use crate::crdt::Replica;
 use crate::window::{AgeProfile, LocalRing, RingSnapshot, WindowSpec};
 
@@ -15,21 +16,24 @@ pub(crate) type OriginIdx = u32;
 /// is written with CAS, and `remote` is replaced whole (copy on write) by the merge path.
 #[derive(Debug)]
 pub(crate) struct WindowState {
-    window_ms: u64,
-    buckets: u16,
+    /// `dirty (1) | buckets (15) | window_ms (48)`: the window's shape, and whether the ring
+    /// changed since the last emission (whoever sets the flag queues the key). One word, so
+    /// that a window with its cached bound stays 128 bytes.
+    shape: AtomicU64,
     pub ring: LocalRing,
     pub remote: ArcSwapOption<Replica>,
-    /// Set when the ring changed since the last emission; whoever sets it queues the key.
-    pub dirty: AtomicBool,
-    /// The current bucket's admission bound, cached for the rest of the bucket:
-    /// `epoch tag (16) | membership generation (16) | bound (32)`, 0 when empty.
-    ///
-    /// A bound computed at time `t` of bucket `e` stays valid until `e` ends, because within a
-    /// bucket everything it depends on only loosens: the straddling bucket fades, remote counts
-    /// and demand age out, the onset period ends, and this node's own offered load only grows.
-    /// The two things that can tighten it, a merge and a membership change, clear it (the
-    /// merge directly, membership through the generation).
-    pub bound: AtomicU64,
+    /// The current bucket's admission bound, cached for the rest of the bucket under exactly
+    /// the inputs it was computed from (see `bound_cache.rs`).
+    pub bound: BoundCache,
+}
+
+const DIRTY: u64 = 1 << 63;
+const WINDOW_MASK: u64 = (1 << 48) - 1;
+
+/// A shape as the low bits of `WindowState::shape` (a window is under 2^48 ms and has at most
+/// 64 buckets: both validated by `WindowSpec`).
+fn shape_bits(spec: &WindowSpec) -> u64 {
+    spec.window_ms() | (u64::from(spec.buckets()) << 48)
 }
 
 /// Remote registers folded into the numbers a decision needs (hot path, no allocation).
@@ -45,54 +49,35 @@ pub(crate) struct RemoteScalars {
 pub(crate) struct RemoteUsage {
     pub admitted: AgeProfile,
     pub demand: u64,
-    /// Offered more than admitted somewhere: someone is being limited.
-    pub limiting: bool,
 }
 
 impl WindowState {
     pub fn new(spec: WindowSpec) -> Self {
         Self {
             ring: LocalRing::new(&spec),
-            window_ms: spec.window_ms(),
-            buckets: spec.buckets(),
+            shape: AtomicU64::new(shape_bits(&spec)),
             remote: ArcSwapOption::empty(),
-            dirty: AtomicBool::new(false),
-            bound: AtomicU64::new(0),
+            bound: BoundCache::default(),
         }
     }
 
     /// The window's shape (interpolated). Kept as length and bucket count, the rest derived:
     /// there is one of these per key, and the check path uses the caller's spec.
     pub fn spec(&self) -> WindowSpec {
-        WindowSpec::new(self.window_ms, self.buckets, Default::default())
-            .expect("validated when the window was created")
+        let shape = self.shape.load(Ordering::Relaxed);
+        WindowSpec::new(
+            shape & WINDOW_MASK,
+            (shape >> 48) as u16 & 0x7FFF,
+            Default::default(),
+        )
+        .expect("validated when the window was created")
     }
 
     /// Whether this window has `spec`'s length and bucket count (on the check path: no
     /// validation, unlike [`Self::spec`]).
     #[inline]
     pub fn has_shape(&self, spec: &WindowSpec) -> bool {
-        self.window_ms == spec.window_ms() && self.buckets == spec.buckets()
-    }
-
-    /// The cached bound for `epoch` under membership generation `generation`, if any.
-    pub fn cached_bound(&self, epoch: u64, generation: u16) -> Option<u32> {
-        let word = self.bound.load(Ordering::Acquire);
-        (word != 0 && word >> 48 == epoch & 0xFFFF && (word >> 32) as u16 == generation)
-            .then_some(word as u32)
-    }
-
-    /// Caches a bound, unless the cache changed since `seen` was read (a merge cleared it while
-    /// the bound was being computed from older state).
-    pub fn store_bound(&self, seen: u64, epoch: u64, generation: u16, bound: u32) {
-        let word = ((epoch & 0xFFFF) << 48) | (u64::from(generation) << 32) | u64::from(bound);
-        let _ = self
-            .bound
-            .compare_exchange(seen, word, Ordering::AcqRel, Ordering::Relaxed);
-    }
-
-    pub fn clear_bound(&self) {
-        self.bound.store(0, Ordering::Release);
+        self.shape.load(Ordering::Relaxed) & !DIRTY == shape_bits(spec)
     }
 
     /// Folds the remote registers at `now_ms`. Origins in `silent` (sorted) do not count
@@ -132,18 +117,13 @@ impl WindowState {
         let mut usage = RemoteUsage {
             admitted: AgeProfile::new(spec),
             demand: 0,
-            limiting: false,
         };
         if let Some(replica) = self.remote.load().as_deref() {
             for (_, reg) in replica.iter() {
-                let mut admitted = 0u64;
                 for (epoch, count) in reg.buckets() {
                     usage.admitted.add(spec, now_ms, epoch, count);
-                    admitted += count;
                 }
-                let demand = u64::from(reg.live_demand(spec, now_ms));
-                usage.demand += demand;
-                usage.limiting |= demand > admitted;
+                usage.demand += u64::from(reg.live_demand(spec, now_ms));
             }
         }
         usage
@@ -151,19 +131,13 @@ impl WindowState {
 
     /// Marks the ring changed; returns true for the caller that must queue the key.
     pub fn mark_dirty(&self) -> bool {
-        !self.dirty.load(Ordering::Relaxed) && !self.dirty.swap(true, Ordering::AcqRel)
+        self.shape.load(Ordering::Relaxed) & DIRTY == 0
+            && self.shape.fetch_or(DIRTY, Ordering::AcqRel) & DIRTY == 0
     }
 
-    /// Whether anyone is being refused in this window (such a key is never evicted).
-    pub fn is_limiting(&self, now_ms: u64) -> bool {
-        let local = self.ring.snapshot(&self.spec(), now_ms);
-        let local_limiting = local
-            .offered
-            .by_age()
-            .iter()
-            .zip(local.admitted.by_age())
-            .any(|(o, a)| o > a);
-        local_limiting || self.remote_usage(&self.spec(), now_ms).limiting
+    /// Clears the changed flag (the emission path, which then reads the ring).
+    pub fn clear_dirty(&self) {
+        self.shape.fetch_and(!DIRTY, Ordering::Release);
     }
 
     /// When the last thing counted in this window stops counting, or `None` if nothing

@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 
 use super::origin::{OriginId, OriginTable};
@@ -203,7 +202,7 @@ impl Limiter {
                 continue;
             };
             // Clear before reading: a change after the read sets it again and requeues.
-            state.dirty.store(false, Ordering::Release);
+            state.clear_dirty();
             let snap = state.ring.snapshot(&state.spec(), now_ms);
             updates.push(RegisterUpdate {
                 key: id,
@@ -344,7 +343,7 @@ impl Limiter {
             next.expire(&state.spec(), now_ms);
             state.remote.store(Some(Arc::new(next)));
             // Remote counts may have grown: the cached bound may no longer hold.
-            state.clear_bound();
+            state.bound.invalidate();
             report.record(outcome);
         }
         report

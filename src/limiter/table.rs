@@ -17,8 +17,10 @@ use super::key::{KeyId, KeyIdHashBuilder};
 use super::state::WindowState;
 use crate::window::WindowSpec;
 
-/// How many queue entries one eviction looks at before giving up.
-const EVICTION_PROBES: usize = 64;
+/// How many queue entries one eviction looks at before giving up. A full table of windows that
+/// all hold quota is found out after this many; until the earliest of them can have expired,
+/// later evictions do not look again (so a spray of new keys cannot make every check scan).
+const EVICTION_PROBES: usize = 4_096;
 
 /// Counters the table keeps about itself.
 #[derive(Debug, Default)]
@@ -33,6 +35,9 @@ pub(crate) struct KeyTable {
     map: HashMap<KeyId, WindowState, KeyIdHashBuilder>,
     max_keys: usize,
     due: Mutex<BTreeMap<u64, Vec<KeyId>>>,
+    /// No window can be evicted before this time (ms): the last eviction found every window it
+    /// looked at holding quota, and none of them can expire before then.
+    no_room_before: AtomicU64,
     pub stats: TableStats,
 }
 
@@ -53,6 +58,7 @@ impl KeyTable {
                 .build(),
             max_keys: max_keys.max(1),
             due: Mutex::new(BTreeMap::new()),
+            no_room_before: AtomicU64::new(0),
             stats: TableStats::default(),
         }
     }
@@ -112,36 +118,70 @@ impl KeyTable {
         }
     }
 
+    /// When a full table can next have room: the earliest a window in it can expire.
+    pub fn room_expected_at(&self, now_ms: u64) -> u64 {
+        let queued = self
+            .due
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .first_key_value()
+            .map_or(now_ms, |(at, _)| *at);
+        match self.no_room_before.load(Ordering::Relaxed) {
+            u64::MAX => queued,
+            known => queued.max(known),
+        }
+    }
+
     fn schedule(&self, id: KeyId, at_ms: u64) {
         let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
         due.entry(at_ms).or_default().push(id);
     }
 
-    /// Removes up to enough keys to get under `max_keys`, least recently active first, never one
-    /// that is limiting someone.
+    /// Removes windows until the table is under `max_keys`, least recently active first, and
+    /// only windows that hold nothing: no admission or refusal of their own still in the
+    /// window and no live register from a peer. Evicting a window that holds quota would hand
+    /// that quota out again (an attacker could use a limit up, then spray new keys to reset
+    /// it), so a table full of such windows stays full and new keys meet the table-full policy.
     fn make_room(&self, now_ms: u64, guard: &impl Guard) {
+        if now_ms < self.no_room_before.load(Ordering::Relaxed) {
+            return;
+        }
         let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
         let mut probed = 0;
         let mut emptied = Vec::new();
+        // The earliest time a window kept, or one not looked at, can stop holding anything: a
+        // queued window holds on at least until its place in the queue.
+        let mut earliest_end = u64::MAX;
         'scan: for (at, ids) in due.iter_mut() {
             let mut i = 0;
             while i < ids.len() {
-                if self.map.len() < self.max_keys || probed >= EVICTION_PROBES {
+                if self.map.len() < self.max_keys {
+                    break 'scan;
+                }
+                if probed >= EVICTION_PROBES {
+                    earliest_end = earliest_end.min(*at);
                     break 'scan;
                 }
                 probed += 1;
                 let id = ids[i];
-                let evict = match self.map.get(&id, guard) {
-                    None => true, // already gone: drop the stale queue entry
-                    Some(state) => !state.is_limiting(now_ms),
-                };
-                if evict {
-                    if self.map.remove(&id, guard).is_some() {
-                        self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                let live_until = match self.map.get(&id, guard) {
+                    None => None, // already gone: drop the stale queue entry
+                    Some(state) => {
+                        let local = state.ring.snapshot(&state.spec(), now_ms);
+                        state.live_until_ms(&local).filter(|end| *end > now_ms)
                     }
-                    ids.swap_remove(i);
-                } else {
-                    i += 1;
+                };
+                match live_until {
+                    None => {
+                        if self.map.remove(&id, guard).is_some() {
+                            self.stats.evicted.fetch_add(1, Ordering::Relaxed);
+                        }
+                        ids.swap_remove(i);
+                    }
+                    Some(end) => {
+                        earliest_end = earliest_end.min(end);
+                        i += 1;
+                    }
                 }
             }
             if ids.is_empty() {
@@ -150,6 +190,10 @@ impl KeyTable {
         }
         for at in emptied {
             due.remove(&at);
+        }
+        if self.map.len() >= self.max_keys {
+            // Every window looked at holds quota: none can go before the earliest ends.
+            self.no_room_before.store(earliest_end, Ordering::Relaxed);
         }
     }
 

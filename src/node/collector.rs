@@ -198,7 +198,7 @@ impl Collector for ClusterCollector {
         counter(
             e,
             "keys_refused",
-            "New keys refused because every window was limiting someone",
+            "Checks on new keys refused because the key table was full of windows holding quota",
             stats.refused_table_full,
         )?;
         if let Some(clock) = &self.clock {

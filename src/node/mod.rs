@@ -133,6 +133,8 @@ pub struct Node<S, C> {
     joined_at: std::collections::BTreeMap<u128, Instant>,
     /// Where the next periodic anti-entropy page starts in the local snapshot.
     anti_entropy_cursor: usize,
+    /// New keys refused for a full table, as of the last GC pass (logged when it grows).
+    table_full_seen: u64,
 }
 
 impl<S, C> std::fmt::Debug for Node<S, C> {
@@ -174,6 +176,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             last_heard: std::collections::BTreeMap::new(),
             joined_at: std::collections::BTreeMap::new(),
             anti_entropy_cursor: 0,
+            table_full_seen: 0,
             params,
             socket,
             clock,
@@ -222,9 +225,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                     self.membership
                         .announce_to_absent(&seeds, crate::clock::monotonic_now());
                 }
-                _ = gc.tick() => {
-                    self.limiter.gc(self.clock.now_ms(), self.params.gc_budget);
-                }
+                _ = gc.tick() => self.collect_garbage(),
                 cmd = commands.recv(), if commands_open => match cmd {
                     Some(Command::DiscoveredSeeds(seeds)) => self.discovered = seeds,
                     None => commands_open = false,
@@ -235,6 +236,22 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         self.membership.leave(crate::clock::monotonic_now());
         self.flush().await;
         tracing::info!(id = %self.params.node_id, "left the cluster");
+    }
+
+    /// One GC pass, and a warning (at most one per pass) when new keys met a full table.
+    fn collect_garbage(&mut self) {
+        self.limiter.gc(self.clock.now_ms(), self.params.gc_budget);
+        let stats = self.limiter.stats();
+        if stats.refused_table_full > self.table_full_seen {
+            tracing::warn!(
+                refused = stats.refused_table_full - self.table_full_seen,
+                max_keys = stats.max_keys,
+                policy = ?self.limiter.config().when_full,
+                "key table full: every window in it still counts something, so new keys were \
+                 refused (raise limiter.max_keys, or see limiter.when_table_full)"
+            );
+            self.table_full_seen = stats.refused_table_full;
+        }
     }
 
     fn seeds(&self) -> Vec<SocketAddr> {

@@ -105,9 +105,33 @@ async fn the_server_stops_and_refuses_new_connections() {
 }
 
 #[tokio::test]
-async fn a_full_key_table_is_resource_exhausted() {
+async fn a_full_key_table_denies_new_keys_and_keeps_the_used_one() {
     let config = LimiterConfig {
         max_keys: 1,
+        ..LimiterConfig::default()
+    };
+    let server = TestServer::start_with(RULES, config).await;
+    let keyed = |key: &str| own::CheckRequest {
+        domain: "test".to_owned(),
+        key: key.to_owned(),
+        limit: Some(inline(1, 60_000)),
+        ..Default::default()
+    };
+    assert!(own_call(&server, keyed("used")).await.allowed);
+    // The only window holds an admission: a new key is denied, with a time to retry, and
+    // the used key is not reset to make room.
+    let denied = own_call(&server, keyed("new")).await;
+    assert!(!denied.allowed);
+    assert!(denied.retry_after_ms > 0, "{denied:?}");
+    assert!(!own_call(&server, keyed("used")).await.allowed);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_key_table_is_resource_exhausted_under_the_error_policy() {
+    let config = LimiterConfig {
+        max_keys: 1,
+        when_full: limitmesh::limiter::TableFullPolicy::Error,
         ..LimiterConfig::default()
     };
     let server = TestServer::start_with(RULES, config).await;

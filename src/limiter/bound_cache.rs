@@ -1,0 +1,253 @@
+//! The cached admission bound of one window: what lets a check far from its limit be three
+//! loads and one CAS.
+//!
+//! A bound is "the most the current bucket may hold for the rest of the bucket". It is computed
+//! on the exact path from everything a decision depends on, and reused only under exactly those
+//! inputs (ALGORITHM.md, "what the cache may assume"):
+//!
+//! - the limit value and the estimate mode: part of the cache's key, so a check under another
+//!   limit (an Envoy `limit` override, an inline limit, a reloaded rule) never uses it;
+//! - the bucket: part of the key;
+//! - the membership view: its generation is part of the key;
+//! - the remote registers: a merge invalidates the cache ([`BoundCache::invalidate`]);
+//! - the cost: the bound is computed for a cost of 1, and the allowance only grows with cost;
+//! - the local ring and the passing of time within the bucket: both only loosen the bound
+//!   (the straddling bucket fades, remote counts and demand age out, onset ends, this node's
+//!   offered load only grows).
+//!
+//! The key and the bound do not fit in one 64-bit word, so they live in two, guarded as a
+//! sequence lock: `head = seq (31) | mode (1) | limit (32)` and
+//! `body = epoch tag (16) | view generation (16) | bound (32)`. A writer makes `seq` odd,
+//! writes `body`, and makes it even again; a reader accepts a pair only if `head` read the same
+//! even value before and after `body`. Invalidation adds 2 to `seq` after clearing `body`, so a
+//! writer that computed its bound before a merge finds `seq` moved and withdraws its bound.
+
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+
+use crate::window::EstimateMode;
+
+const SEQ_SHIFT: u32 = 33;
+const SEQ_ONE: u64 = 1 << SEQ_SHIFT;
+const KEY_MASK: u64 = SEQ_ONE - 1;
+const MODE_BIT: u64 = 1 << 32;
+
+/// Everything a cached bound was computed for, besides the remote registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BoundKey {
+    pub epoch: u64,
+    pub limit: u32,
+    pub mode: EstimateMode,
+    pub generation: u16,
+}
+
+impl BoundKey {
+    /// The key's part of `head`: mode and limit.
+    fn head_key(&self) -> u64 {
+        let mode = match self.mode {
+            EstimateMode::Interpolated => 0,
+            EstimateMode::Exact => MODE_BIT,
+        };
+        mode | u64::from(self.limit)
+    }
+
+    /// The key's part of `body`: epoch tag and view generation.
+    fn body_key(&self) -> u64 {
+        ((self.epoch & 0xFFFF) << 48) | (u64::from(self.generation) << 32)
+    }
+}
+
+/// A position in the cache's sequence, read before a bound is computed (see
+/// [`BoundCache::store`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen(u64);
+
+#[derive(Debug, Default)]
+pub(crate) struct BoundCache {
+    head: AtomicU64,
+    /// 0 when empty or invalidated. A zero body read as a bound is a bound of 0, which admits
+    /// nothing: the check then takes the exact path.
+    body: AtomicU64,
+}
+
+impl BoundCache {
+    /// The bound cached for exactly `key`, if any.
+    #[inline]
+    pub fn get(&self, key: &BoundKey) -> Option<u32> {
+        let head = self.head.load(Ordering::Acquire);
+        if head & SEQ_ONE != 0 || head & KEY_MASK != key.head_key() {
+            return None;
+        }
+        let body = self.body.load(Ordering::Relaxed);
+        // The body must be read before `head` is read again.
+        fence(Ordering::Acquire);
+        if self.head.load(Ordering::Relaxed) != head || body & !0xFFFF_FFFF != key.body_key() {
+            return None;
+        }
+        Some(body as u32)
+    }
+
+    /// Where the sequence stands. Read it before reading anything the bound is computed from.
+    #[inline]
+    pub fn seen(&self) -> Seen {
+        Seen(self.head.load(Ordering::Acquire))
+    }
+
+    /// Caches `bound` for `key`, unless anything was invalidated or stored since `seen` was
+    /// read (the bound might then be computed from state older than a merge).
+    pub fn store(&self, seen: Seen, key: &BoundKey, bound: u32) {
+        let Seen(head) = seen;
+        if head & SEQ_ONE != 0 {
+            return;
+        }
+        let writing = head.wrapping_add(SEQ_ONE);
+        if self
+            .head
+            .compare_exchange(head, writing, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        // The odd `head` must be visible before the new body.
+        fence(Ordering::Release);
+        self.body
+            .store(key.body_key() | u64::from(bound), Ordering::Relaxed);
+        let done = (writing.wrapping_add(SEQ_ONE) & !KEY_MASK) | key.head_key();
+        if self
+            .head
+            .compare_exchange(writing, done, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            // Invalidated while writing: withdraw the body, then make `head` even again.
+            self.body.store(0, Ordering::Relaxed);
+            self.head.fetch_add(SEQ_ONE, Ordering::Release);
+        }
+    }
+
+    /// Forgets the bound: remote state changed in a way that may tighten it. A store racing
+    /// with this withdraws its bound.
+    pub fn invalidate(&self) {
+        self.body.store(0, Ordering::Relaxed);
+        // Adding 2 keeps the parity: a writer in progress stays in progress, and sees the move.
+        self.head.fetch_add(2 * SEQ_ONE, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(limit: u32) -> BoundKey {
+        BoundKey {
+            epoch: 12_345,
+            limit,
+            mode: EstimateMode::Interpolated,
+            generation: 7,
+        }
+    }
+
+    #[test]
+    fn a_bound_is_found_only_under_the_inputs_it_was_stored_for() {
+        let cache = BoundCache::default();
+        let k = key(1_000);
+        cache.store(cache.seen(), &k, 400);
+        assert_eq!(cache.get(&k), Some(400));
+        assert_eq!(cache.get(&key(10)), None, "another limit");
+        assert_eq!(
+            cache.get(&BoundKey {
+                mode: EstimateMode::Exact,
+                ..k
+            }),
+            None,
+            "another mode"
+        );
+        assert_eq!(
+            cache.get(&BoundKey { epoch: 12_346, ..k }),
+            None,
+            "another bucket"
+        );
+        assert_eq!(
+            cache.get(&BoundKey { generation: 8, ..k }),
+            None,
+            "another view"
+        );
+    }
+
+    #[test]
+    fn a_store_replaces_the_key_with_the_bound() {
+        let cache = BoundCache::default();
+        cache.store(cache.seen(), &key(1_000), 400);
+        cache.store(cache.seen(), &key(10), 4);
+        assert_eq!(cache.get(&key(1_000)), None);
+        assert_eq!(cache.get(&key(10)), Some(4));
+    }
+
+    #[test]
+    fn invalidation_forgets_and_defeats_a_store_computed_before_it() {
+        let cache = BoundCache::default();
+        let k = key(1_000);
+        cache.store(cache.seen(), &k, 400);
+        let seen = cache.seen();
+        cache.invalidate();
+        assert_eq!(cache.get(&k), None);
+        // A bound computed from state read before the invalidation is not stored.
+        cache.store(seen, &k, 400);
+        assert_eq!(cache.get(&k), None);
+        // One computed after it is.
+        cache.store(cache.seen(), &k, 300);
+        assert_eq!(cache.get(&k), Some(300));
+    }
+
+    #[test]
+    fn a_store_from_a_stale_position_loses_to_a_newer_store() {
+        let cache = BoundCache::default();
+        let seen = cache.seen();
+        cache.store(cache.seen(), &key(10), 4);
+        cache.store(seen, &key(1_000), 400);
+        assert_eq!(cache.get(&key(10)), Some(4));
+        assert_eq!(cache.get(&key(1_000)), None);
+    }
+
+    #[test]
+    fn concurrent_writers_never_pair_a_bound_with_another_limit() {
+        // Two limits whose bounds are told apart by value: a reader that ever sees limit A's
+        // key with limit B's bound has read a torn pair.
+        let cache = std::sync::Arc::new(BoundCache::default());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = [(1_000u32, 999u32), (10, 9)]
+            .into_iter()
+            .map(|(limit, bound)| {
+                let cache = cache.clone();
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut i = 0u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        cache.store(cache.seen(), &key(limit), bound);
+                        i = i.wrapping_add(1);
+                        if i.is_multiple_of(7) {
+                            cache.invalidate();
+                        }
+                    }
+                })
+            })
+            .collect();
+        let mut hits = 0u64;
+        for _ in 0..2_000_000 {
+            if let Some(b) = cache.get(&key(1_000)) {
+                assert_eq!(b, 999);
+                hits += 1;
+            }
+            if let Some(b) = cache.get(&key(10)) {
+                assert_eq!(b, 9);
+                hits += 1;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().expect("writer");
+        }
+        assert!(
+            hits > 0,
+            "the readers never saw a bound: the test tested nothing"
+        );
+    }
+}

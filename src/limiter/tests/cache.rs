@@ -1,0 +1,165 @@
+//! The cached admission bound, attacked through every input it must not assume fixed: the
+//! limit value (Envoy `limit` overrides, inline limits, reloads), the estimate mode, the cost,
+//! merges and membership.
+
+use proptest::prelude::*;
+
+use super::*;
+
+fn per(window_ms: u64, limit: u32, mode: EstimateMode) -> Limit {
+    Limit {
+        limit,
+        window: WindowSpec::new(window_ms, 10, mode).unwrap(),
+    }
+}
+
+#[test]
+fn a_bound_cached_under_a_large_override_is_not_used_under_the_rule() {
+    // One request under an Envoy `limit` override of 1000/min, then the rule's 10/min, all
+    // in one bucket: the rule leaves room for 9.
+    let l = limiter();
+    let high = per(60_000, 1_000, EstimateMode::Interpolated);
+    let rule = per(60_000, 10, EstimateMode::Interpolated);
+    assert!(check(&l, "tenant", &[high], 1, T0 + 5).allowed);
+    assert_eq!(admitted_in(&l, "tenant", &[rule], 50, T0 + 6), 9);
+}
+
+#[test]
+fn a_reload_that_lowers_an_hourly_limit_applies_at_once() {
+    // An hourly limit's bucket lasts six minutes: the old bound must not live that long.
+    let l = limiter();
+    let before = per(3_600_000, 500, EstimateMode::Interpolated);
+    let after = per(3_600_000, 20, EstimateMode::Interpolated);
+    assert_eq!(admitted_in(&l, "k", &[before], 15, T0 + 1_000), 15);
+    assert_eq!(admitted_in(&l, "k", &[after], 50, T0 + 60_000), 5);
+}
+
+#[test]
+fn a_bound_cached_in_exact_mode_is_not_used_interpolated() {
+    // Exact mode leaves the straddling bucket out; interpolated counts 99 % of it. The same
+    // key, shape and limit under the two modes must each get its own answer.
+    let l = limiter();
+    let exact = per(1_000, 10, EstimateMode::Exact);
+    let interpolated = per(1_000, 10, EstimateMode::Interpolated);
+    assert_eq!(admitted_in(&l, "k", &[interpolated], 10, T0 + 50), 10);
+    // One bucket past the window: bucket 0 straddles with weight 0.99.
+    let t = T0 + 1_000 + 1;
+    assert!(check(&l, "k", &[exact], 1, t).allowed);
+    assert_eq!(admitted_in(&l, "k", &[interpolated], 20, t), 0);
+}
+
+#[test]
+fn a_small_inline_limit_after_a_large_one_holds_for_every_cost() {
+    let l = limiter();
+    let large = per(1_000, 100, EstimateMode::Interpolated);
+    let small = per(1_000, 6, EstimateMode::Interpolated);
+    assert!(check(&l, "k", &[large], 1, T0).allowed);
+    // 5 left under the small limit, in requests of cost 2: two fit.
+    let admitted = (0..10)
+        .filter(|_| check(&l, "k", &[small], 2, T0 + 1).allowed)
+        .count();
+    assert_eq!(admitted, 2);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A check under the key's current rule, or under an override of it.
+    Check {
+        key: u8,
+        both: bool,
+        cost: u32,
+        over: Option<(u32, bool)>,
+        dt: u64,
+    },
+    /// The rules for `key` are reloaded: a new limit value and mode.
+    Reload {
+        key: u8,
+        limit: u32,
+        exact: bool,
+    },
+    PeerTraffic {
+        key: u8,
+        n: u32,
+        dt: u64,
+    },
+    Members {
+        live: usize,
+    },
+}
+
+const LIMITS: [u32; 5] = [1, 3, 10, 40, 1_000];
+
+fn op() -> impl Strategy<Value = Op> {
+    let limit = prop::sample::select(&LIMITS[..]);
+    let over = prop::option::weighted(0.2, (limit.clone(), any::<bool>()));
+    prop_oneof![
+        14 => (0u8..2, any::<bool>(), 1u32..4, over, 0u64..25)
+            .prop_map(|(key, both, cost, over, dt)| Op::Check { key, both, cost, over, dt }),
+        1 => (0u8..2, limit, any::<bool>())
+            .prop_map(|(key, limit, exact)| Op::Reload { key, limit, exact }),
+        2 => (0u8..2, 1u32..60, 0u64..150).prop_map(|(key, n, dt)| Op::PeerTraffic { key, n, dt }),
+        1 => (1usize..4).prop_map(|live| Op::Members { live }),
+    ]
+}
+
+fn second_in(limit: u32, exact: bool) -> Limit {
+    let mode = if exact {
+        EstimateMode::Exact
+    } else {
+        EstimateMode::Interpolated
+    };
+    per(1_000, limit, mode)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// The cached bound only ever admits what the exact path would: with the cache on or off,
+    /// every decision is the same, while limits, modes and costs change under each key.
+    #[test]
+    fn cached_bounds_never_change_a_decision(ops in prop::collection::vec(op(), 1..500)) {
+        let on = limiter_with(LimiterConfig::default(), 1);
+        let off = limiter_with(
+            LimiterConfig { admission_cache: false, ..LimiterConfig::default() },
+            1,
+        );
+        let peer = limiter_with(LimiterConfig::default(), 2);
+        let per_minute = Limit {
+            limit: 300,
+            window: WindowSpec::with_default_buckets(60_000).unwrap(),
+        };
+        let mut rules = [second_in(40, false), second_in(40, false)];
+        let mut now = T0;
+        for (i, op) in ops.iter().enumerate() {
+            match op {
+                Op::Check { key, both, cost, over, dt } => {
+                    now += dt;
+                    let limit = over.map_or(rules[*key as usize], |(l, e)| second_in(l, e));
+                    let one = [limit];
+                    let two = [limit, per_minute];
+                    let limits: &[Limit] = if *both { &two } else { &one };
+                    let key = format!("k{key}");
+                    // A cost above the limit is an invalid request, not a decision.
+                    let cost = (*cost).min(limit.limit);
+                    let a = check(&on, &key, limits, cost, now);
+                    let b = check(&off, &key, limits, cost, now);
+                    prop_assert_eq!(a.allowed, b.allowed, "op {} {:?}", i, op);
+                }
+                Op::Reload { key, limit, exact } => {
+                    rules[*key as usize] = second_in(*limit, *exact);
+                }
+                Op::PeerTraffic { key, n, dt } => {
+                    now += dt;
+                    admitted_in(&peer, &format!("k{key}"), &[second(40)], *n as usize, now);
+                    if let Some(batch) = peer.collect_changed(now) {
+                        prop_assert_eq!(on.merge(&batch, now), off.merge(&batch, now));
+                    }
+                }
+                Op::Members { live } => {
+                    on.set_members(*live, now);
+                    off.set_members(*live, now);
+                }
+            }
+        }
+    }
+}
