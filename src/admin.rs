@@ -134,13 +134,27 @@ pub fn router(state: AdminState) -> Router {
         .with_state(state)
 }
 
+/// `listener` with `TCP_NODELAY` set on every connection it accepts: without it a response's
+/// last segment can wait for the client's delayed ACK.
+fn nodelay(
+    listener: tokio::net::TcpListener,
+) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
+    use axum::serve::ListenerExt;
+    fn set(tcp: &mut tokio::net::TcpStream) {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on an admin connection");
+        }
+    }
+    listener.tap_io(set as fn(&mut tokio::net::TcpStream))
+}
+
 /// Serves the admin routes on `listener` until `shutdown`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AdminState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
+    axum::serve(nodelay(listener), router(state))
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -148,6 +162,20 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use axum::body::Body;
+
+    #[tokio::test]
+    async fn accepted_connections_have_tcp_nodelay() {
+        use axum::serve::Listener as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut listener = super::nodelay(listener);
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = listener.accept().await;
+        assert!(
+            accepted.nodelay().unwrap(),
+            "Nagle is on for admin connections"
+        );
+    }
     use axum::http::Request;
     use tower::ServiceExt;
 

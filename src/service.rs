@@ -264,7 +264,7 @@ pub async fn run(
         metrics: metrics.clone(),
     };
     let grpc_addr = bound.grpc.local_addr().unwrap_or_else(|_| unspecified());
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(bound.grpc);
+    let incoming = rpc::tcp_incoming(bound.grpc);
     let grpc_task = tokio::spawn(rpc::serve_with_options(
         incoming,
         ctx.clone(),

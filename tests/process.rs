@@ -125,6 +125,7 @@ filter = "warn"
 /// A minimal HTTP/1.1 GET: status and body.
 fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_nodelay(true).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(
         s,

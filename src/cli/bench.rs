@@ -204,12 +204,10 @@ pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
     let noop = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(RateLimiterServer::new(NoOp))
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(noop_listener),
-                async {
-                    let _ = noop_stopped.await;
-                },
-            ),
+            // As tonic's own `serve(addr)` sets it up: TCP_NODELAY on, keepalive off.
+            .serve_with_incoming_shutdown(crate::rpc::tcp_incoming(noop_listener), async {
+                let _ = noop_stopped.await;
+            }),
     );
 
     // A limitmesh node: the demo configuration on ephemeral loopback ports.

@@ -153,6 +153,23 @@ async fn a_full_key_table_is_resource_exhausted_under_the_error_policy() {
     server.stop().await;
 }
 
+/// Nagle's algorithm holds a response's frames back until the client's delayed ACK (40 ms on
+/// Linux) once a connection carries a few dozen requests in flight: every connection the gRPC
+/// server accepts has it off, as tonic's own `serve` would.
+#[tokio::test]
+async fn grpc_connections_have_tcp_nodelay() {
+    use tokio_stream::StreamExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut incoming = limitmesh::rpc::tcp_incoming(listener);
+    let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let accepted = incoming.next().await.unwrap().unwrap();
+    assert!(
+        accepted.nodelay().unwrap(),
+        "Nagle is on for gRPC connections"
+    );
+}
+
 #[tokio::test]
 async fn the_embedded_demo_config_and_rules_serve_a_node() {
     use limitmesh::config::Config;
@@ -177,7 +194,7 @@ async fn the_embedded_demo_config_and_rules_serve_a_node() {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(limitmesh::rpc::serve(
-        TcpListenerStream::new(listener),
+        limitmesh::rpc::tcp_incoming(listener),
         ctx,
         Duration::from_millis(config.grpc.request_timeout_ms).max(TEST_TIMEOUT),
         HealthHandle::new(),

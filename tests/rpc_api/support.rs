@@ -23,7 +23,6 @@ pub(crate) use limitmesh::rpc::{HealthHandle, RpcContext, RpcError, SingleNode};
 pub(crate) use limitmesh::rules::{LoadOptions, RuleSet, RulesHandle, RulesSource};
 pub(crate) use tokio::sync::oneshot;
 pub(crate) use tokio::task::JoinHandle;
-pub(crate) use tokio_stream::wrappers::TcpListenerStream;
 pub(crate) use tonic::transport::Channel;
 pub(crate) use tonic::{Code as GrpcCode, Status};
 
@@ -103,7 +102,7 @@ impl TestServer {
         let health = HealthHandle::new();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(limitmesh::rpc::serve(
-            TcpListenerStream::new(listener),
+            limitmesh::rpc::tcp_incoming(listener),
             ctx,
             TEST_TIMEOUT,
             health.clone(),
