@@ -187,6 +187,16 @@ fn cost_units(
     Ok(u32::try_from(units).unwrap_or(u32::MAX))
 }
 
+/// The bytes of the keys a plan holds: what planning a request allocated for its keys.
+pub(crate) fn planned_key_bytes(plan: &[Planned<'_, '_>]) -> usize {
+    plan.iter()
+        .map(|p| match p {
+            Planned::Limited(item) => item.key.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Resolves every descriptor (or the key) of `req` against `rules`. Fails, with the field at
 /// fault, on a key too long or a cost above its limit; consumes nothing.
 pub(crate) fn plan<'r, 'q>(

@@ -12,6 +12,10 @@ use crate::proto::limitmesh::v1::{
 
 /// Most checks in one `CheckBatch`.
 pub const MAX_BATCH_CHECKS: usize = 1000;
+/// Most bytes of keys one `CheckBatch` may plan (each check's keys are its domain and
+/// descriptors in canonical form). Planning stops at the check that passes it, so a request
+/// never makes a node hold much more than this in keys.
+pub const MAX_BATCH_KEY_BYTES: usize = 1 << 20;
 
 /// The `limitmesh.v1.RateLimiter` service.
 #[derive(Debug, Clone)]
@@ -59,12 +63,24 @@ impl RateLimiter for RateLimiterService {
             return Err(self.ctx.invalid(&rules, "", e));
         }
         let mut planned = Vec::with_capacity(req.checks.len());
+        let mut key_bytes = 0usize;
         for (i, check) in req.checks.iter().enumerate() {
             let prefix = format!("checks[{i}].");
             let query = convert::own_check(check, rules.default_buckets())
                 .map_err(|e| self.ctx.invalid(&rules, &check.domain, e.within(&prefix)))?;
             let plan = decide::plan(&rules, &query)
                 .map_err(|e| self.ctx.invalid(&rules, &check.domain, e.within(&prefix)))?;
+            key_bytes += decide::planned_key_bytes(&plan);
+            if key_bytes > MAX_BATCH_KEY_BYTES {
+                let e = InvalidRequest::new(
+                    format!("checks[{i}]"),
+                    format!(
+                        "the checks up to here name {key_bytes} bytes of keys; the maximum \
+                         per batch is {MAX_BATCH_KEY_BYTES}"
+                    ),
+                );
+                return Err(self.ctx.invalid(&rules, &check.domain, e));
+            }
             planned.push((query, plan));
         }
         let now_ms = self.ctx.clock.now_ms();

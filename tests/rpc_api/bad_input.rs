@@ -309,3 +309,52 @@ async fn bad_input_key_and_descriptors_together_or_neither() {
     assert_full_limit(&server, "u11").await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn bad_input_domain_longer_than_256_bytes() {
+    let server = TestServer::start().await;
+    let long = "d".repeat(257);
+    assert_invalid(
+        server
+            .own()
+            .check(own_check(&long, &[&[("client", "u10")]]))
+            .await,
+        "domain",
+    );
+    let envoy_req = envoy_request(&long, vec![envoy_descriptor(&[("client", "u10")])]);
+    assert_invalid(server.envoy().should_rate_limit(envoy_req).await, "domain");
+    assert_full_limit(&server, "u10").await;
+    server.stop().await;
+}
+
+/// A batch whose checks each copy a long domain into many descriptors' keys would cost the
+/// node far more than the request's size before anything ran: planning stops at the check that
+/// passes the batch's key budget (1 MiB) and names it.
+#[tokio::test]
+async fn bad_input_check_batch_planning_more_than_a_mebibyte_of_keys() {
+    let server = TestServer::start().await;
+    let domain = "d".repeat(256);
+    let descriptors: Vec<&[(&str, &str)]> = (0..64).map(|_| &[("client", "v")][..]).collect();
+    let check = own::CheckRequest {
+        // An inline limit applies to every descriptor: each plans a key of about 270 bytes.
+        limit: Some(inline(10, 60_000)),
+        ..own_check(&domain, &descriptors)
+    };
+    let checks = vec![check; 1000];
+    let status = server
+        .own()
+        .check_batch(own::CheckBatchRequest { checks })
+        .await
+        .expect_err("the batch is refused");
+    assert_eq!(status.code(), GrpcCode::InvalidArgument, "{status:?}");
+    // 64 keys of about 270 bytes a check: about the 61st check passes 1 MiB.
+    let index: usize = status
+        .message()
+        .strip_prefix("checks[")
+        .and_then(|m| m.split(']').next())
+        .and_then(|i| i.parse().ok())
+        .unwrap_or_else(|| panic!("the message should name the check: {}", status.message()));
+    assert!((50..80).contains(&index), "{}", status.message());
+    assert_full_limit(&server, "u11").await;
+    server.stop().await;
+}

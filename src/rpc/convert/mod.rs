@@ -13,9 +13,22 @@ use super::decide::MAX_DESCRIPTORS;
 use super::invalid::InvalidRequest;
 use crate::rules::DescriptorEntry;
 
+/// Longest domain a request may name. Every key a request plans starts with its domain, so
+/// an unbounded domain would be copied once per descriptor (and per check of a batch).
+pub const MAX_DOMAIN_BYTES: usize = 256;
+
 fn check_domain(domain: &str) -> Result<(), InvalidRequest> {
     if domain.is_empty() {
         return Err(InvalidRequest::new("domain", "must not be empty"));
+    }
+    if domain.len() > MAX_DOMAIN_BYTES {
+        return Err(InvalidRequest::new(
+            "domain",
+            format!(
+                "is {} bytes; the maximum is {MAX_DOMAIN_BYTES}",
+                domain.len()
+            ),
+        ));
     }
     Ok(())
 }
