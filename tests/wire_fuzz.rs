@@ -5,7 +5,9 @@
 use limitmesh::clock::HlcTimestamp;
 use limitmesh::crdt::Register;
 use limitmesh::gossip::message::{decode_batch, encode_batch};
-use limitmesh::gossip::wire::{DropReason, Keyring, Kind, Opener, Sealer, cluster_tag};
+use limitmesh::gossip::wire::{
+    Destination, DropReason, Keyring, Kind, Opener, Sealer, cluster_tag,
+};
 use limitmesh::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
 use limitmesh::membership::{Membership, NodeId};
 use rand::rngs::StdRng;
@@ -81,6 +83,9 @@ fn mutate(rng: &mut StdRng, bytes: &mut Vec<u8>) {
     }
 }
 
+/// The boot id of the node the fuzzed datagrams are sealed for.
+const RECEIVER: u128 = 0x5EC0;
+
 #[test]
 fn random_and_mutated_datagrams_never_panic() {
     let mut rng = StdRng::seed_from_u64(0xF022);
@@ -102,13 +107,16 @@ fn random_and_mutated_datagrams_never_panic() {
                 kind,
                 NOW,
                 body,
-                "10.0.0.1:7946".parse().unwrap(),
+                Destination {
+                    addr: "10.0.0.1:7946".parse().unwrap(),
+                    node: Some(RECEIVER),
+                },
                 &mut d,
             )
             .unwrap();
         genuine.push(d);
     }
-    let mut opener = Opener::new(tag, 1_400);
+    let mut opener = Opener::new(tag, 1_400, RECEIVER);
     let mut reasons = std::collections::BTreeMap::<DropReason, usize>::new();
     let mut opened = 0usize;
     for case in 0..CASES {

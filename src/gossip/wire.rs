@@ -2,43 +2,50 @@
 //!
 //! ```text
 //! 0      2    3     4            8            12           20            36         44       48
-//! | "LM" | v1 | kind | cluster tag | key finger | sent ms    | sender       | counter  | stream | ciphertext … | tag (16) |
+//! | "LM" | v2 | kind | cluster tag | key finger | sent ms    | sender       | counter  | stream | ciphertext … | tag (16) |
 //! ```
 //!
-//! The body is sealed with XChaCha20-Poly1305 under a key of the cluster's keyring; the header is
-//! the associated data, so nothing in it can be altered either. The nonce is the sender's boot id
-//! and its datagram counter (across all destinations): unique for as long as that process lives,
-//! and a restart is a new id. `stream` numbers the datagrams from this sender to this receiver,
-//! so a receiver sees consecutive numbers however many peers the sender writes to in between.
-//! A receiver drops, and counts by reason, anything that is short, oversized, of another
-//! cluster or protocol version, sealed with a key it does not hold, forged, too far from its own
-//! clock, or already seen (a per-sender sliding window over its stream, like IPsec's). Work and
-//! memory per datagram are bounded by the datagram, never by a length it claims.
+//! The body is sealed with XChaCha20-Poly1305 under a key of the cluster's keyring. The
+//! associated data is the header and, when the kind byte's high bit says the datagram is
+//! addressed, the receiver's boot id (16 bytes, not sent: the receiver supplies its own). So
+//! nothing in the header can be altered, and an addressed datagram opens only at the node it
+//! was sealed for: one captured on its way to another node and replayed here fails as forged,
+//! and cannot move this node's replay window for its sender. Unaddressed datagrams are the
+//! announcements a node sends to seeds it knows only by address; they have a replay window of
+//! their own (`replay.rs`), so replaying them cannot block a sender's addressed traffic.
+//!
+//! The nonce is the sender's boot id and its datagram counter (across all destinations): unique
+//! for as long as that process lives, and a restart is a new id. `stream` numbers the datagrams
+//! from this sender to one destination address, so a receiver sees consecutive numbers however
+//! many peers the sender writes to in between. A receiver drops, and counts by reason, anything
+//! that is short, oversized, of another cluster or protocol version, sealed with a key it does
+//! not hold, forged or addressed to another node, too far from its own clock, or already seen.
+//! Work and memory per datagram are bounded by the datagram, never by a length it claims.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 use chacha20poly1305::aead::AeadInPlace;
-use chacha20poly1305::{Key, KeyInit, Tag, XChaCha20Poly1305, XNonce};
+use chacha20poly1305::{Tag, XNonce};
 use thiserror::Error;
 
+pub use super::keyring::Keyring;
+use super::replay::ReplayTable;
+
 pub const MAGIC: [u8; 2] = *b"LM";
-pub const WIRE_VERSION: u8 = 1;
+pub const WIRE_VERSION: u8 = 2;
 pub const HEADER_LEN: usize = 48;
 pub const TAG_LEN: usize = 16;
 /// Bytes the envelope adds to a body.
 pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
 
 /// Datagrams further than this from the receiver's clock are refused: it bounds how long a
-/// captured datagram stays replayable once its sender has left the replay table.
+/// captured datagram stays replayable once its stream has left the replay table.
 pub const MAX_CLOCK_DISTANCE_MS: u64 = 60_000;
-/// Senders whose replay windows are remembered.
-const MAX_TRACKED_SENDERS: usize = 4_096;
-/// Width of the per-sender replay window, in datagrams: how far out of order a datagram may
-/// arrive (a bootstrap push can be hundreds of datagrams sent at once).
-const REPLAY_WINDOW: u64 = 1024;
-const REPLAY_WORDS: usize = (REPLAY_WINDOW / 64) as usize;
 /// Destinations a sealer keeps a stream number for.
 const MAX_STREAMS: usize = 4_096;
+/// The kind byte's flag: the datagram is bound to its receiver's boot id.
+const ADDRESSED: u8 = 0x80;
 
 /// What a datagram carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -145,63 +152,6 @@ pub enum WireError {
     Seal,
 }
 
-/// The cluster's keys. The first seals; all open, so a key can be rotated in before it is
-/// used and kept for a while after it stops being used.
-pub struct Keyring {
-    keys: Vec<(u32, XChaCha20Poly1305)>,
-}
-
-impl std::fmt::Debug for Keyring {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let fps: Vec<String> = self
-            .keys
-            .iter()
-            .map(|(fp, _)| format!("{fp:08x}"))
-            .collect();
-        f.debug_struct("Keyring")
-            .field("fingerprints", &fps)
-            .finish()
-    }
-}
-
-const AEAD_CONTEXT: &str = "limitmesh 2026-11 datagram aead v1";
-const FINGERPRINT_CONTEXT: &str = "limitmesh 2026-11 key fingerprint v1";
-
-impl Keyring {
-    /// Builds a keyring from secrets, primary first. Keys are derived (domain-separated), so
-    /// the same secret never serves two purposes.
-    pub fn new(secrets: &[[u8; 32]]) -> Result<Self, WireError> {
-        if secrets.is_empty() {
-            return Err(WireError::EmptyKeyring);
-        }
-        let keys = secrets
-            .iter()
-            .map(|s| {
-                let aead = blake3::derive_key(AEAD_CONTEXT, s);
-                let fp = blake3::derive_key(FINGERPRINT_CONTEXT, s);
-                let fingerprint = u32::from_le_bytes([fp[0], fp[1], fp[2], fp[3]]);
-                (fingerprint, XChaCha20Poly1305::new(Key::from_slice(&aead)))
-            })
-            .collect();
-        Ok(Self { keys })
-    }
-
-    fn primary(&self) -> &(u32, XChaCha20Poly1305) {
-        &self.keys[0]
-    }
-
-    fn find(&self, fingerprint: u32) -> Option<&XChaCha20Poly1305> {
-        self.keys
-            .iter()
-            .find(|(fp, _)| *fp == fingerprint)
-            .map(|(_, k)| k)
-    }
-
-    pub fn fingerprints(&self) -> Vec<u32> {
-        self.keys.iter().map(|(fp, _)| *fp).collect()
-    }
-}
-
 /// A short tag of the cluster's name, checked before any cryptography: datagrams of a
 /// neighbouring cluster are dropped cheaply and counted apart from forgeries.
 pub fn cluster_tag(cluster_id: &str) -> u32 {
@@ -210,10 +160,21 @@ pub fn cluster_tag(cluster_id: &str) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
+/// Where a datagram goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Destination {
+    pub addr: SocketAddr,
+    /// The receiver's boot id, when known: the datagram is then bound to that receiver. `None`
+    /// only for a seed known by its address alone.
+    pub node: Option<u128>,
+}
+
 /// The clear part of a datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
     pub kind: Kind,
+    /// Bound to the receiver's boot id (see the module documentation).
+    pub addressed: bool,
     pub cluster_tag: u32,
     pub key_fingerprint: u32,
     /// The sender's wall clock when it sent the datagram.
@@ -222,7 +183,7 @@ pub struct Header {
     pub sender: u128,
     /// The sender's datagram counter, across destinations (the nonce).
     pub counter: u64,
-    /// The sender's datagram number towards this receiver (the replay window).
+    /// The sender's datagram number towards this destination address (the replay window).
     pub stream: u32,
 }
 
@@ -230,7 +191,7 @@ impl Header {
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&MAGIC);
         out.push(WIRE_VERSION);
-        out.push(self.kind as u8);
+        out.push(self.kind as u8 | if self.addressed { ADDRESSED } else { 0 });
         out.extend_from_slice(&self.cluster_tag.to_le_bytes());
         out.extend_from_slice(&self.key_fingerprint.to_le_bytes());
         out.extend_from_slice(&self.sent_ms.to_le_bytes());
@@ -249,7 +210,7 @@ impl Header {
         if b[2] != WIRE_VERSION {
             return Err(DropReason::UnsupportedVersion);
         }
-        let kind = Kind::from_byte(b[3]).ok_or(DropReason::UnknownKind)?;
+        let kind = Kind::from_byte(b[3] & !ADDRESSED).ok_or(DropReason::UnknownKind)?;
         let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
         let u64_at = |i: usize| {
             let mut a = [0u8; 8];
@@ -260,6 +221,7 @@ impl Header {
         sender.copy_from_slice(&b[20..36]);
         Ok(Header {
             kind,
+            addressed: b[3] & ADDRESSED != 0,
             cluster_tag: u32_at(4),
             key_fingerprint: u32_at(8),
             sent_ms: u64_at(12),
@@ -277,13 +239,34 @@ impl Header {
     }
 }
 
+/// The associated data of a datagram: its header bytes and, if addressed, the receiver's id.
+fn associated_data(header: &[u8], receiver: Option<u128>) -> ([u8; HEADER_LEN + 16], usize) {
+    let mut aad = [0u8; HEADER_LEN + 16];
+    aad[..HEADER_LEN].copy_from_slice(&header[..HEADER_LEN]);
+    match receiver {
+        Some(id) => {
+            aad[HEADER_LEN..].copy_from_slice(&id.to_le_bytes());
+            (aad, HEADER_LEN + 16)
+        }
+        None => (aad, HEADER_LEN),
+    }
+}
+
+/// A destination's stream: its last number, and when it was last used (in sealer counter
+/// order) so that the least recently used goes first when the table is full.
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    number: u32,
+    last_used: u64,
+}
+
 /// Seals outgoing datagrams for one sender.
 #[derive(Debug)]
 pub struct Sealer {
     cluster_tag: u32,
     sender: u128,
     counter: u64,
-    streams: BTreeMap<std::net::SocketAddr, u32>,
+    streams: BTreeMap<SocketAddr, Stream>,
     max_packet: usize,
 }
 
@@ -303,14 +286,14 @@ impl Sealer {
         self.max_packet.saturating_sub(OVERHEAD)
     }
 
-    /// Seals `body`, for the receiver at `to`, into `out` (cleared first).
+    /// Seals `body`, for `to`, into `out` (cleared first).
     pub fn seal(
         &mut self,
         keyring: &Keyring,
         kind: Kind,
         sent_ms: u64,
         body: &[u8],
-        to: std::net::SocketAddr,
+        to: Destination,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         if body.len() > self.max_body() {
@@ -320,18 +303,11 @@ impl Sealer {
             });
         }
         self.counter += 1;
-        if !self.streams.contains_key(&to) && self.streams.len() >= MAX_STREAMS {
-            // A destination seen least recently in counter order loses its number; the
-            // receiver, if it still exists, sees a restart of the stream and accepts it only
-            // after its window has moved past (it refuses nothing genuine for long).
-            self.streams.pop_first();
-        }
-        let stream = self.streams.entry(to).or_insert(0);
-        *stream = stream.wrapping_add(1);
-        let stream = *stream;
+        let stream = self.next_stream(to.addr);
         let (fingerprint, cipher) = keyring.primary();
         let header = Header {
             kind,
+            addressed: to.node.is_some(),
             cluster_tag: self.cluster_tag,
             key_fingerprint: *fingerprint,
             sent_ms,
@@ -342,74 +318,46 @@ impl Sealer {
         out.clear();
         header.write(out);
         out.extend_from_slice(body);
-        let (head, rest) = out.split_at_mut(HEADER_LEN);
+        let (aad, aad_len) = associated_data(out, to.node);
         let tag = cipher
-            .encrypt_in_place_detached(&header.nonce(), head, rest)
+            .encrypt_in_place_detached(&header.nonce(), &aad[..aad_len], &mut out[HEADER_LEN..])
             .map_err(|_| WireError::Seal)?;
         out.extend_from_slice(&tag);
         Ok(())
     }
-}
 
-/// A sender's recent stream numbers.
-#[derive(Debug, Clone)]
-struct ReplayWindow {
-    highest: u64,
-    /// Bit `i` set: number `highest - i` was seen.
-    seen: [u64; REPLAY_WORDS],
-    last_seen_ms: u64,
-}
-
-impl ReplayWindow {
-    fn bit(&self, back: u64) -> bool {
-        self.seen[(back / 64) as usize] & (1 << (back % 64)) != 0
-    }
-
-    fn set(&mut self, back: u64) {
-        self.seen[(back / 64) as usize] |= 1 << (back % 64);
-    }
-
-    /// Moves the window up by `shift` numbers.
-    fn slide(&mut self, shift: u64) {
-        if shift >= REPLAY_WINDOW {
-            self.seen = [0; REPLAY_WORDS];
-            return;
+    /// The next number of the stream towards `to`.
+    fn next_stream(&mut self, to: SocketAddr) -> u32 {
+        if !self.streams.contains_key(&to)
+            && self.streams.len() >= MAX_STREAMS
+            && let Some(lru) = self
+                .streams
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(a, _)| *a)
+        {
+            // The destination used least recently loses its number; the receiver, if it still
+            // exists, sees its stream restart and accepts it once the numbers pass the old ones.
+            self.streams.remove(&lru);
         }
-        let (words, bits) = ((shift / 64) as usize, (shift % 64) as u32);
-        for i in (0..REPLAY_WORDS).rev() {
-            let from = i.checked_sub(words);
-            let hi = from.map_or(0, |f| self.seen[f] << bits);
-            let lo = match from.and_then(|f| f.checked_sub(1)) {
-                Some(g) if bits > 0 => self.seen[g] >> (64 - bits),
-                _ => 0,
-            };
-            self.seen[i] = hi | lo;
-        }
-    }
-
-    /// Records `number`; false if it was seen or is too old to tell.
-    fn accept(&mut self, number: u64) -> bool {
-        if number > self.highest {
-            self.slide(number - self.highest);
-            self.highest = number;
-            self.set(0);
-            return true;
-        }
-        let back = self.highest - number;
-        if back >= REPLAY_WINDOW || self.bit(back) {
-            return false;
-        }
-        self.set(back);
-        true
+        let stream = self.streams.entry(to).or_insert(Stream {
+            number: 0,
+            last_used: 0,
+        });
+        stream.number = stream.number.wrapping_add(1);
+        stream.last_used = self.counter;
+        stream.number
     }
 }
 
-/// Opens incoming datagrams.
+/// Opens incoming datagrams for one receiver.
 #[derive(Debug)]
 pub struct Opener {
     cluster_tag: u32,
     max_packet: usize,
-    senders: BTreeMap<u128, ReplayWindow>,
+    /// This node's boot id: what addressed datagrams must have been sealed for.
+    receiver: u128,
+    replay: ReplayTable,
 }
 
 /// An authenticated datagram.
@@ -420,16 +368,18 @@ pub struct Opened<'a> {
 }
 
 impl Opener {
-    pub fn new(cluster_tag: u32, max_packet: usize) -> Self {
+    pub fn new(cluster_tag: u32, max_packet: usize, receiver: u128) -> Self {
         Self {
             cluster_tag,
             max_packet,
-            senders: BTreeMap::new(),
+            receiver,
+            replay: ReplayTable::default(),
         }
     }
 
     /// Authenticates and decrypts `datagram` in place. Checks run cheapest first; replay state
-    /// is only touched once the datagram is known to be genuine, so forgeries cannot poison it.
+    /// is only touched once the datagram is known to be genuine and meant for this node, so
+    /// forgeries and datagrams captured elsewhere cannot poison it.
     pub fn open<'a>(
         &mut self,
         keyring: &Keyring,
@@ -449,43 +399,22 @@ impl Opener {
         let cipher = keyring
             .find(header.key_fingerprint)
             .ok_or(DropReason::UnknownKey)?;
+        let (aad, aad_len) = associated_data(datagram, header.addressed.then_some(self.receiver));
         let tag_at = datagram.len() - TAG_LEN;
         let (sealed, tag) = datagram.split_at_mut(tag_at);
         let tag = *Tag::from_slice(tag);
-        let (head, body) = sealed.split_at_mut(HEADER_LEN);
+        let body = &mut sealed[HEADER_LEN..];
         cipher
-            .decrypt_in_place_detached(&header.nonce(), head, body, &tag)
+            .decrypt_in_place_detached(&header.nonce(), &aad[..aad_len], body, &tag)
             .map_err(|_| DropReason::Forged)?;
         if header.sent_ms.abs_diff(now_ms) > MAX_CLOCK_DISTANCE_MS {
             return Err(DropReason::Stale);
         }
-        self.check_replay(header.sender, u64::from(header.stream), now_ms)?;
-        Ok(Opened { header, body })
-    }
-
-    fn check_replay(&mut self, sender: u128, counter: u64, now_ms: u64) -> Result<(), DropReason> {
-        if !self.senders.contains_key(&sender) && self.senders.len() >= MAX_TRACKED_SENDERS {
-            // Forget the sender heard from least recently. A datagram of its replayed later is
-            // still refused by the clock check once it is a minute old.
-            if let Some(oldest) = self
-                .senders
-                .iter()
-                .min_by_key(|(_, w)| w.last_seen_ms)
-                .map(|(s, _)| *s)
-            {
-                self.senders.remove(&oldest);
-            }
-        }
-        let window = self.senders.entry(sender).or_insert(ReplayWindow {
-            highest: 0,
-            seen: [0; REPLAY_WORDS],
-            last_seen_ms: now_ms,
-        });
-        if !window.accept(counter) {
+        let stream = (header.sender, header.addressed);
+        if !self.replay.accept(stream, u64::from(header.stream), now_ms) {
             return Err(DropReason::Replayed);
         }
-        window.last_seen_ms = now_ms;
-        Ok(())
+        Ok(Opened { header, body })
     }
 }
 
@@ -499,10 +428,16 @@ mod tests {
         Keyring::new(&[[secret; 32]]).unwrap()
     }
 
-    const TO: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+    const TO_ADDR: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
         std::net::Ipv4Addr::LOCALHOST,
         7946,
     ));
+    /// The receiver every test opener plays.
+    const RECEIVER: u128 = 0xB0B;
+    const TO: Destination = Destination {
+        addr: TO_ADDR,
+        node: Some(RECEIVER),
+    };
 
     fn sealed(kind: Kind, body: &[u8], keyring: &Keyring, sealer: &mut Sealer) -> Vec<u8> {
         let mut out = Vec::new();
@@ -515,7 +450,7 @@ mod tests {
         let k = ring(1);
         let tag = cluster_tag("prod");
         let mut sealer = Sealer::new(tag, 7, 1400);
-        let mut opener = Opener::new(tag, 1400);
+        let mut opener = Opener::new(tag, 1400, RECEIVER);
         let mut d = sealed(Kind::Summary, b"hello", &k, &mut sealer);
         assert_eq!(d.len(), 5 + OVERHEAD);
         assert!(
@@ -537,7 +472,7 @@ mod tests {
         let good = sealed(Kind::Summary, b"payload", &k, &mut sealer);
         let open = |bytes: &[u8], keyring: &Keyring, cluster: u32, now: u64| {
             let mut b = bytes.to_vec();
-            Opener::new(cluster, 1400)
+            Opener::new(cluster, 1400, RECEIVER)
                 .open(keyring, &mut b, now)
                 .map(|_| ())
         };
@@ -590,7 +525,7 @@ mod tests {
         let d: Vec<Vec<u8>> = (0..70)
             .map(|_| sealed(Kind::Membership, b"x", &k, &mut sealer))
             .collect();
-        let mut opener = Opener::new(tag, 1400);
+        let mut opener = Opener::new(tag, 1400, RECEIVER);
         let mut open = |i: usize| opener.open(&k, &mut d[i].clone(), NOW).map(|_| ());
         assert_eq!(open(5), Ok(()));
         assert_eq!(open(5), Err(DropReason::Replayed));
@@ -616,7 +551,7 @@ mod tests {
         let mut b = Sealer::new(tag, 2, 1400);
         let from_old_node = sealed(Kind::Summary, b"a", &before, &mut a);
         let from_new_node = sealed(Kind::Summary, b"b", &during, &mut b);
-        let mut opener = Opener::new(tag, 1400);
+        let mut opener = Opener::new(tag, 1400, RECEIVER);
         assert!(
             opener
                 .open(&during, &mut from_old_node.clone(), NOW)
@@ -630,7 +565,7 @@ mod tests {
             "a node that has not yet learned the new key cannot read it"
         );
         assert!(
-            Opener::new(tag, 1400)
+            Opener::new(tag, 1400, RECEIVER)
                 .open(&during, &mut from_new_node.clone(), NOW)
                 .is_ok()
         );
@@ -652,12 +587,100 @@ mod tests {
     fn the_sender_table_is_bounded() {
         let k = ring(1);
         let tag = cluster_tag("prod");
-        let mut opener = Opener::new(tag, 1400);
-        for sender in 0..(MAX_TRACKED_SENDERS as u128 + 100) {
+        let mut opener = Opener::new(tag, 1400, RECEIVER);
+        let max = super::super::replay::MAX_TRACKED_STREAMS;
+        for sender in 0..(max as u128 + 100) {
             let mut s = Sealer::new(tag, sender, 1400);
             let mut d = sealed(Kind::Summary, b"x", &k, &mut s);
             opener.open(&k, &mut d, NOW).unwrap();
         }
-        assert_eq!(opener.senders.len(), MAX_TRACKED_SENDERS);
+        assert_eq!(opener.replay.len(), max);
+    }
+
+    #[test]
+    fn a_datagram_captured_on_its_way_elsewhere_opens_only_at_its_receiver() {
+        // S writes to X and to Y. An attacker replays S's datagram for X to Y, numbered far
+        // ahead of S's stream towards Y: Y refuses it as forged, and S's genuine datagrams to
+        // Y still open (the replay did not move Y's window for S).
+        let k = ring(1);
+        let tag = cluster_tag("prod");
+        let (x, y) = (0xA, 0xB);
+        let to = |node: u128, port: u16| Destination {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            node: Some(node),
+        };
+        let mut s = Sealer::new(tag, 7, 1400);
+        let mut for_x = Vec::new();
+        for _ in 0..500 {
+            s.seal(&k, Kind::Summary, NOW, b"to x", to(x, 1), &mut for_x)
+                .unwrap();
+        }
+        let mut at_y = Opener::new(tag, 1400, y);
+        assert_eq!(
+            at_y.open(&k, &mut for_x.clone(), NOW).unwrap_err(),
+            DropReason::Forged
+        );
+        let mut for_y = Vec::new();
+        s.seal(&k, Kind::Summary, NOW, b"to y", to(y, 2), &mut for_y)
+            .unwrap();
+        assert_eq!(at_y.open(&k, &mut for_y, NOW).unwrap().body, b"to y");
+        // And X itself opens it once.
+        let mut at_x = Opener::new(tag, 1400, x);
+        assert!(at_x.open(&k, &mut for_x.clone(), NOW).is_ok());
+        assert_eq!(
+            at_x.open(&k, &mut for_x, NOW).unwrap_err(),
+            DropReason::Replayed
+        );
+    }
+
+    #[test]
+    fn replayed_announcements_cannot_block_addressed_traffic() {
+        // Unaddressed datagrams (announcements to a seed known by address) open anywhere, so
+        // they are numbered in a window of their own.
+        let k = ring(1);
+        let tag = cluster_tag("prod");
+        let seed = Destination {
+            addr: SocketAddr::from(([127, 0, 0, 1], 9)),
+            node: None,
+        };
+        let mut s = Sealer::new(tag, 7, 1400);
+        let mut announce = Vec::new();
+        for _ in 0..2_000 {
+            s.seal(&k, Kind::Membership, NOW, b"hi", seed, &mut announce)
+                .unwrap();
+        }
+        let mut opener = Opener::new(tag, 1400, RECEIVER);
+        assert!(opener.open(&k, &mut announce.clone(), NOW).is_ok());
+        assert_eq!(
+            opener.open(&k, &mut announce, NOW).unwrap_err(),
+            DropReason::Replayed
+        );
+        let mut addressed = Vec::new();
+        s.seal(&k, Kind::Summary, NOW, b"x", TO, &mut addressed)
+            .unwrap();
+        assert!(opener.open(&k, &mut addressed, NOW).is_ok());
+    }
+
+    #[test]
+    fn the_sealer_forgets_the_least_recently_used_destination() {
+        let k = ring(1);
+        let mut s = Sealer::new(1, 7, 1400);
+        let mut out = Vec::new();
+        let dest = |port: u16| Destination {
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            node: Some(1),
+        };
+        // Port 1 has the smallest address but is used last; port 2 is the least recent.
+        for port in 1..=MAX_STREAMS as u16 {
+            s.seal(&k, Kind::Summary, NOW, b"x", dest(port), &mut out)
+                .unwrap();
+        }
+        s.seal(&k, Kind::Summary, NOW, b"x", dest(1), &mut out)
+            .unwrap();
+        s.seal(&k, Kind::Summary, NOW, b"x", dest(60_000), &mut out)
+            .unwrap();
+        assert!(s.streams.contains_key(&dest(1).addr));
+        assert!(!s.streams.contains_key(&dest(2).addr));
+        assert_eq!(s.streams[&dest(1).addr].number, 2);
     }
 }

@@ -62,7 +62,7 @@ pub struct Membership {
     /// Due time, insertion order (stable among equal times), timer.
     timers: BinaryHeap<Reverse<(Instant, u64, Timer<NodeId>)>>,
     timer_seq: u64,
-    outbox: Vec<(SocketAddr, Bytes)>,
+    outbox: Vec<(NodeId, Bytes)>,
     events: Vec<MemberEvent>,
     max_packet: usize,
     sized_for: u32,
@@ -197,8 +197,9 @@ impl Membership {
         self.drain(now);
     }
 
-    /// Packets foca wants sent, to their addresses.
-    pub fn take_outbox(&mut self) -> Vec<(SocketAddr, Bytes)> {
+    /// Packets foca wants sent, to their recipients (a seed known only by its address has a
+    /// nil id: see [`NodeId::seed`]).
+    pub fn take_outbox(&mut self) -> Vec<(NodeId, Bytes)> {
         std::mem::take(&mut self.outbox)
     }
 
@@ -208,7 +209,7 @@ impl Membership {
 
     fn drain(&mut self, now: Instant) {
         while let Some((to, data)) = self.runtime.to_send() {
-            self.outbox.push((to.addr, data));
+            self.outbox.push((to, data));
         }
         while let Some((after, timer)) = self.runtime.to_schedule() {
             self.timer_seq += 1;
@@ -265,7 +266,7 @@ mod tests {
             let mut sent = false;
             for i in 0..nodes.len() {
                 for (to, data) in nodes[i].take_outbox() {
-                    if let Some(j) = nodes.iter().position(|n| n.identity().addr == to) {
+                    if let Some(j) = nodes.iter().position(|n| n.identity().addr == to.addr) {
                         let _ = nodes[j].handle_data(&data, now);
                         sent = true;
                     }

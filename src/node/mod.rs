@@ -39,7 +39,7 @@ pub use view::{ClusterView, MemberInfo, MemberState};
 use self::view::OffsetEstimator;
 use crate::clock::Clock;
 use crate::gossip::message::{decode_batch, encode_batch};
-use crate::gossip::wire::{Keyring, Kind, Opener, Sealer, cluster_tag};
+use crate::gossip::wire::{Destination, Keyring, Kind, Opener, Sealer, cluster_tag};
 use crate::limiter::{Batch, Limiter, OriginId};
 use crate::membership::{MemberEvent, Membership, NodeId, REJOIN_INTERVAL};
 use crate::transport::Datagram;
@@ -167,7 +167,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         Ok(Self {
             membership: Membership::new(identity, max_body, params.rng_seed),
             sealer: Sealer::new(tag, sender, params.max_packet_size),
-            opener: Opener::new(tag, params.max_packet_size),
+            opener: Opener::new(tag, params.max_packet_size, sender),
             rng: StdRng::seed_from_u64(params.rng_seed ^ 0x5EED_A11E),
             offsets: OffsetEstimator::default(),
             discovered: Vec::new(),
@@ -318,13 +318,14 @@ impl<S: Datagram, C: Clock> Node<S, C> {
     async fn flush(&mut self) {
         let now_ms = self.clock.now_ms();
         for (to, data) in self.membership.take_outbox() {
+            let to = destination(&to);
             let mut out = Vec::with_capacity(data.len() + crate::gossip::wire::OVERHEAD);
             if self
                 .sealer
                 .seal(&self.keyring, Kind::Membership, now_ms, &data, to, &mut out)
                 .is_ok()
             {
-                self.pending.push((Kind::Membership, to, out));
+                self.pending.push((Kind::Membership, to.addr, out));
             }
         }
         let events = self.membership.take_events();
@@ -334,7 +335,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
                     self.joined_at
                         .insert(id.node.as_u128(), crate::clock::monotonic_now());
-                    self.queue_bootstrap(id.addr);
+                    self.queue_bootstrap(destination(id));
                 }
             }
             let members: BTreeSet<u128> = self
@@ -421,7 +422,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
     fn summary_round(&mut self) {
         let now_ms = self.clock.now_ms();
         self.update_live(now_ms);
-        let peers: Vec<SocketAddr> = self.membership.members().iter().map(|m| m.addr).collect();
+        let peers: Vec<Destination> = self.membership.members().iter().map(destination).collect();
         let batch = self.limiter.collect_changed(now_ms);
         self.view
             .wire
@@ -446,7 +447,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                         .seal(&self.keyring, Kind::Heartbeat, now_ms, &[], peer, &mut out)
                         .is_ok()
                     {
-                        self.pending.push((Kind::Heartbeat, peer, out));
+                        self.pending.push((Kind::Heartbeat, peer.addr, out));
                     }
                 }
             }
@@ -458,7 +459,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         if members.is_empty() {
             return;
         }
-        let to = members[self.rng.random_range(0..members.len())].addr;
+        let to = destination(&members[self.rng.random_range(0..members.len())]);
         let mut own = self.limiter.snapshot_local(self.clock.now_ms());
         let page = self.params.anti_entropy_page.max(1);
         if own.updates.len() > page {
@@ -472,7 +473,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
 
     /// Queues for `to` this node's live registers and those of origins that are no longer
     /// members (they cannot push their own).
-    fn queue_bootstrap(&mut self, to: SocketAddr) {
+    fn queue_bootstrap(&mut self, to: Destination) {
         let now_ms = self.clock.now_ms();
         let mut live: BTreeSet<OriginId> = self
             .membership
@@ -490,7 +491,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
 
     /// Encodes and seals a batch for each peer into the pending queue; sends happen from the
     /// loop (sealing is synchronous, sending is not).
-    fn send_batch_later(&mut self, kind: Kind, batch: &Batch, peers: &[SocketAddr]) {
+    fn send_batch_later(&mut self, kind: Kind, batch: &Batch, peers: &[Destination]) {
         if batch.updates.is_empty() {
             return;
         }
@@ -506,9 +507,18 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                     .seal(&self.keyring, kind, now_ms, body, *peer, &mut out)
                     .is_ok()
                 {
-                    self.pending.push((kind, *peer, out));
+                    self.pending.push((kind, peer.addr, out));
                 }
             }
         }
+    }
+}
+
+/// Where datagrams for member `id` go: bound to its boot id, unless it is a seed known only by
+/// its address.
+fn destination(id: &NodeId) -> Destination {
+    Destination {
+        addr: id.addr,
+        node: (!id.node.is_nil()).then(|| id.node.as_u128()),
     }
 }
