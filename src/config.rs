@@ -145,6 +145,9 @@ pub struct ClusterConfig {
     pub anti_entropy_interval_ms: u64,
     /// Largest datagram sent. Default: 1400 (fits a 1500-byte MTU).
     pub max_packet_size: u32,
+    /// A node with peers admits nothing until it holds the cluster's state (every member it
+    /// knows has pushed its registers), or until this long after it started. Default: 5000.
+    pub warmup_timeout_ms: u64,
 }
 
 impl Default for ClusterConfig {
@@ -162,6 +165,7 @@ impl Default for ClusterConfig {
             gossip_interval_ms: 200,
             anti_entropy_interval_ms: 5_000,
             max_packet_size: 1_400,
+            warmup_timeout_ms: 5_000,
         }
     }
 }
@@ -221,6 +225,10 @@ pub struct LimiterSettings {
     /// Buckets per window when a rule or request does not say; must divide 1000 (so that
     /// every unit's window divides). Default: 10.
     pub default_buckets: u16,
+    /// A file where a graceful stop saves every live register the node holds, and a start
+    /// loads those still inside their windows: day and month quotas survive a restart of the
+    /// whole fleet. Default: empty (nothing saved).
+    pub state_path: String,
 }
 
 impl Default for LimiterSettings {
@@ -235,6 +243,7 @@ impl Default for LimiterSettings {
             expected_hold_ms: core.expected_hold_ms,
             max_clock_drift_ms: core.max_clock_drift_ms,
             default_buckets: crate::window::DEFAULT_BUCKETS,
+            state_path: String::new(),
         }
     }
 }

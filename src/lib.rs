@@ -14,6 +14,7 @@
 //! - [`envoy_json`]: envoyproxy/ratelimit's `/json` check, on the Envoy service.
 //! - [`cli`]: the command line: serve, check, inspect, members, validate, bench.
 //! - [`service`]: a whole node process wired from its configuration, with graceful shutdown.
+//! - [`snapshot`]: the node's registers on disk across a whole-fleet restart (`state_path`).
 //! - [`rules`]: which limit applies to a descriptor (envoyproxy/ratelimit YAML), hot reload.
 //! - [`config`]: node configuration: TOML, `LIMITMESH__` overrides, defaults, validation.
 //! - [`rpc`]: gRPC services (own API, Envoy RLS v3, health, reflection) on any incoming stream.
@@ -39,5 +40,6 @@ pub mod proto;
 pub mod rpc;
 pub mod rules;
 pub mod service;
+pub mod snapshot;
 pub mod transport;
 pub mod window;

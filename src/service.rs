@@ -50,6 +50,8 @@ pub enum ServiceError {
     Rpc(#[from] rpc::RpcError),
     #[error("admin HTTP server failed: {0}")]
     Admin(std::io::Error),
+    #[error("limiter.state_path: {0}")]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
 }
 
 /// A node ready to serve: its configuration checked, its keys read, its rules loaded and its
@@ -183,6 +185,18 @@ pub async fn run(
         OriginId(node_id.as_u128()),
         bound.hasher,
     ));
+    let state_path = (!config.limiter.state_path.is_empty())
+        .then(|| std::path::PathBuf::from(&config.limiter.state_path));
+    if let Some(path) = &state_path {
+        let report = crate::snapshot::load(&limiter, path, clock.now_ms())?;
+        tracing::info!(
+            path = %path.display(),
+            read = report.read,
+            kept = report.merge.changed(),
+            expired = report.merge.expired,
+            "loaded the registers saved at the last stop"
+        );
+    }
     let rules = Arc::new(bound.rules);
     let view = Arc::new(ClusterView::default());
     let mut metrics = Metrics::new();
@@ -211,6 +225,8 @@ pub async fn run(
     params.gossip_interval = Duration::from_millis(config.cluster.gossip_interval_ms);
     params.anti_entropy_interval = Duration::from_millis(config.cluster.anti_entropy_interval_ms);
     params.max_packet_size = config.cluster.max_packet_size as usize;
+    params.expect_peers = config.cluster.has_peers();
+    params.warmup_timeout = Duration::from_millis(config.cluster.warmup_timeout_ms);
     for seed in &config.cluster.seeds {
         match tokio::net::lookup_host(seed.as_str()).await {
             Ok(addrs) => params.seeds.extend(addrs),
@@ -254,8 +270,8 @@ pub async fn run(
         ));
     }
 
-    // gRPC.
-    let health = HealthHandle::new();
+    // gRPC. Health says SERVING only once the node holds the cluster's state.
+    let health = HealthHandle::until_ready();
     let ctx = RpcContext {
         limiter: limiter.clone(),
         rules: rules.clone(),
@@ -287,7 +303,20 @@ pub async fn run(
         stopped(stop_rx.clone()),
     ));
 
-    ready.store(true, Ordering::Relaxed);
+    tokio::spawn({
+        let (view, health, ready, stop) =
+            (view.clone(), health.clone(), ready.clone(), stop_rx.clone());
+        async move {
+            tokio::select! {
+                biased;
+                _ = stopped(stop) => {}
+                _ = view.ready() => {
+                    health.set_ready().await;
+                    ready.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    });
     tracing::info!(
         id = %node_id,
         grpc = %grpc_addr,
@@ -312,6 +341,11 @@ pub async fn run(
     }
     if let Ok(Ok(Err(e))) = admin_result {
         return Err(ServiceError::Admin(e));
+    }
+    if let Some(path) = &state_path {
+        // After the gRPC server and the node loop have stopped: nothing is admitted any more.
+        let saved = crate::snapshot::save(&limiter, path, clock.now_ms())?;
+        tracing::info!(path = %path.display(), registers = saved, "saved the registers");
     }
     tracing::info!("stopped");
     Ok(())

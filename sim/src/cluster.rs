@@ -346,8 +346,10 @@ async fn drive(
             }
         }
         if cfg.probe_staleness && i == 0 && t >= next_probe {
-            check(PROBE_KEY, probe);
-            lock(&recorder).probes.push(t);
+            // Only an admitted probe is counted anywhere (a node warming up admits nothing).
+            if check(PROBE_KEY, probe) {
+                lock(&recorder).probes.push(t);
+            }
             next_probe = t + PROBE_EVERY_MS;
         }
     }

@@ -29,6 +29,7 @@ insecure = false
 gossip_interval_ms = 200
 anti_entropy_interval_ms = 5000
 max_packet_size = 1400
+warmup_timeout_ms = 5000             # with peers: admit nothing until their state arrives
 
 [limiter]
 max_keys = 100000
@@ -39,6 +40,7 @@ onset_ms = 500
 expected_hold_ms = 60000
 max_clock_drift_ms = 10000
 default_buckets = 10
+state_path = ""                      # e.g. "/var/lib/limitmesh/state": keeps quotas across restarts
 
 [rules]
 path = ""                          # empty: the embedded demo rules

@@ -27,7 +27,7 @@ mod view;
 mod tests;
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use smallvec::SmallVec;
@@ -128,6 +128,9 @@ pub struct Limiter {
     silent_origins: arc_swap::ArcSwapOption<Vec<state::OriginIdx>>,
     /// Bumped after every change of the view; part of every cached bound.
     view_generation: AtomicU32,
+    /// Until this time (ms) the node does not hold the cluster's state yet and admits nothing;
+    /// 0 once it does (see [`Limiter::set_warming_until`]).
+    warming_until_ms: AtomicU64,
     dirty_tx: mpsc::Sender<KeyId>,
     sync: Mutex<SyncState>,
 }
@@ -182,6 +185,7 @@ impl Limiter {
             expected: AtomicUsize::new(1),
             silent_origins: arc_swap::ArcSwapOption::empty(),
             view_generation: AtomicU32::new(0),
+            warming_until_ms: AtomicU64::new(0),
             dirty_tx,
             sync: Mutex::new(sync),
         }
@@ -268,10 +272,28 @@ impl Limiter {
         }
     }
 
+    /// Marks the node as not yet holding the cluster's state: until `until_ms`, or until
+    /// called again with 0, every check is refused (nothing is consumed or counted), with
+    /// `retry_after_ms` pointing at `until_ms`. A node that has just started, and has peers,
+    /// knows nothing of what they admitted: admitting as if the cluster were empty would hand
+    /// out again a day's quota that was used before the restart.
+    pub fn set_warming_until(&self, until_ms: u64) {
+        self.warming_until_ms.store(until_ms, Ordering::Release);
+    }
+
+    /// Whether checks are refused because the node does not hold the cluster's state yet.
+    pub fn is_warming(&self, now_ms: u64) -> bool {
+        now_ms < self.warming_until_ms.load(Ordering::Acquire)
+    }
+
     /// Decides one request. Lock-free for existing keys; nothing is consumed unless every item
     /// allows, and nothing at all on a dry run or an error.
     pub fn check(&self, req: &CheckRequest<'_>, now_ms: u64) -> Result<Decision, CheckError> {
         decision::validate(req)?;
+        let warming_until = self.warming_until_ms.load(Ordering::Acquire);
+        if now_ms < warming_until {
+            return Ok(refused_whole(req, warming_until - now_ms));
+        }
         let guard = self.table.guard();
         let result = match req.items {
             [item] => self.check_one(item, req.dry_run, now_ms, &guard),
@@ -553,5 +575,27 @@ impl Limiter {
         let _writer = self.lock_sync();
         let guard = self.table.guard();
         self.table.collect_garbage(now_ms, budget, &guard)
+    }
+}
+
+/// A request refused whole without being evaluated (a full table under
+/// [`TableFullPolicy::Deny`], or a node still warming up): nothing consumed or counted, every
+/// item told to retry after `retry_after_ms`.
+fn refused_whole(req: &CheckRequest<'_>, retry_after_ms: u64) -> Decision {
+    let retry_after_ms = retry_after_ms.max(1);
+    let limits = req
+        .items
+        .iter()
+        .map(|item| LimitStatus {
+            allowed: false,
+            limit: item.limit.limit,
+            remaining: 0,
+            reset_after_ms: retry_after_ms,
+            retry_after_ms,
+        })
+        .collect();
+    Decision {
+        allowed: false,
+        limits,
     }
 }

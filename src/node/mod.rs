@@ -74,6 +74,12 @@ pub struct NodeParams {
     pub join_grace: Duration,
     /// Seeds the node's randomness (SWIM probe order, anti-entropy targets).
     pub rng_seed: u64,
+    /// The node has peers (seeds, or a DNS name that will give some) even if none is known
+    /// yet: it then admits nothing until it holds the cluster's state. Static seeds imply it.
+    pub expect_peers: bool,
+    /// The longest a node with peers waits for the cluster's state before it serves anyway
+    /// (the first node of a fleet, or one whose seeds are all down).
+    pub warmup_timeout: Duration,
 }
 
 impl NodeParams {
@@ -93,6 +99,8 @@ impl NodeParams {
             silence_threshold: Duration::from_millis(800),
             join_grace: Duration::from_millis(500),
             rng_seed,
+            expect_peers: false,
+            warmup_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -135,6 +143,20 @@ pub struct Node<S, C> {
     anti_entropy_cursor: usize,
     /// New keys refused for a full table, as of the last GC pass (logged when it grows).
     table_full_seen: u64,
+    /// Until the node holds the cluster's state: when it started, the members whose registers
+    /// (or word that they have none) have arrived, and when the member set last grew.
+    warmup: Option<Warmup>,
+}
+
+/// What a starting node waits for before it admits anything: every member it knows has sent
+/// it something other than membership traffic since it joined (its bootstrap push goes first,
+/// so its registers have arrived), and no member has appeared for two summary rounds; or the
+/// warm-up timeout has passed.
+#[derive(Debug)]
+struct Warmup {
+    started: Instant,
+    heard_state: BTreeSet<u128>,
+    last_member_change: Option<Instant>,
 }
 
 impl<S, C> std::fmt::Debug for Node<S, C> {
@@ -162,6 +184,18 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             .ok_or(NodeError::PacketTooSmall(params.max_packet_size))?;
         let boot_ms = clock.now_ms();
         let identity = NodeId::new(params.node_id, params.advertise, boot_ms);
+        let warmup = (params.expect_peers || !params.seeds.is_empty()).then(|| {
+            let timeout_ms = params.warmup_timeout.as_millis() as u64;
+            limiter.set_warming_until(boot_ms.saturating_add(timeout_ms));
+            Warmup {
+                started: crate::clock::monotonic_now(),
+                heard_state: BTreeSet::new(),
+                last_member_change: None,
+            }
+        });
+        if warmup.is_none() {
+            view.set_ready();
+        }
         let tag = cluster_tag(&params.cluster_id);
         let sender = params.node_id.as_u128();
         Ok(Self {
@@ -177,6 +211,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             joined_at: std::collections::BTreeMap::new(),
             anti_entropy_cursor: 0,
             table_full_seen: 0,
+            warmup,
             params,
             socket,
             clock,
@@ -233,9 +268,51 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             }
             self.flush().await;
         }
+        // What this node admitted since the last round goes out before it leaves: its peers
+        // keep its registers (and relay them) for as long as their windows live.
+        self.summary_round();
+        self.flush().await;
         self.membership.leave(crate::clock::monotonic_now());
         self.flush().await;
         tracing::info!(id = %self.params.node_id, "left the cluster");
+    }
+
+    /// Ends the warm-up once the node holds the cluster's state (see [`Warmup`]).
+    fn update_readiness(&mut self) {
+        let Some(w) = &self.warmup else {
+            return;
+        };
+        let now = crate::clock::monotonic_now();
+        let members = self.membership.members();
+        // Two rounds for the members' pushes to land, and their join grace, after which this
+        // node counts them live (and so shares the limit with them).
+        let settle = (2 * self.params.gossip_interval).max(self.params.join_grace);
+        let settled = w
+            .last_member_change
+            .is_some_and(|t| now.saturating_duration_since(t) >= settle);
+        let heard_all = !members.is_empty()
+            && members
+                .iter()
+                .all(|m| w.heard_state.contains(&m.node.as_u128()));
+        let waited = now.saturating_duration_since(w.started);
+        if heard_all && settled {
+            tracing::info!(
+                members = members.len(),
+                waited_ms = waited.as_millis() as u64,
+                "ready: holds the cluster's state"
+            );
+        } else if waited >= self.params.warmup_timeout {
+            tracing::warn!(
+                members = members.len(),
+                waited_ms = waited.as_millis() as u64,
+                "ready without the state of every member: the warm-up timed out"
+            );
+        } else {
+            return;
+        }
+        self.warmup = None;
+        self.limiter.set_warming_until(0);
+        self.view.set_ready();
     }
 
     /// One GC pass, and a warning (at most one per pass) when new keys met a full table.
@@ -277,6 +354,11 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         );
         self.last_heard
             .insert(header.sender, crate::clock::monotonic_now());
+        if header.kind != Kind::Membership
+            && let Some(w) = &mut self.warmup
+        {
+            w.heard_state.insert(header.sender);
+        }
         let offset = self.offsets.observe(header.sender, header.sent_ms, now_ms);
         if offset.unsigned_abs() > self.params.offset_warn_ms {
             self.view
@@ -335,6 +417,9 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
                     self.joined_at
                         .insert(id.node.as_u128(), crate::clock::monotonic_now());
+                    if let Some(w) = &mut self.warmup {
+                        w.last_member_change = Some(crate::clock::monotonic_now());
+                    }
                     self.queue_bootstrap(destination(id));
                 }
             }
@@ -422,6 +507,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
     fn summary_round(&mut self) {
         let now_ms = self.clock.now_ms();
         self.update_live(now_ms);
+        self.update_readiness();
         let peers: Vec<Destination> = self.membership.members().iter().map(destination).collect();
         let batch = self.limiter.collect_changed(now_ms);
         self.view

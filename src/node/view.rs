@@ -43,9 +43,27 @@ pub struct MemberInfo {
 pub struct ClusterView {
     members: ArcSwap<Vec<MemberInfo>>,
     pub wire: WireStats,
+    /// Whether the node holds the cluster's state (see `Node::update_readiness`).
+    ready: tokio::sync::watch::Sender<bool>,
 }
 
 impl ClusterView {
+    /// Whether the node holds the cluster's state and answers as well as the cluster would.
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Resolves once the node is ready (at once if it is).
+    pub async fn ready(&self) {
+        let mut rx = self.ready.subscribe();
+        // The sender lives as long as the view, which the caller holds.
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
+
+    pub(crate) fn set_ready(&self) {
+        self.ready.send_replace(true);
+    }
+
     pub fn members(&self) -> std::sync::Arc<Vec<MemberInfo>> {
         self.members.load_full()
     }

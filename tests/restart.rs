@@ -1,0 +1,193 @@
+//! Restarts must not hand a used quota out again: real node processes on 127.0.0.1 exhaust a
+//! day limit, then restart one by one (and, with `limiter.state_path`, all at once).
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+
+use support::*;
+
+const DAY_LIMIT: u32 = 300;
+
+fn gossip_addrs(ports: &[Ports]) -> Vec<SocketAddr> {
+    ports
+        .iter()
+        .map(|p| SocketAddr::from(([127, 0, 0, 1], p.gossip)))
+        .collect()
+}
+
+/// Node `i` of a cluster whose every node lists the others as seeds (as a DNS name would).
+fn spawn_member(
+    scratch: &Scratch,
+    rules: &std::path::Path,
+    ports: &[Ports],
+    i: usize,
+    extra: &str,
+) -> Node {
+    let seeds: Vec<SocketAddr> = gossip_addrs(ports)
+        .into_iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .map(|(_, a)| a)
+        .collect();
+    spawn(scratch, &format!("n{i}"), rules, &seeds, ports[i], extra)
+}
+
+fn wait_formed(nodes: &[Node]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes.iter().all(|n| {
+        http_get(n.http, "/v1/members")
+            .is_some_and(|(_, b)| b.matches("\"alive\"").count() == nodes.len())
+    }) {
+        assert!(Instant::now() < deadline, "the cluster did not form");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Asks every node `per_node` times, round robin; how many were admitted.
+async fn admitted(nodes: &[Node], per_node: usize) -> u32 {
+    let mut clients = Vec::new();
+    for n in nodes {
+        clients.push(envoy(n).await);
+    }
+    let mut admitted = 0;
+    for _ in 0..per_node {
+        for c in &mut clients {
+            admitted += u32::from(ask(c, "tenant").await.overall_code == Code::Ok as i32);
+        }
+    }
+    admitted
+}
+
+/// Uses the whole day quota, then lets the last registers reach every node.
+async fn exhaust(nodes: &[Node]) {
+    let used = admitted(nodes, (DAY_LIMIT as usize).div_ceil(nodes.len()) + 40).await;
+    assert!(
+        (DAY_LIMIT - 6..=DAY_LIMIT).contains(&used),
+        "{used} of {DAY_LIMIT} admitted before the restarts"
+    );
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(admitted(nodes, 5).await, 0, "the quota is used up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_used_day_quota_survives_a_rolling_restart() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scratch = Scratch::new("rolling");
+    let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
+    let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
+    let mut nodes: Vec<Node> = (0..3)
+        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, ""))
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        wait_ready(n, &format!("n{i}"));
+    }
+    wait_formed(&nodes);
+    exhaust(&nodes).await;
+
+    // Each node in turn: SIGTERM, start again on the same ports, and ask it at once, as a
+    // proxy whose sidecar restarted would, before and after it says it is ready.
+    let mut leaked = 0;
+    for i in 0..3 {
+        stop(&mut nodes[i]);
+        nodes[i] = spawn_member(&scratch, &rules_path, &ports, i, "");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut client = loop {
+            if let Ok(Ok(ch)) = tokio::time::timeout(
+                Duration::from_millis(500),
+                tonic::transport::Endpoint::from_shared(format!("http://{}", nodes[i].grpc))
+                    .unwrap()
+                    .connect(),
+            )
+            .await
+            {
+                break limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::new(ch);
+            }
+            assert!(Instant::now() < deadline, "n{i} never listened");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        for _ in 0..20 {
+            leaked += u32::from(ask(&mut client, "tenant").await.overall_code == Code::Ok as i32);
+        }
+        wait_ready(&nodes[i], &format!("n{i}"));
+        wait_formed(&nodes);
+        leaked += admitted(&nodes, 10).await;
+    }
+    assert_eq!(
+        leaked, 0,
+        "{leaked} requests admitted on a used day quota across restarts"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_used_day_quota_survives_a_whole_fleet_restart_with_state_path() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scratch = Scratch::new("fleet");
+    let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
+    let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
+    let extra = |i: usize| {
+        let path = scratch.0.join(format!("n{i}.state"));
+        format!("[limiter]\nstate_path = \"{}\"\n", path.display())
+    };
+    let mut nodes: Vec<Node> = (0..3)
+        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, &extra(i)))
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        wait_ready(n, &format!("n{i}"));
+    }
+    wait_formed(&nodes);
+    exhaust(&nodes).await;
+
+    // Every node stops; nothing runs; every node starts again.
+    for n in &mut nodes {
+        stop(n);
+    }
+    for i in 0..3 {
+        assert!(
+            scratch.0.join(format!("n{i}.state")).exists(),
+            "n{i} saved no state"
+        );
+    }
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, &extra(i)))
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        wait_ready(n, &format!("n{i}"));
+    }
+    let leaked = admitted(&nodes, 20).await;
+    assert_eq!(
+        leaked, 0,
+        "{leaked} admitted on a used day quota after a fleet restart"
+    );
+}
+
+/// The control: without `state_path` nobody keeps a day quota through a whole-fleet restart
+/// (so the test above tests the snapshot, not something else).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_state_path_a_whole_fleet_restart_forgets_the_quota() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scratch = Scratch::new("forget");
+    let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
+    let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
+    let mut nodes: Vec<Node> = (0..3)
+        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, ""))
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        wait_ready(n, &format!("n{i}"));
+    }
+    wait_formed(&nodes);
+    exhaust(&nodes).await;
+    for n in &mut nodes {
+        stop(n);
+    }
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, ""))
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        wait_ready(n, &format!("n{i}"));
+    }
+    assert!(admitted(&nodes, 20).await > 0);
+}

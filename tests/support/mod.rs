@@ -1,0 +1,239 @@
+//! Helpers for tests that run the built `limitmesh` binary as users do: scratch directories,
+//! node processes on 127.0.0.1, and minimal gRPC and HTTP clients.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use limitmesh::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use limitmesh::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use limitmesh::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tonic::transport::Channel;
+
+/// The tests here take turns: each starts real processes, and on a two-core machine four nodes
+/// and two clients at once starve each other's gossip and skew the timing being measured.
+pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A port nobody is using right now (the OS picks it; it is released for the node to bind).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+pub fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port")
+}
+
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("limitmesh-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        Self(dir)
+    }
+
+    /// Writes a file atomically (a rename), as a deployment tool would.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        let tmp = self.0.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).expect("write");
+        std::fs::rename(&tmp, &path).expect("rename");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub struct Node {
+    pub child: Child,
+    pub grpc: SocketAddr,
+    pub http: SocketAddr,
+    pub gossip: SocketAddr,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub const KEY_B64: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="; // 32 bytes 0..=31
+
+/// The ports a node listens on.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    pub grpc: u16,
+    pub http: u16,
+    pub gossip: u16,
+}
+
+impl Ports {
+    pub fn free() -> Self {
+        Self {
+            grpc: free_port(),
+            http: free_port(),
+            gossip: free_udp_port(),
+        }
+    }
+}
+
+/// Starts a node and waits until it is ready.
+pub fn start(scratch: &Scratch, name: &str, rules: &Path, seeds: &[SocketAddr]) -> Node {
+    let node = spawn(scratch, name, rules, seeds, Ports::free(), "");
+    wait_ready(&node, name);
+    node
+}
+
+/// Starts a node on `ports` without waiting for it; `extra` is appended to its config file
+/// (whole TOML tables, such as `[limiter]`).
+pub fn spawn(
+    scratch: &Scratch,
+    name: &str,
+    rules: &Path,
+    seeds: &[SocketAddr],
+    ports: Ports,
+    extra: &str,
+) -> Node {
+    let Ports { grpc, http, gossip } = ports;
+    let seeds: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
+    let config = format!(
+        r#"
+[node]
+name = "{name}"
+[grpc]
+listen = "127.0.0.1:{grpc}"
+[http]
+listen = "127.0.0.1:{http}"
+[cluster]
+bind = "127.0.0.1:{gossip}"
+seeds = [{seeds}]
+cluster_id = "process-test"
+keys = ["{KEY_B64}"]
+[rules]
+path = "{rules}"
+reload_interval_ms = 100
+[log]
+filter = "warn"
+{extra}
+"#,
+        seeds = seeds.join(", "),
+        rules = rules.display()
+    );
+    let config_path = scratch.write(&format!("{name}.toml"), &config);
+    let child = Command::new(env!("CARGO_BIN_EXE_limitmesh"))
+        .args(["serve", "--config"])
+        .arg(&config_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    Node {
+        child,
+        grpc: SocketAddr::from(([127, 0, 0, 1], grpc)),
+        http: SocketAddr::from(([127, 0, 0, 1], http)),
+        gossip: SocketAddr::from(([127, 0, 0, 1], gossip)),
+    }
+}
+
+/// Waits (at most 20 s) until `node` answers `/readyz` with 200.
+pub fn wait_ready(node: &Node, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while http_get(node.http, "/readyz").map(|(s, _)| s) != Some(200) {
+        assert!(Instant::now() < deadline, "{name} did not become ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends SIGTERM and waits (at most 10 s) for a clean exit.
+pub fn stop(node: &mut Node) {
+    kill(node, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = node.child.try_wait().expect("wait") {
+            assert!(status.success(), "exit status {status}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A minimal HTTP/1.1 GET: status and body.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_nodelay(true).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
+}
+
+pub async fn envoy(node: &Node) -> RateLimitServiceClient<Channel> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))
+        .unwrap()
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connects");
+    RateLimitServiceClient::new(channel)
+}
+
+pub async fn ask(client: &mut RateLimitServiceClient<Channel>, user: &str) -> RateLimitResponse {
+    client
+        .should_rate_limit(RateLimitRequest {
+            domain: "test".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "user".into(),
+                    value: user.into(),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 0,
+        })
+        .await
+        .expect("answered")
+        .into_inner()
+}
+
+pub fn rules(per_unit: u32, unit: &str) -> String {
+    format!(
+        "domain: test\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: {unit}\n      requests_per_unit: {per_unit}\n      name: per-user\n"
+    )
+}
+
+pub fn kill(node: &Node, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(node.child.id().to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+}
