@@ -323,6 +323,7 @@ async fn drive(
     };
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     let mut next_probe = 0;
+    let mut probes_sent = 0u64;
     loop {
         tick.tick().await;
         let t = turmoil::sim_elapsed().map_or(0, |d| d.as_millis() as u64);
@@ -350,7 +351,11 @@ async fn drive(
             if check(PROBE_KEY, probe) {
                 lock(&recorder).probes.push(t);
             }
-            next_probe = t + PROBE_EVERY_MS;
+            // Every 100 ms on average, at phases spread over the gossip round (37 is prime
+            // to 100): probes all in phase with the round would measure the order in which
+            // tasks run within one millisecond rather than staleness.
+            probes_sent += 1;
+            next_probe = t + PROBE_EVERY_MS / 2 + (probes_sent * 37) % PROBE_EVERY_MS;
         }
     }
 }
