@@ -54,6 +54,8 @@ pub enum Fault {
     },
     /// Every datagram is lost with probability `p`, all run long.
     Loss { p: f64 },
+    /// Datagrams from `from` to `to` (only that way) are lost with probability `p`.
+    LossOneWay { from: usize, to: usize, p: f64 },
     /// Every datagram is delivered twice with probability `p`, all run long.
     Duplication { p: f64 },
     /// The node's wall clock is off by `ms` (positive: ahead), all run long.
@@ -384,6 +386,9 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
         for fault in &cfg.faults {
             match fault {
                 Fault::Loss { p } => shared.net.set_loss(*p),
+                Fault::LossOneWay { from, to, p } if *from == i => {
+                    shared.net.add_loss_to(host_name(*to), *p)
+                }
                 Fault::Duplication { p } => shared.net.set_duplication(*p),
                 Fault::Skew { node, ms } if *node == i => {
                     shared.clock.skew_ms.store(*ms, Ordering::Relaxed)

@@ -21,11 +21,33 @@ pub struct NetFaults {
     pub dropped: AtomicU64,
     pub duplicated: AtomicU64,
     pub sent: AtomicU64,
+    /// Extra loss towards one host: `(host name, millionths)` (asymmetric loss).
+    pub loss_to: Mutex<Vec<(String, u64)>>,
 }
 
 impl NetFaults {
     pub fn set_loss(&self, p: f64) {
         self.loss_ppm.store((p * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    /// Datagrams to `host` are also lost with probability `p`.
+    pub fn add_loss_to(&self, host: String, p: f64) {
+        if let Ok(mut l) = self.loss_to.lock() {
+            l.push((host, (p * 1e6) as u64));
+        }
+    }
+
+    /// The extra loss towards `to`, in millionths (0 if none). Resolves host names, so it is
+    /// called inside the simulation.
+    fn loss_towards(&self, to: SocketAddr) -> u64 {
+        let Ok(l) = self.loss_to.lock() else {
+            return 0;
+        };
+        l.iter()
+            .filter(|(host, _)| turmoil::lookup(host.as_str()) == to.ip())
+            .map(|(_, ppm)| *ppm)
+            .max()
+            .unwrap_or(0)
     }
 
     pub fn set_duplication(&self, p: f64) {
@@ -65,7 +87,9 @@ impl SimSocket {
 impl Datagram for SimSocket {
     async fn send_to(&self, buf: &[u8], to: SocketAddr) -> io::Result<usize> {
         self.faults.sent.fetch_add(1, Ordering::Relaxed);
-        if self.roll(self.faults.loss_ppm.load(Ordering::Relaxed)) {
+        if self.roll(self.faults.loss_ppm.load(Ordering::Relaxed))
+            || self.roll(self.faults.loss_towards(to))
+        {
             self.faults.dropped.fetch_add(1, Ordering::Relaxed);
             return Ok(buf.len());
         }

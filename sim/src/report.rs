@@ -92,7 +92,7 @@ impl Report {
         over.sort_by(f64::total_cmp);
 
         let burst_first_window_over = match cfg.workload {
-            Workload::Burst { onset_ms, .. } => {
+            Workload::Burst { onset_ms, .. } | Workload::BurstAfterTrickle { onset_ms, .. } => {
                 let start = onset_ms as usize;
                 let end = (start + w).min(outcome.admitted_per_ms.len());
                 let n: u64 = outcome.admitted_per_ms[start.min(end)..end]

@@ -4,13 +4,17 @@
 use crate::cluster::{Fault, SimConfig};
 use crate::workload::Workload;
 
-pub const SCENARIOS: [&str; 9] = [
+pub const SCENARIOS: [&str; 13] = [
     "steady",
     "skewed",
     "burst",
+    "burst-trickle",
     "partition",
     "restart",
     "loss",
+    "loss36",
+    "loss40",
+    "loss-oneway",
     "skew",
     "skew500",
     "rollback",
@@ -43,6 +47,16 @@ pub fn scenario(name: &str, seed: u64, nodes: usize) -> Option<SimConfig> {
                 onset_ms: 10_000,
             };
         }
+        // As `burst`, but node 0 had a trickle (5 % of the limit) for the 10 s before.
+        "burst-trickle" => {
+            c.duration_ms = 16_000;
+            c.warmup_ms = 10_000;
+            c.workload = Workload::BurstAfterTrickle {
+                overload: 10.0,
+                onset_ms: 10_000,
+                trickle: 0.05,
+            };
+        }
         // The last two nodes cut off from the first three for 20 s, then healed.
         "partition" => {
             c.duration_ms = 40_000;
@@ -65,6 +79,15 @@ pub fn scenario(name: &str, seed: u64, nodes: usize) -> Option<SimConfig> {
         }
         // 20 % of all datagrams lost.
         "loss" => c.faults.push(Fault::Loss { p: 0.2 }),
+        // 20 % lost on the way out of every node and 20 % on the way in: 36 % per datagram.
+        "loss36" => c.faults.push(Fault::Loss { p: 0.36 }),
+        "loss40" => c.faults.push(Fault::Loss { p: 0.4 }),
+        // Node 1 hears node 0, node 0 never hears node 1.
+        "loss-oneway" => c.faults.push(Fault::LossOneWay {
+            from: 1,
+            to: 0,
+            p: 1.0,
+        }),
         // Clocks spread over ±100 ms, or over ±500 ms.
         "skew" | "skew500" => {
             let spread = if name == "skew" { 100 } else { 500 };

@@ -12,6 +12,13 @@ pub enum Workload {
     Skewed { overload: f64, hot_share: f64 },
     /// Nothing until `onset_ms`, then `overload × L` per window, evenly.
     Burst { overload: f64, onset_ms: u64 },
+    /// As `Burst`, but node 0 has had a trickle of `trickle` times the limit before the
+    /// onset (so that, unlike its idle peers, it is past its own onset when the burst hits).
+    BurstAfterTrickle {
+        overload: f64,
+        onset_ms: u64,
+        trickle: f64,
+    },
 }
 
 impl Workload {
@@ -47,6 +54,19 @@ impl Workload {
                     overload * per_ms / n
                 }
             }
+            Workload::BurstAfterTrickle {
+                overload,
+                onset_ms,
+                trickle,
+            } => {
+                if t_ms >= onset_ms {
+                    overload * per_ms / n
+                } else if node == 0 {
+                    trickle * per_ms
+                } else {
+                    0.0
+                }
+            }
         }
     }
 
@@ -54,7 +74,8 @@ impl Workload {
         match *self {
             Workload::Uniform { overload }
             | Workload::Skewed { overload, .. }
-            | Workload::Burst { overload, .. } => overload,
+            | Workload::Burst { overload, .. }
+            | Workload::BurstAfterTrickle { overload, .. } => overload,
         }
     }
 }

@@ -57,6 +57,50 @@ pub struct Inputs {
     pub expected: usize,
 }
 
+/// This node's offered load (admitted + refused) in the recent span of a window, against the
+/// full buckets before it: how a burst is told apart from steady load.
+///
+/// A node whose load surges cannot yet know whether its peers' loads surged too: their demand
+/// takes two summary rounds to arrive. So a surge counts as an onset (at most `1/N` of the
+/// limit, unless known demand says less), whether or not the node had traffic before: a node
+/// that had a trickle is otherwise past its onset and, hearing no peer demand, takes the
+/// whole limit while every node bursts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecentLoad {
+    /// In the current bucket.
+    pub current: u64,
+    /// In the full buckets of the recent span (before the current one).
+    pub recent: u64,
+    /// In the full buckets before the recent span.
+    pub older: u64,
+    /// Buckets in the recent span, the current one included (at least 1).
+    pub recent_span: u64,
+    /// Full buckets before it.
+    pub older_span: u64,
+}
+
+impl RecentLoad {
+    /// The recent span's total past which its rate is more than twice the older buckets'.
+    /// At least 1: with no older load, two requests are a surge.
+    fn threshold(&self) -> Option<f64> {
+        (self.older_span > 0).then(|| {
+            (2.0 * self.older as f64 * self.recent_span as f64 / self.older_span as f64).max(1.0)
+        })
+    }
+
+    /// Whether the load surged.
+    pub fn surging(&self) -> bool {
+        self.threshold()
+            .is_some_and(|t| (self.recent + self.current) as f64 > t)
+    }
+
+    /// How much the current bucket may hold (offered) before the load surges, if a surge can
+    /// start at all. A bound cached for the rest of the bucket must not let it pass this.
+    pub fn current_room(&self) -> Option<f64> {
+        self.threshold().map(|t| t - self.recent as f64)
+    }
+}
+
 /// The most this node may hold in the window, this request included. The request is admitted
 /// when `local_admitted + cost <= allowance`.
 pub fn allowance(policy: Policy, i: &Inputs) -> f64 {
@@ -228,6 +272,33 @@ mod tests {
             ..i
         };
         assert_eq!(allowance(STRICT, &full), 0.0);
+    }
+
+    #[test]
+    fn a_surge_is_told_from_steady_load() {
+        let load = |current, recent, older| RecentLoad {
+            current,
+            recent,
+            older,
+            recent_span: 5,
+            older_span: 5,
+        };
+        // Steady: about the same rate in both spans.
+        assert!(!load(40, 160, 210).surging());
+        // A trickle, then ten times as much.
+        assert!(load(200, 0, 25).surging());
+        // Twice the older rate is still steady; more is a surge.
+        assert!(!load(0, 100, 50).surging());
+        assert!(load(1, 100, 50).surging());
+        // How much more the current bucket may take before it surges.
+        assert_eq!(load(0, 60, 50).current_room(), Some(40.0));
+        // No older span: no surge can be told.
+        let short = RecentLoad {
+            older_span: 0,
+            ..load(500, 0, 0)
+        };
+        assert!(!short.surging());
+        assert_eq!(short.current_room(), None);
     }
 
     #[test]

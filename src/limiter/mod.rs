@@ -33,7 +33,7 @@ use std::sync::mpsc;
 use smallvec::SmallVec;
 
 pub use admission::{
-    Inputs as AdmissionInputs, PartitionPolicy, Policy, allowance, lasting_allowance,
+    Inputs as AdmissionInputs, PartitionPolicy, Policy, RecentLoad, allowance, lasting_allowance,
 };
 pub use decision::{
     CheckError, CheckItem, CheckRequest, Decision, LimitStatus, MAX_ITEMS_PER_CHECK, MAX_KEY_BYTES,
@@ -466,15 +466,37 @@ impl Limiter {
         now_ms: u64,
     ) -> Eval<'g> {
         let spec = &limit.window;
-        let local = state.ring.usage(spec, now_ms);
+        // The recent span is as long as the onset period (at least the current bucket).
+        let buckets = u64::from(spec.buckets());
+        let recent_span = self
+            .config
+            .onset_ms
+            .div_ceil(spec.bucket_ms())
+            .clamp(1, buckets);
+        let local = state.ring.usage(spec, now_ms, recent_span as usize);
         let silent = self.silent_origins.load();
         let remote = state.remote_scalars(spec, now_ms, silent.as_deref().map(Vec::as_slice));
-        // Demand started recently if the oldest bucket with traffic is young: until one bucket
-        // plus `onset_ms` after it began, peers' demand may not have been heard yet.
-        let onset = local.oldest_active_age.is_none_or(|age| {
-            let first = spec.epoch_start_ms(local.epoch.saturating_sub(age) + 1);
-            now_ms < first.saturating_add(self.config.onset_ms)
-        });
+        // Demand started recently if the oldest bucket with traffic is young (until one bucket
+        // plus `onset_ms` after it began, peers' demand may not have been heard yet), or if it
+        // surged: peers may be surging too, unheard.
+        // Rates are compared over the time this node has had traffic in the window: a ramp
+        // from idle is the young case below, not a surge.
+        let active_span = local
+            .oldest_active_age
+            .map_or(0, |age| age.min(buckets - 1) + 1);
+        let recent_load = RecentLoad {
+            current: local.current_offered,
+            recent: local.recent_offered,
+            older: local.older_offered,
+            recent_span,
+            older_span: active_span.saturating_sub(recent_span),
+        };
+        let surging = recent_load.surging();
+        let onset = surging
+            || local.oldest_active_age.is_none_or(|age| {
+                let first = spec.epoch_start_ms(local.epoch.saturating_sub(age) + 1);
+                now_ms < first.saturating_add(self.config.onset_ms)
+            });
         let (live, expected) = self.view();
         let inputs = admission::Inputs {
             limit: f64::from(limit.limit),
@@ -495,7 +517,15 @@ impl Limiter {
             ..inputs
         };
         let others = local.admitted - f64::from(local.current);
-        let lasting = admission::lasting_allowance(self.config.policy, &lasting_inputs) - others;
+        let mut lasting =
+            admission::lasting_allowance(self.config.policy, &lasting_inputs) - others;
+        if !surging && let Some(room) = recent_load.current_room() {
+            // The bound holds for the rest of the bucket only while the load does not surge:
+            // it may not let the current bucket's offered load (refusals included) pass the
+            // surge threshold.
+            let refused = local.current_offered - u64::from(local.current);
+            lasting = lasting.min(room - refused as f64);
+        }
         let newest_age = match (local.newest_admitted_age, remote.newest_admitted_age) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

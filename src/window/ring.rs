@@ -113,6 +113,14 @@ pub struct RingUsage {
     pub straddle_offered: f64,
     /// Admissions counted in the current bucket (always at full weight).
     pub current: u32,
+    /// Admissions plus refusals in the current bucket.
+    pub current_offered: u64,
+    /// Admissions plus refusals in the full buckets of the recent span (ages `1..recent`; see
+    /// [`LocalRing::usage`]).
+    pub recent_offered: u64,
+    /// Admissions plus refusals in the full buckets before the recent span (ages
+    /// `recent..B`; the straddling bucket is not included).
+    pub older_offered: u64,
     /// Age in buckets of the newest bucket with admissions.
     pub newest_admitted_age: Option<u64>,
     /// Age in buckets of the oldest bucket with any traffic.
@@ -206,7 +214,9 @@ impl LocalRing {
 
     /// The hot-path read: the same numbers as [`LocalRing::snapshot`] folded on the fly, walking
     /// the ring backwards from the current slot (one division per read, not one per slot).
-    pub fn usage(&self, spec: &WindowSpec, now_ms: u64) -> RingUsage {
+    /// `recent` (at least 1) is how many buckets, the current one included, make up the recent
+    /// span whose offered load is told apart from the older buckets'.
+    pub fn usage(&self, spec: &WindowSpec, now_ms: u64, recent: usize) -> RingUsage {
         let now_epoch = spec.epoch(now_ms);
         let slots = self.words();
         let n = slots.len();
@@ -215,6 +225,10 @@ impl LocalRing {
         let mut full_admitted = 0u64;
         let mut full_offered = 0u64;
         let mut current = 0u32;
+        let mut current_offered = 0u64;
+        let mut recent_offered = 0u64;
+        let mut older_offered = 0u64;
+        let recent = recent.max(1) as u64;
         let mut newest = u64::MAX;
         let mut oldest_active = None;
         // Buckets fully inside the window: ages 0..B.
@@ -226,14 +240,20 @@ impl LocalRing {
             }
             oldest_active = Some(age);
             let a = admitted(word);
+            let offered = u64::from(a) + rejected(word);
             if age == 0 {
                 current = a;
+                current_offered = offered;
+            } else if age < recent {
+                recent_offered += offered;
+            } else {
+                older_offered += offered;
             }
             if a > 0 && newest == u64::MAX {
                 newest = age;
             }
             full_admitted += u64::from(a);
-            full_offered += u64::from(a) + rejected(word);
+            full_offered += offered;
         }
         // The straddling bucket, or a writer already in the next bucket (count it as current).
         let word = slots[idx].load(Ordering::Acquire);
@@ -250,6 +270,7 @@ impl LocalRing {
         } else if holds(word, now_epoch + 1) {
             let a = admitted(word);
             current = current.saturating_add(a);
+            current_offered += u64::from(a) + rejected(word);
             oldest_active = oldest_active.or(Some(0));
             if a > 0 {
                 newest = 0;
@@ -265,6 +286,9 @@ impl LocalRing {
             offered: offered_est,
             straddle_offered,
             current,
+            current_offered,
+            recent_offered,
+            older_offered,
             newest_admitted_age: (newest != u64::MAX).then_some(newest),
             oldest_active_age: oldest_active,
             active: offered_est > 0.0,
@@ -592,7 +616,7 @@ mod tests {
         }
         for dt in (900..2_300).step_by(37) {
             let now = T0 + dt;
-            let u = ring.usage(&s, now);
+            let u = ring.usage(&s, now, 3);
             let snap = ring.snapshot(&s, now);
             assert!(
                 (u.admitted - snap.admitted.sum(&s, now)).abs() < 1e-9,
@@ -603,6 +627,14 @@ mod tests {
                 "+{dt}"
             );
             assert_eq!(u64::from(u.current), snap.admitted.by_age()[0], "+{dt}");
+            let by_age = snap.offered.by_age();
+            assert_eq!(u.current_offered, by_age[0], "+{dt}");
+            assert_eq!(u.recent_offered, by_age[1..3].iter().sum::<u64>(), "+{dt}");
+            assert_eq!(
+                u.older_offered,
+                by_age[3..s.buckets() as usize].iter().sum::<u64>(),
+                "+{dt}"
+            );
             assert_eq!(u.active, !snap.is_empty());
             let newest = snap
                 .admitted
