@@ -233,19 +233,30 @@ impl Limiter {
             .collect();
         idx.sort_unstable();
         idx.dedup();
+        // Silent members are still members: `N_expected` counts them, so that a member this
+        // node never hears (one-way loss) is expected all the same and this side's scale
+        // shrinks, rather than the member being forgotten and its share taken.
+        let members = live.max(1) + idx.len();
         let current = self.silent_origins.load();
         let changed = current.as_deref().map_or(!idx.is_empty(), |c| *c != idx);
         if changed {
             self.silent_origins
                 .store((!idx.is_empty()).then(|| std::sync::Arc::new(idx)));
         }
-        self.update_view(&mut sync, live, now_ms, changed);
+        self.update_view(&mut sync, live, members, now_ms, changed);
     }
 
-    fn update_view(&self, sync: &mut SyncState, live: usize, now_ms: u64, set_changed: bool) {
-        sync.expected.observe(live, now_ms);
+    fn update_view(
+        &self,
+        sync: &mut SyncState,
+        live: usize,
+        members: usize,
+        now_ms: u64,
+        set_changed: bool,
+    ) {
+        sync.expected.observe(members, now_ms);
         let expected = sync.expected.expected(now_ms);
-        let live = sync.expected.live();
+        let live = live.clamp(1, expected);
         let counts_changed = (live, expected) != self.view();
         if counts_changed {
             self.live.store(live, Ordering::Relaxed);

@@ -352,12 +352,15 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             header.kind,
             opened.body.len() + crate::gossip::wire::OVERHEAD,
         );
-        self.last_heard
-            .insert(header.sender, crate::clock::monotonic_now());
-        if header.kind != Kind::Membership
-            && let Some(w) = &mut self.warmup
-        {
-            w.heard_state.insert(header.sender);
+        if header.kind != Kind::Membership {
+            // Only registers and heartbeats count as hearing a member: a member that sends this
+            // node SWIM traffic but no state (it holds this node as down, or its state is lost
+            // on the way) leaves this node blind to its admissions, which is what silence is.
+            self.last_heard
+                .insert(header.sender, crate::clock::monotonic_now());
+            if let Some(w) = &mut self.warmup {
+                w.heard_state.insert(header.sender);
+            }
         }
         let offset = self.offsets.observe(header.sender, header.sent_ms, now_ms);
         if offset.unsigned_abs() > self.params.offset_warn_ms {
