@@ -258,9 +258,14 @@ impl Hlc {
         self.last
     }
 
-    /// Merges a remote stamp seen at local wall time `wall_ms` and returns a stamp greater than
-    /// both it and everything this clock issued before.
-    pub fn update(&mut self, remote: HlcTimestamp, wall_ms: u64) -> Result<HlcTimestamp, HlcError> {
+    /// Checks a remote stamp seen at local wall time `wall_ms`: refused if it is further ahead
+    /// than the allowed drift.
+    ///
+    /// The stamp does not pull this clock forward. Registers are ordered only against others of
+    /// the same origin, so nothing needs one origin's stamps to follow another's; and a clock
+    /// that followed a fast peer would carry that peer's error into every register it stamps
+    /// from then on, until nodes with correct clocks refused them as from the future.
+    pub fn check_remote(&self, remote: HlcTimestamp, wall_ms: u64) -> Result<(), HlcError> {
         let remote_ms = remote.physical_ms();
         if remote_ms > wall_ms.saturating_add(self.max_drift_ms) {
             return Err(HlcError::TooFarAhead {
@@ -269,10 +274,7 @@ impl Hlc {
                 max_drift_ms: self.max_drift_ms,
             });
         }
-        let wall = HlcTimestamp::new(wall_ms, 0);
-        let base = self.last.max(remote);
-        self.last = if wall > base { wall } else { base.tick() };
-        Ok(self.last)
+        Ok(())
     }
 }
 
@@ -374,15 +376,13 @@ mod tests {
     }
 
     #[test]
-    fn hlc_update_exceeds_both_sides() {
-        let mut hlc = Hlc::new(1_000);
+    fn a_remote_stamp_ahead_does_not_pull_this_clock() {
+        let mut hlc = Hlc::new(10_000);
         hlc.now(10_000);
-        let remote = HlcTimestamp::new(10_500, 7);
-        let merged = hlc.update(remote, 10_000).unwrap();
-        assert!(merged > remote);
-        assert_eq!(merged, HlcTimestamp::new(10_500, 8));
-        // The local clock then continues from the merged stamp, not from its slower wall time.
-        assert!(hlc.now(10_001) > merged);
+        // A peer 8 s fast: accepted, but this clock's next stamps stay on its own time.
+        hlc.check_remote(HlcTimestamp::new(18_000, 3), 10_000)
+            .unwrap();
+        assert_eq!(hlc.now(10_001), HlcTimestamp::new(10_001, 0));
     }
 
     #[test]
@@ -390,7 +390,7 @@ mod tests {
         let mut hlc = Hlc::new(1_000);
         let before = hlc.now(10_000);
         let err = hlc
-            .update(HlcTimestamp::new(20_000, 0), 10_000)
+            .check_remote(HlcTimestamp::new(20_000, 0), 10_000)
             .unwrap_err();
         assert_eq!(
             err,

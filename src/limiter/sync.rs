@@ -313,7 +313,7 @@ impl Limiter {
                 continue;
             };
             let max_epoch = spec.epoch(now_ms).saturating_add(u64::from(spec.buckets()));
-            if reg.newest_epoch > max_epoch || sync.hlc.update(reg.hlc, now_ms).is_err() {
+            if reg.newest_epoch > max_epoch || sync.hlc.check_remote(reg.hlc, now_ms).is_err() {
                 report.future += 1;
                 continue;
             }

@@ -546,3 +546,40 @@ fn anti_entropy_snapshot_and_relay() {
 
 mod cache;
 mod table_full;
+
+#[test]
+fn a_fast_peer_does_not_make_a_correct_node_look_fast() {
+    // A runs 8 s fast, B is right, D runs 4 s slow. B hears A; D must still accept B's
+    // registers (a minute window, so that only the clock stamps are in question).
+    let minute = [Limit {
+        limit: 100,
+        window: WindowSpec::with_default_buckets(60_000).unwrap(),
+    }];
+    let (a, b, d) = (
+        limiter(),
+        limiter_with(LimiterConfig::default(), 2),
+        limiter_with(LimiterConfig::default(), 3),
+    );
+    check(&a, "k", &minute, 1, T0 + 8_000);
+    let from_a = a.collect_changed(T0 + 8_000).unwrap();
+    assert_eq!(
+        b.merge(&from_a, T0).inserted,
+        1,
+        "8 s is within the allowed drift"
+    );
+    check(&b, "k", &minute, 1, T0 + 1);
+    let from_b = b.collect_changed(T0 + 1).unwrap();
+    let own = from_b
+        .updates
+        .iter()
+        .find(|u| u.key == b.key_id(b"k", &minute[0].window))
+        .unwrap();
+    assert!(
+        own.register.hlc.physical_ms() <= T0 + 1,
+        "B stamps with its own clock, not A's: {:?}",
+        own.register.hlc
+    );
+    let report = d.merge(&from_b, T0 - 4_000);
+    assert_eq!(report.future, 0, "{report:?}");
+    assert_eq!(report.inserted, 1);
+}
