@@ -52,6 +52,9 @@ use crate::clock::Hlc;
 use crate::crdt::Arbitration;
 use crate::window::{Admit, AgeProfile, WindowSpec};
 
+/// The largest cluster size a peer's count is believed up to.
+const MAX_PEERS_COUNT: usize = 1 << 16;
+
 /// How the limiter behaves. Every field has a production default.
 #[derive(Debug, Clone)]
 pub struct LimiterConfig {
@@ -214,7 +217,7 @@ impl Limiter {
     /// Tells the limiter how many members are live, this node included. Call it on every
     /// membership change and periodically, so that `N_expected` can age.
     pub fn set_members(&self, live: usize, now_ms: u64) {
-        self.set_view(live, &[], now_ms);
+        self.set_view(live, &[], 0, now_ms);
     }
 
     /// Tells the limiter how many members are live (this node included) and which members
@@ -224,7 +227,11 @@ impl Limiter {
     /// scale) drops. Origins that are not members at all (a crashed or restarted process)
     /// keep their demand until it lapses, one window after their last register, so that
     /// their share is handed over only as their admissions leave the window.
-    pub fn set_view(&self, live: usize, silent: &[OriginId], now_ms: u64) {
+    ///
+    /// `peers_count` is the largest number of members any peer says it counts (itself
+    /// included): a member this node cannot hear at all, and that SWIM has therefore declared
+    /// down here, is still expected as long as its peers count it.
+    pub fn set_view(&self, live: usize, silent: &[OriginId], peers_count: usize, now_ms: u64) {
         let mut sync = self.lock_sync();
         let mut idx: Vec<state::OriginIdx> = silent
             .iter()
@@ -236,7 +243,7 @@ impl Limiter {
         // Silent members are still members: `N_expected` counts them, so that a member this
         // node never hears (one-way loss) is expected all the same and this side's scale
         // shrinks, rather than the member being forgotten and its share taken.
-        let members = live.max(1) + idx.len();
+        let members = (live.max(1) + idx.len()).max(peers_count.min(MAX_PEERS_COUNT));
         let current = self.silent_origins.load();
         let changed = current.as_deref().map_or(!idx.is_empty(), |c| *c != idx);
         if changed {

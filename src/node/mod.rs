@@ -139,6 +139,9 @@ pub struct Node<S, C> {
     last_heard: std::collections::BTreeMap<u128, Instant>,
     /// When each member appeared (up or renamed).
     joined_at: std::collections::BTreeMap<u128, Instant>,
+    /// How many members each member says it counts, itself included (the prefix of its
+    /// register and heartbeat bodies).
+    peers_count: std::collections::BTreeMap<u128, usize>,
     /// Where the next periodic anti-entropy page starts in the local snapshot.
     anti_entropy_cursor: usize,
     /// New keys refused for a full table, as of the last GC pass (logged when it grows).
@@ -209,6 +212,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             pending: Vec::new(),
             last_heard: std::collections::BTreeMap::new(),
             joined_at: std::collections::BTreeMap::new(),
+            peers_count: std::collections::BTreeMap::new(),
             anti_entropy_cursor: 0,
             table_full_seen: 0,
             warmup,
@@ -383,9 +387,18 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            Kind::Heartbeat => {}
-            Kind::Summary | Kind::AntiEntropy => {
-                match decode_batch(opened.body, OriginId(header.sender)) {
+            Kind::Heartbeat | Kind::Summary | Kind::AntiEntropy => {
+                let Some((count, rest)) = members_count::decode(opened.body) else {
+                    self.view
+                        .wire
+                        .dropped(crate::gossip::wire::DropReason::Malformed);
+                    return;
+                };
+                self.peers_count.insert(header.sender, count);
+                if header.kind == Kind::Heartbeat {
+                    return;
+                }
+                match decode_batch(rest, OriginId(header.sender)) {
                     Ok((batch, rejects)) => {
                         let report = self.limiter.merge(&batch, now_ms);
                         self.view.wire.merged(&report, rejects.bad_shape);
@@ -435,6 +448,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             self.offsets.retain(|s| members.contains(&s));
             self.last_heard.retain(|s, _| members.contains(s));
             self.joined_at.retain(|s, _| members.contains(s));
+            self.peers_count.retain(|s, _| members.contains(s));
             self.update_live(now_ms);
             self.publish();
         }
@@ -501,8 +515,13 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             })
             .map(|m| OriginId(m.node.as_u128()))
             .collect();
-        self.limiter
-            .set_view(members.len() - silent.len() + 1, &silent, now_ms);
+        let peers_count = self.peers_count.values().copied().max().unwrap_or(0);
+        self.limiter.set_view(
+            members.len() - silent.len() + 1,
+            &silent,
+            peers_count,
+            now_ms,
+        );
     }
 
     /// One summary round: what changed, to every live member; a heartbeat to members that
@@ -529,11 +548,19 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 self.send_batch_later(Kind::Summary, &batch, &peers);
             }
             _ => {
+                let note = self.members_note();
                 for peer in peers {
                     let mut out = Vec::with_capacity(crate::gossip::wire::OVERHEAD);
                     if self
                         .sealer
-                        .seal(&self.keyring, Kind::Heartbeat, now_ms, &[], peer, &mut out)
+                        .seal(
+                            &self.keyring,
+                            Kind::Heartbeat,
+                            now_ms,
+                            &note,
+                            peer,
+                            &mut out,
+                        )
                         .is_ok()
                     {
                         self.pending.push((Kind::Heartbeat, peer.addr, out));
@@ -578,22 +605,35 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         }
     }
 
+    /// The prefix of every register and heartbeat body: how many members this node counts,
+    /// itself included.
+    fn members_note(&self) -> Vec<u8> {
+        members_count::encode(self.membership.members().len() + 1)
+    }
+
     /// Encodes and seals a batch for each peer into the pending queue; sends happen from the
     /// loop (sealing is synchronous, sending is not).
     fn send_batch_later(&mut self, kind: Kind, batch: &Batch, peers: &[Destination]) {
         if batch.updates.is_empty() {
             return;
         }
-        let Ok(bodies) = encode_batch(batch, self.limiter.origin(), self.sealer.max_body()) else {
+        let note = self.members_note();
+        let max_batch = self
+            .sealer
+            .max_body()
+            .saturating_sub(members_count::MAX_LEN);
+        let Ok(bodies) = encode_batch(batch, self.limiter.origin(), max_batch) else {
             return;
         };
         let now_ms = self.clock.now_ms();
-        for body in &bodies {
+        for batch_body in &bodies {
+            let mut body = note.clone();
+            body.extend_from_slice(batch_body);
             for peer in peers {
                 let mut out = Vec::with_capacity(body.len() + crate::gossip::wire::OVERHEAD);
                 if self
                     .sealer
-                    .seal(&self.keyring, kind, now_ms, body, *peer, &mut out)
+                    .seal(&self.keyring, kind, now_ms, &body, *peer, &mut out)
                     .is_ok()
                 {
                     self.pending.push((kind, peer.addr, out));
@@ -609,5 +649,41 @@ fn destination(id: &NodeId) -> Destination {
     Destination {
         addr: id.addr,
         node: (!id.node.is_nil()).then(|| id.node.as_u128()),
+    }
+}
+
+/// The members-count prefix of register and heartbeat bodies: a bincode varint.
+mod members_count {
+    use bincode::config::{Configuration, Limit, LittleEndian, Varint};
+
+    const CONFIG: Configuration<LittleEndian, Varint, Limit<16>> =
+        bincode::config::standard().with_limit::<16>();
+    /// Longest encoding of a count (a varint u32).
+    pub const MAX_LEN: usize = 5;
+
+    pub fn encode(count: usize) -> Vec<u8> {
+        let count = u32::try_from(count).unwrap_or(u32::MAX);
+        bincode::encode_to_vec(count, CONFIG).unwrap_or_default()
+    }
+
+    /// The count and the rest of the body; `None` if the body does not start with one.
+    pub fn decode(body: &[u8]) -> Option<(usize, &[u8])> {
+        let (count, used): (u32, usize) = bincode::decode_from_slice(body, CONFIG).ok()?;
+        Some((count as usize, &body[used..]))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[test]
+        fn counts_round_trip_and_garbage_is_refused() {
+            for n in [0usize, 1, 5, 250, 251, 1_000, 70_000] {
+                let mut body = super::encode(n);
+                assert!(body.len() <= super::MAX_LEN);
+                body.extend_from_slice(b"rest");
+                assert_eq!(super::decode(&body), Some((n, &b"rest"[..])));
+            }
+            assert_eq!(super::decode(&[]), None);
+            assert_eq!(super::decode(&[0xFF]), None);
+        }
     }
 }
