@@ -76,7 +76,7 @@ fn unit(v: &Value, path: &str) -> Result<i32, JsonRefusal> {
         .ok_or_else(|| bad(format!("{path}: unknown unit {name:?}")))
 }
 
-fn parse(body: &[u8]) -> Result<RateLimitRequest, JsonRefusal> {
+pub(crate) fn parse(body: &[u8]) -> Result<RateLimitRequest, JsonRefusal> {
     if body.len() > MAX_BODY {
         return Err(bad(format!(
             "body: {} bytes; the maximum is {MAX_BODY}",

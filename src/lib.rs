@@ -31,6 +31,8 @@ pub mod config;
 pub mod crdt;
 pub mod discovery;
 pub mod envoy_json;
+#[doc(hidden)]
+pub mod fuzz_targets;
 pub mod gossip;
 pub mod limiter;
 pub mod membership;

@@ -38,7 +38,7 @@ pub use view::{ClusterView, MemberInfo, MemberState};
 
 use self::view::OffsetEstimator;
 use crate::clock::Clock;
-use crate::gossip::message::{decode_batch, encode_batch};
+use crate::gossip::message::{decode_batch, encode_batch, members_count};
 use crate::gossip::wire::{Destination, Keyring, Kind, Opener, Sealer, cluster_tag};
 use crate::limiter::{Batch, Limiter, OriginId};
 use crate::membership::{MemberEvent, Membership, NodeId, REJOIN_INTERVAL};
@@ -649,41 +649,5 @@ fn destination(id: &NodeId) -> Destination {
     Destination {
         addr: id.addr,
         node: (!id.node.is_nil()).then(|| id.node.as_u128()),
-    }
-}
-
-/// The members-count prefix of register and heartbeat bodies: a bincode varint.
-mod members_count {
-    use bincode::config::{Configuration, Limit, LittleEndian, Varint};
-
-    const CONFIG: Configuration<LittleEndian, Varint, Limit<16>> =
-        bincode::config::standard().with_limit::<16>();
-    /// Longest encoding of a count (a varint u32).
-    pub const MAX_LEN: usize = 5;
-
-    pub fn encode(count: usize) -> Vec<u8> {
-        let count = u32::try_from(count).unwrap_or(u32::MAX);
-        bincode::encode_to_vec(count, CONFIG).unwrap_or_default()
-    }
-
-    /// The count and the rest of the body; `None` if the body does not start with one.
-    pub fn decode(body: &[u8]) -> Option<(usize, &[u8])> {
-        let (count, used): (u32, usize) = bincode::decode_from_slice(body, CONFIG).ok()?;
-        Some((count as usize, &body[used..]))
-    }
-
-    #[cfg(test)]
-    mod tests {
-        #[test]
-        fn counts_round_trip_and_garbage_is_refused() {
-            for n in [0usize, 1, 5, 250, 251, 1_000, 70_000] {
-                let mut body = super::encode(n);
-                assert!(body.len() <= super::MAX_LEN);
-                body.extend_from_slice(b"rest");
-                assert_eq!(super::decode(&body), Some((n, &b"rest"[..])));
-            }
-            assert_eq!(super::decode(&[]), None);
-            assert_eq!(super::decode(&[0xFF]), None);
-        }
     }
 }
