@@ -10,7 +10,7 @@
 //! parser's spans), the variable for the environment.
 
 mod base64;
-mod demo;
+pub mod demo;
 mod load;
 mod validate;
 

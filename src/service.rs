@@ -188,14 +188,26 @@ pub async fn run(
     let state_path = (!config.limiter.state_path.is_empty())
         .then(|| std::path::PathBuf::from(&config.limiter.state_path));
     if let Some(path) = &state_path {
-        let report = crate::snapshot::load(&limiter, path, clock.now_ms())?;
-        tracing::info!(
-            path = %path.display(),
-            read = report.read,
-            kept = report.merge.changed(),
-            expired = report.merge.expired,
-            "loaded the registers saved at the last stop"
-        );
+        match crate::snapshot::load(&limiter, path, clock.now_ms()) {
+            Ok(report) => tracing::info!(
+                path = %path.display(),
+                read = report.read,
+                kept = report.merge.changed(),
+                expired = report.merge.expired,
+                "loaded the registers saved at the last stop"
+            ),
+            // A node that cannot start is worse than one that starts without its snapshot: its
+            // peers' state still arrives before it serves (warm-up). Loudly, and the file is
+            // kept for a person to look at.
+            Err(e) => {
+                let aside = crate::snapshot::set_aside(path);
+                tracing::error!(
+                    error = %e,
+                    moved_to = ?aside.as_ref().map(|p| p.display().to_string()),
+                    "cannot load the saved registers; starting without them"
+                );
+            }
+        }
     }
     let rules = Arc::new(bound.rules);
     let view = Arc::new(ClusterView::default());
@@ -234,7 +246,10 @@ pub async fn run(
         }
     }
 
+    // The servers stop first; the node loop last, so that its final round carries everything
+    // they admitted.
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (node_stop_tx, node_stop_rx) = watch::channel(false);
     let stopped = move |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
@@ -249,7 +264,7 @@ pub async fn run(
         Arc::new(bound.keyring),
         view.clone(),
     )?;
-    let node_task = tokio::spawn(node.run(command_rx, stopped(stop_rx.clone())));
+    let node_task = tokio::spawn(node.run(command_rx, stopped(node_stop_rx)));
     if !config.cluster.seed_dns.is_empty() {
         tokio::spawn(crate::discovery::resolve_seeds_periodically(
             config.cluster.seed_dns.clone(),
@@ -303,7 +318,7 @@ pub async fn run(
         stopped(stop_rx.clone()),
     ));
 
-    tokio::spawn({
+    let readiness = tokio::spawn({
         let (view, health, ready, stop) =
             (view.clone(), health.clone(), ready.clone(), stop_rx.clone());
         async move {
@@ -326,15 +341,23 @@ pub async fn run(
     );
 
     shutdown.await;
-    tracing::info!("shutting down: not serving, leaving the cluster, draining");
+    tracing::info!("shutting down: not serving, draining, leaving the cluster");
+    readiness.abort();
     ready.store(false, Ordering::Relaxed);
     health.set_not_serving().await;
     let _ = stop_tx.send(true);
-    let (grpc, admin_result, _node) = tokio::join!(
+    let (grpc_abort, admin_abort) = (grpc_task.abort_handle(), admin_task.abort_handle());
+    let (grpc, admin_result) = tokio::join!(
         tokio::time::timeout(DRAIN, grpc_task),
         tokio::time::timeout(DRAIN, admin_task),
-        tokio::time::timeout(DRAIN, node_task),
     );
+    // Whatever is still running past the drain admits nothing more: the final round and the
+    // snapshot below hold every admission.
+    grpc_abort.abort();
+    admin_abort.abort();
+    limiter.set_warming_until(u64::MAX);
+    let _ = node_stop_tx.send(true);
+    let _ = tokio::time::timeout(DRAIN, node_task).await;
     drop(commands);
     if let Ok(Ok(Err(e))) = grpc {
         return Err(e.into());

@@ -54,8 +54,18 @@ pub struct LoadReport {
     pub merge: MergeReport,
 }
 
-/// Writes every live register `limiter` holds to `path` (through a temporary file and a
-/// rename, so a crash mid-write leaves the previous snapshot). Returns how many were written.
+/// Moves a snapshot that could not be loaded aside (`<path>.corrupt`), so that the next stop
+/// can write a good one and nobody loses the bad one's bytes. Returns where it went.
+pub fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
+    let mut aside = path.as_os_str().to_owned();
+    aside.push(".corrupt");
+    let aside = PathBuf::from(aside);
+    std::fs::rename(path, &aside)?;
+    Ok(aside)
+}
+
+/// Writes every live register `limiter` holds to `path` (through a temporary file, synced,
+/// and a rename, so a crash mid-write leaves the previous snapshot). Returns how many were written.
 pub fn save(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<usize, SnapshotError> {
     let mut out = MAGIC.to_vec();
     let mut written = 0;
@@ -72,14 +82,30 @@ pub fn save(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<usize, Snapsh
         path: path.to_owned(),
         source,
     };
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, &out).map_err(io)?;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    {
+        use std::io::Write as _;
+        let mut file = std::fs::File::create(&tmp).map_err(io)?;
+        file.write_all(&out).map_err(io)?;
+        // On disk before the rename makes it the snapshot: a power cut must not leave an
+        // empty or truncated file under the snapshot's name.
+        file.sync_all().map_err(io)?;
+    }
     std::fs::rename(&tmp, path).map_err(io)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // The rename itself, on disk.
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)?;
+    }
     Ok(written)
 }
 
 /// Merges the registers saved in `path` into `limiter`. A missing file is an empty snapshot
-/// (the first start); anything else that is wrong with it is an error naming it.
+/// (the first start); anything else that is wrong with it is an error naming it, and nothing
+/// is merged.
 pub fn load(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<LoadReport, SnapshotError> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,

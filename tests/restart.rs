@@ -191,3 +191,22 @@ async fn without_state_path_a_whole_fleet_restart_forgets_the_quota() {
     }
     assert!(admitted(&nodes, 20).await > 0);
 }
+
+/// A state file that does not parse does not keep a node from starting: it is moved aside for
+/// a person to look at, and the node starts without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_state_file_is_set_aside() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scratch = Scratch::new("corrupt");
+    let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
+    let state = scratch.write("n.state", "LMSTATE\u{1}\u{ff}\u{ff}\u{ff}\u{ff}garbage");
+    let extra = format!("[limiter]\nstate_path = \"{}\"\n", state.display());
+    let mut node = spawn(&scratch, "n", &rules_path, &[], Ports::free(), &extra);
+    wait_ready(&node, "n");
+    assert!(!state.exists(), "the bad file is still where it was");
+    assert!(scratch.0.join("n.state.corrupt").exists());
+    assert_eq!(admitted(std::slice::from_ref(&node), 3).await, 3);
+    // The next graceful stop writes a good file.
+    stop(&mut node);
+    assert!(state.exists());
+}

@@ -19,8 +19,9 @@
 //! sequence lock: `head = seq (31) | mode (1) | limit (32)` and
 //! `body = epoch tag (16) | view generation (16) | bound (32)`. A writer makes `seq` odd,
 //! writes `body`, and makes it even again; a reader accepts a pair only if `head` read the same
-//! even value before and after `body`. Invalidation adds 2 to `seq` after clearing `body`, so a
-//! writer that computed its bound before a merge finds `seq` moved and withdraws its bound.
+//! even value before and after `body`. Invalidation moves `seq` on by 2, clearing `body` in
+//! between when no writer is storing, and otherwise leaving that writer to find `seq` moved and
+//! withdraw its body: a writer that computed its bound before a merge never keeps it.
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
@@ -123,12 +124,42 @@ impl BoundCache {
         }
     }
 
-    /// Forgets the bound: remote state changed in a way that may tighten it. A store racing
-    /// with this withdraws its bound.
+    /// Forgets the bound: something it was computed from changed in a way that may tighten
+    /// it. A store racing with this withdraws its bound.
     pub fn invalidate(&self) {
-        self.body.store(0, Ordering::Relaxed);
-        // Adding 2 keeps the parity: a writer in progress stays in progress, and sees the move.
-        self.head.fetch_add(2 * SEQ_ONE, Ordering::Release);
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            if head & SEQ_ONE != 0 {
+                // A writer is storing: moving `seq` by 2 keeps it odd and makes the writer's
+                // last step fail, so the writer withdraws its body itself.
+                match self.head.compare_exchange_weak(
+                    head,
+                    head.wrapping_add(2 * SEQ_ONE),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return,
+                    Err(now) => head = now,
+                }
+            } else {
+                // Write as a writer would (odd, clear the body, even), so that no writer's body
+                // can land after the clearing and survive it.
+                match self.head.compare_exchange_weak(
+                    head,
+                    head.wrapping_add(SEQ_ONE),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        fence(Ordering::Release);
+                        self.body.store(0, Ordering::Relaxed);
+                        self.head.fetch_add(SEQ_ONE, Ordering::Release);
+                        return;
+                    }
+                    Err(now) => head = now,
+                }
+            }
+        }
     }
 }
 
@@ -195,6 +226,38 @@ mod tests {
         // One computed after it is.
         cache.store(cache.seen(), &k, 300);
         assert_eq!(cache.get(&k), Some(300));
+    }
+
+    #[test]
+    fn an_invalidation_during_a_store_defeats_it() {
+        // A writer has made `seq` odd and is about to write its body when a merge invalidates.
+        let cache = BoundCache::default();
+        let k = key(1_000);
+        let seen = cache.seen();
+        let writing = seen.0.wrapping_add(SEQ_ONE);
+        cache.head.store(writing, Ordering::Relaxed);
+        cache.invalidate();
+        // The writer's remaining steps, as `store` takes them.
+        cache.body.store(k.body_key() | 400, Ordering::Relaxed);
+        let done = (writing.wrapping_add(SEQ_ONE) & !KEY_MASK) | k.head_key();
+        if cache
+            .head
+            .compare_exchange(writing, done, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            cache.body.store(0, Ordering::Relaxed);
+            cache.head.fetch_add(SEQ_ONE, Ordering::Release);
+        }
+        assert_eq!(
+            cache.get(&k),
+            None,
+            "a bound from before the merge survived it"
+        );
+        assert_eq!(
+            cache.head.load(Ordering::Relaxed) & SEQ_ONE,
+            0,
+            "left locked"
+        );
     }
 
     #[test]

@@ -52,6 +52,10 @@ use crate::clock::Hlc;
 use crate::crdt::Arbitration;
 use crate::window::{Admit, AgeProfile, WindowSpec};
 
+/// The longest `retry_after_ms` a node that is warming up gives (it cannot tell exactly when
+/// its peers' state will have arrived).
+const WARMING_RETRY_MS: u64 = 1_000;
+
 /// The largest cluster size a peer's count is believed up to.
 const MAX_PEERS_COUNT: usize = 1 << 16;
 
@@ -310,7 +314,10 @@ impl Limiter {
         decision::validate(req)?;
         let warming_until = self.warming_until_ms.load(Ordering::Acquire);
         if now_ms < warming_until {
-            return Ok(refused_whole(req, warming_until - now_ms));
+            return Ok(refused_whole(
+                req,
+                (warming_until - now_ms).min(WARMING_RETRY_MS),
+            ));
         }
         let guard = self.table.guard();
         let result = match req.items {
@@ -454,6 +461,9 @@ impl Limiter {
     fn record(&self, id: KeyId, state: &WindowState, epoch: u64, cost: u32, allowed: bool) {
         if !allowed {
             state.ring.reject(epoch, cost);
+            // A refusal brings the current bucket closer to a surge, which a cached bound
+            // computed before it may not allow for.
+            state.bound.invalidate();
         }
         if state.mark_dirty() {
             // The receiver lives as long as the limiter; a send cannot fail.

@@ -321,6 +321,14 @@ impl Limiter {
                 report.expired += 1;
                 continue;
             }
+            if let Some(existing) = self.table.get(&update.key, &guard)
+                && !existing.has_shape(&spec)
+            {
+                // Ids name a shape, so this is a faulty peer: its register is dropped rather
+                // than replacing a window (and whatever quota it holds).
+                report.bad_shape += 1;
+                continue;
+            }
             let state = match self.table.get_or_insert(update.key, &spec, now_ms, &guard) {
                 Ok(state) => state,
                 Err(_) => {

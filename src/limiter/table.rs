@@ -17,6 +17,8 @@ use super::key::{KeyId, KeyIdHashBuilder};
 use super::state::WindowState;
 use crate::window::WindowSpec;
 
+/// The longest a full table is taken to stay full without looking again.
+const FULL_BACKOFF_MS: u64 = 1_000;
 /// How many queue entries one eviction looks at before giving up. A full table of windows that
 /// all hold quota is found out after this many; until the earliest of them can have expired,
 /// later evictions do not look again (so a spray of new keys cannot make every check scan).
@@ -126,10 +128,7 @@ impl KeyTable {
             .unwrap_or_else(|e| e.into_inner())
             .first_key_value()
             .map_or(now_ms, |(at, _)| *at);
-        match self.no_room_before.load(Ordering::Relaxed) {
-            u64::MAX => queued,
-            known => queued.max(known),
-        }
+        queued.max(self.no_room_before.load(Ordering::Relaxed))
     }
 
     fn schedule(&self, id: KeyId, at_ms: u64) {
@@ -149,51 +148,64 @@ impl KeyTable {
         let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
         let mut probed = 0;
         let mut emptied = Vec::new();
+        // Windows looked at and kept move to their real end in the queue, so that the next
+        // scan looks at others rather than at these again.
+        let mut kept: Vec<(KeyId, u64)> = Vec::new();
         // The earliest time a window kept, or one not looked at, can stop holding anything: a
         // queued window holds on at least until its place in the queue.
         let mut earliest_end = u64::MAX;
-        'scan: for (at, ids) in due.iter_mut() {
-            let mut i = 0;
-            while i < ids.len() {
+        for (at, ids) in due.iter_mut() {
+            // Oldest first within one due time; `done` entries are dropped from this list.
+            let mut done = 0;
+            let mut stop = false;
+            for &id in ids.iter() {
                 if self.map.len() < self.max_keys {
-                    break 'scan;
+                    stop = true;
+                    break;
                 }
                 if probed >= EVICTION_PROBES {
                     earliest_end = earliest_end.min(*at);
-                    break 'scan;
+                    stop = true;
+                    break;
                 }
                 probed += 1;
-                let id = ids[i];
-                let live_until = match self.map.get(&id, guard) {
-                    None => None, // already gone: drop the stale queue entry
-                    Some(state) => {
-                        let local = state.ring.snapshot(&state.spec(), now_ms);
-                        state.live_until_ms(&local).filter(|end| *end > now_ms)
-                    }
-                };
+                done += 1;
+                let live_until = self.map.get(&id, guard).and_then(|state| {
+                    let local = state.ring.snapshot(&state.spec(), now_ms);
+                    state.live_until_ms(&local).filter(|end| *end > now_ms)
+                });
                 match live_until {
                     None => {
                         if self.map.remove(&id, guard).is_some() {
                             self.stats.evicted.fetch_add(1, Ordering::Relaxed);
                         }
-                        ids.swap_remove(i);
                     }
                     Some(end) => {
                         earliest_end = earliest_end.min(end);
-                        i += 1;
+                        kept.push((id, end));
                     }
                 }
             }
+            ids.drain(..done);
             if ids.is_empty() {
                 emptied.push(*at);
+            }
+            if stop {
+                break;
             }
         }
         for at in emptied {
             due.remove(&at);
         }
+        for (id, end) in kept {
+            due.entry(end).or_default().push(id);
+        }
         if self.map.len() >= self.max_keys {
-            // Every window looked at holds quota: none can go before the earliest ends.
-            self.no_room_before.store(earliest_end, Ordering::Relaxed);
+            // Every window looked at holds quota: none can go before the earliest ends. Never
+            // later than a short back-off, in case the queue was empty while GC held it.
+            let until = earliest_end.min(now_ms.saturating_add(FULL_BACKOFF_MS));
+            self.no_room_before
+                .store(until.max(now_ms + 1), Ordering::Relaxed);
         }
     }
 
@@ -241,6 +253,10 @@ impl KeyTable {
             }
         }
         report.rescheduled = reschedule.len();
+        if report.removed > 0 {
+            // Room was made: a full table may take new keys again at once.
+            self.no_room_before.store(0, Ordering::Relaxed);
+        }
         let mut due = self.due.lock().unwrap_or_else(|e| e.into_inner());
         for (id, at) in reschedule {
             due.entry(at).or_default().push(id);

@@ -188,8 +188,9 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         let boot_ms = clock.now_ms();
         let identity = NodeId::new(params.node_id, params.advertise, boot_ms);
         let warmup = (params.expect_peers || !params.seeds.is_empty()).then(|| {
-            let timeout_ms = params.warmup_timeout.as_millis() as u64;
-            limiter.set_warming_until(boot_ms.saturating_add(timeout_ms));
+            // Until further notice: the warm-up ends on the monotonic clock (`update_readiness`),
+            // not when the wall clock, which can step, reaches a time.
+            limiter.set_warming_until(u64::MAX);
             Warmup {
                 started: crate::clock::monotonic_now(),
                 heard_state: BTreeSet::new(),
