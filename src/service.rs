@@ -238,6 +238,11 @@ pub async fn run(
     params.anti_entropy_interval = Duration::from_millis(config.cluster.anti_entropy_interval_ms);
     params.max_packet_size = config.cluster.max_packet_size as usize;
     params.expect_peers = config.cluster.has_peers();
+    // Without keys anyone can forge datagrams (`cluster.insecure`): send registers only to
+    // addresses that have shown they receive them, so that nobody can aim the cluster at a
+    // victim.
+    params.verify_return_route =
+        config.cluster.has_peers() && config.cluster_keys().is_ok_and(|k| k.is_empty());
     params.warmup_timeout = Duration::from_millis(config.cluster.warmup_timeout_ms);
     for seed in &config.cluster.seeds {
         match tokio::net::lookup_host(seed.as_str()).await {

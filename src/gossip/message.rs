@@ -128,6 +128,16 @@ pub fn encode_batch(
     Ok(bodies)
 }
 
+/// A body that carries no register: a bootstrap push with nothing to push.
+pub fn empty_batch_body() -> Vec<u8> {
+    encode(&WireBatch {
+        origin: None,
+        version: 0,
+        hlc: 0,
+        entries: Vec::new(),
+    })
+}
+
 /// Decodes one body from a datagram of `sender`. Entries with an impossible shape are dropped
 /// and counted; the body as a whole fails only if it does not decode.
 pub fn decode_batch(body: &[u8], sender: OriginId) -> Result<(Batch, EntryRejects), MessageError> {

@@ -113,6 +113,15 @@ impl Membership {
     }
 
     /// Live members, this node excluded, in address order.
+    /// The active member at `addr`, if any.
+    pub fn member_at(&self, addr: SocketAddr) -> Option<NodeId> {
+        self.foca
+            .iter_members()
+            .map(|m| m.id())
+            .find(|id| id.addr == addr)
+            .cloned()
+    }
+
     pub fn members(&self) -> Vec<NodeId> {
         let mut m: Vec<NodeId> = self.foca.iter_members().map(|m| m.id().clone()).collect();
         m.sort_by_key(|id| id.addr);
@@ -168,8 +177,13 @@ impl Membership {
     }
 
     /// Announces to every seed that is not a live member (all of them when alone) and to every
-    /// member held as down. Returns how many announces went out.
-    pub fn announce_to_absent(&mut self, seeds: &[SocketAddr], now: Instant) -> usize {
+    /// member held as down whose address `down_ok` accepts. Returns how many announces went out.
+    pub fn announce_to_absent(
+        &mut self,
+        seeds: &[SocketAddr],
+        down_ok: impl Fn(SocketAddr) -> bool,
+        now: Instant,
+    ) -> usize {
         let present: std::collections::BTreeSet<SocketAddr> =
             self.foca.iter_members().map(|m| m.id().addr).collect();
         let me = self.identity().addr;
@@ -183,7 +197,7 @@ impl Membership {
                 .iter_membership_state()
                 .filter(|m| m.state() == foca::State::Down)
                 .map(|m| m.id().addr)
-                .filter(|a| *a != me && !present.contains(a)),
+                .filter(|a| *a != me && !present.contains(a) && down_ok(*a)),
         );
         for seed in &absent {
             self.announce(*seed, now);
@@ -284,7 +298,7 @@ mod tests {
         let seed = nodes[0].identity().addr;
         let now = crate::clock::monotonic_now();
         for n in &mut nodes[1..] {
-            assert_eq!(n.announce_to_absent(&[seed], now), 1);
+            assert_eq!(n.announce_to_absent(&[seed], |_| true, now), 1);
         }
         settle(&mut nodes, now);
         // A few protocol periods for the gossip to spread.
@@ -307,7 +321,7 @@ mod tests {
                 .any(|e| matches!(e, MemberEvent::Up(id) if id.addr == seed))
         );
         assert_eq!(
-            nodes[1].announce_to_absent(&[seed], t),
+            nodes[1].announce_to_absent(&[seed], |_| true, t),
             0,
             "the seed is a member now"
         );

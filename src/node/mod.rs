@@ -18,6 +18,7 @@
 //!   member in turn, repairing what losses left behind.
 
 mod collector;
+mod return_route;
 mod stats;
 mod view;
 
@@ -36,9 +37,10 @@ pub use collector::ClusterCollector;
 pub use stats::{WireSnapshot, WireStats};
 pub use view::{ClusterView, MemberInfo, MemberState};
 
+use self::return_route::ReturnRoute;
 use self::view::OffsetEstimator;
 use crate::clock::Clock;
-use crate::gossip::message::{decode_batch, encode_batch, members_count};
+use crate::gossip::message::{decode_batch, empty_batch_body, encode_batch, members_count};
 use crate::gossip::wire::{Destination, Keyring, Kind, Opener, Sealer, cluster_tag};
 use crate::limiter::{Batch, Limiter, OriginId};
 use crate::membership::{MemberEvent, Membership, NodeId, REJOIN_INTERVAL};
@@ -80,6 +82,10 @@ pub struct NodeParams {
     /// The longest a node with peers waits for the cluster's state before it serves anyway
     /// (the first node of a fleet, or one whose seeds are all down).
     pub warmup_timeout: Duration,
+    /// Send registers only to addresses that have echoed this node's cookie (see
+    /// `return_route.rs`): for clusters whose datagrams anyone can forge (`cluster.insecure`).
+    /// Every node of a cluster must agree: it adds 16 bytes to register and heartbeat bodies.
+    pub verify_return_route: bool,
 }
 
 impl NodeParams {
@@ -101,6 +107,7 @@ impl NodeParams {
             rng_seed,
             expect_peers: false,
             warmup_timeout: Duration::from_secs(5),
+            verify_return_route: false,
         }
     }
 }
@@ -142,6 +149,9 @@ pub struct Node<S, C> {
     /// How many members each member says it counts, itself included (the prefix of its
     /// register and heartbeat bodies).
     peers_count: std::collections::BTreeMap<u128, usize>,
+    /// Which addresses have shown they receive what this node sends, when that must be
+    /// checked (`verify_return_route`).
+    return_route: Option<ReturnRoute>,
     /// Where the next periodic anti-entropy page starts in the local snapshot.
     anti_entropy_cursor: usize,
     /// New keys refused for a full table, as of the last GC pass (logged when it grows).
@@ -151,10 +161,9 @@ pub struct Node<S, C> {
     warmup: Option<Warmup>,
 }
 
-/// What a starting node waits for before it admits anything: every member it knows has sent
-/// it something other than membership traffic since it joined (its bootstrap push goes first,
-/// so its registers have arrived), and no member has appeared for two summary rounds; or the
-/// warm-up timeout has passed.
+/// What a starting node waits for before it admits anything: every member it knows has sent it
+/// its bootstrap push (see `on_datagram` for how that is told), and no member has appeared for
+/// the settle time; or the warm-up timeout has passed.
 #[derive(Debug)]
 struct Warmup {
     started: Instant,
@@ -200,13 +209,17 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         if warmup.is_none() {
             view.set_ready();
         }
+        let mut rng = StdRng::seed_from_u64(params.rng_seed ^ 0x5EED_A11E);
+        let return_route = params
+            .verify_return_route
+            .then(|| ReturnRoute::new(rng.random()));
         let tag = cluster_tag(&params.cluster_id);
         let sender = params.node_id.as_u128();
         Ok(Self {
             membership: Membership::new(identity, max_body, params.rng_seed),
             sealer: Sealer::new(tag, sender, params.max_packet_size),
             opener: Opener::new(tag, params.max_packet_size, sender),
-            rng: StdRng::seed_from_u64(params.rng_seed ^ 0x5EED_A11E),
+            rng,
             offsets: OffsetEstimator::default(),
             discovered: Vec::new(),
             boot_ms,
@@ -214,6 +227,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             last_heard: std::collections::BTreeMap::new(),
             joined_at: std::collections::BTreeMap::new(),
             peers_count: std::collections::BTreeMap::new(),
+            return_route,
             anti_entropy_cursor: 0,
             table_full_seen: 0,
             warmup,
@@ -249,9 +263,9 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 biased;
                 _ = &mut shutdown => break,
                 r = self.socket.recv_from(&mut buf) => {
-                    if let Ok((n, _from)) = r {
+                    if let Ok((n, from)) = r {
                         let len = n.min(buf.len());
-                        self.on_datagram(&mut buf[..len]);
+                        self.on_datagram(&mut buf[..len], from);
                     }
                 }
                 _ = async { tokio::time::sleep_until(next_timer.unwrap_or_else(Instant::now)).await },
@@ -262,8 +276,12 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 _ = anti_entropy.tick() => self.periodic_anti_entropy(),
                 _ = rejoin.tick() => {
                     let seeds = self.seeds();
-                    self.membership
-                        .announce_to_absent(&seeds, crate::clock::monotonic_now());
+                    let route = self.return_route.as_ref();
+                    self.membership.announce_to_absent(
+                        &seeds,
+                        |down| route.is_none_or(|r| r.is_verified(down)),
+                        crate::clock::monotonic_now(),
+                    );
                 }
                 _ = gc.tick() => self.collect_garbage(),
                 cmd = commands.recv(), if commands_open => match cmd {
@@ -343,7 +361,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         s.into_iter().collect()
     }
 
-    fn on_datagram(&mut self, datagram: &mut [u8]) {
+    fn on_datagram(&mut self, datagram: &mut [u8], from: SocketAddr) {
         let now_ms = self.clock.now_ms();
         let opened = match self.opener.open(&self.keyring, datagram, now_ms) {
             Ok(o) => o,
@@ -353,6 +371,9 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             }
         };
         let header = opened.header;
+        if let Some(route) = &mut self.return_route {
+            route.heard_from(from);
+        }
         self.view.wire.received(
             header.kind,
             opened.body.len() + crate::gossip::wire::OVERHEAD,
@@ -363,7 +384,13 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             // on the way) leaves this node blind to its admissions, which is what silence is.
             self.last_heard
                 .insert(header.sender, crate::clock::monotonic_now());
-            if let Some(w) = &mut self.warmup {
+            // A member's bootstrap push goes out before anything else it sends this node, so any
+            // register or heartbeat says the push has been sent; except where return
+            // routability is checked: there heartbeats come first, and the push (which every
+            // member opens with an anti-entropy datagram, empty or not) only once this node's
+            // address is verified.
+            let pushed = header.kind == Kind::AntiEntropy || self.return_route.is_none();
+            if pushed && let Some(w) = &mut self.warmup {
                 w.heard_state.insert(header.sender);
             }
         }
@@ -396,6 +423,30 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                     return;
                 };
                 self.peers_count.insert(header.sender, count);
+                let rest = match &mut self.return_route {
+                    None => rest,
+                    Some(route) => {
+                        let member = self
+                            .membership
+                            .member_at(from)
+                            .filter(|m| m.node.as_u128() == header.sender);
+                        let Some((rest, newly)) =
+                            route.observe(rest, from, member.as_ref().map(|m| m.node.as_u128()))
+                        else {
+                            self.view
+                                .wire
+                                .dropped(crate::gossip::wire::DropReason::Malformed);
+                            return;
+                        };
+                        if newly
+                            && route.take_bootstrap(from)
+                            && let Some(m) = member
+                        {
+                            self.queue_bootstrap(destination(&m));
+                        }
+                        rest
+                    }
+                };
                 if header.kind == Kind::Heartbeat {
                     return;
                 }
@@ -450,6 +501,10 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             self.last_heard.retain(|s, _| members.contains(s));
             self.joined_at.retain(|s, _| members.contains(s));
             self.peers_count.retain(|s, _| members.contains(s));
+            if let Some(route) = &mut self.return_route {
+                let addrs = self.membership.members().iter().map(|m| m.addr).collect();
+                route.retain(&members, &addrs);
+            }
             self.update_live(now_ms);
             self.publish();
         }
@@ -540,35 +595,63 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         if peers.is_empty() {
             return;
         }
-        match batch {
+        // Registers go only where they can be received (see `return_route.rs`); the others
+        // get a heartbeat, as does everyone in a round with nothing to send.
+        let (receiving, unverified): (Vec<Destination>, Vec<Destination>) =
+            peers.into_iter().partition(|p| self.may_push_to(p.addr));
+        let heartbeats = match batch {
             Some(batch) if !batch.updates.is_empty() => {
                 self.view.wire.summary_register_sends.fetch_add(
-                    (batch.updates.len() * peers.len()) as u64,
+                    (batch.updates.len() * receiving.len()) as u64,
                     std::sync::atomic::Ordering::Relaxed,
                 );
-                self.send_batch_later(Kind::Summary, &batch, &peers);
+                self.send_batch_later(Kind::Summary, &batch, &receiving);
+                unverified
             }
-            _ => {
-                let note = self.members_note();
-                for peer in peers {
-                    let mut out = Vec::with_capacity(crate::gossip::wire::OVERHEAD);
-                    if self
-                        .sealer
-                        .seal(
-                            &self.keyring,
-                            Kind::Heartbeat,
-                            now_ms,
-                            &note,
-                            peer,
-                            &mut out,
-                        )
-                        .is_ok()
-                    {
-                        self.pending.push((Kind::Heartbeat, peer.addr, out));
-                    }
-                }
+            _ => receiving.into_iter().chain(unverified).collect(),
+        };
+        for peer in heartbeats {
+            if let Some(route) = &mut self.return_route
+                && !route.is_verified(peer.addr)
+                && !route.may_probe(peer.addr)
+            {
+                continue;
+            }
+            let body = self.body_prefix(peer);
+            let mut out = Vec::with_capacity(body.len() + crate::gossip::wire::OVERHEAD);
+            if self
+                .sealer
+                .seal(
+                    &self.keyring,
+                    Kind::Heartbeat,
+                    now_ms,
+                    &body,
+                    peer,
+                    &mut out,
+                )
+                .is_ok()
+            {
+                self.pending.push((Kind::Heartbeat, peer.addr, out));
             }
         }
+    }
+
+    /// Whether registers may be sent to `addr`: always, unless return routability is checked
+    /// and `addr` has not shown it receives.
+    fn may_push_to(&self, addr: SocketAddr) -> bool {
+        self.return_route
+            .as_ref()
+            .is_none_or(|route| route.is_verified(addr))
+    }
+
+    /// The front of every register and heartbeat body to `to`: the members count, and the
+    /// cookies when return routability is checked.
+    fn body_prefix(&self, to: Destination) -> Vec<u8> {
+        let mut prefix = members_count::encode(self.membership.members().len() + 1);
+        if let Some(route) = &self.return_route {
+            prefix.extend_from_slice(&route.cookies(to.addr, to.node));
+        }
+        prefix
     }
 
     fn periodic_anti_entropy(&mut self) {
@@ -577,6 +660,9 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             return;
         }
         let to = destination(&members[self.rng.random_range(0..members.len())]);
+        if !self.may_push_to(to.addr) {
+            return;
+        }
         let mut own = self.limiter.snapshot_local(self.clock.now_ms());
         let page = self.params.anti_entropy_page.max(1);
         if own.updates.len() > page {
@@ -591,6 +677,14 @@ impl<S: Datagram, C: Clock> Node<S, C> {
     /// Queues for `to` this node's live registers and those of origins that are no longer
     /// members (they cannot push their own).
     fn queue_bootstrap(&mut self, to: Destination) {
+        if let Some(route) = &mut self.return_route
+            && !route.is_verified(to.addr)
+        {
+            // Pushed once the address has shown it receives: a forged announce must not turn
+            // this node into an amplifier.
+            route.defer_bootstrap(to.addr);
+            return;
+        }
         let now_ms = self.clock.now_ms();
         let mut live: BTreeSet<OriginId> = self
             .membership
@@ -600,16 +694,33 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             .collect();
         live.insert(self.limiter.origin());
         let own = self.limiter.snapshot_local(now_ms);
+        let relayed = self.limiter.relay(now_ms, |o| !live.contains(&o));
+        if own.updates.is_empty() && relayed.is_empty() {
+            // Nothing to push, said all the same: the newcomer waits for word from every
+            // member before it serves (see `Warmup`).
+            let mut body = self.body_prefix(to);
+            body.extend_from_slice(&empty_batch_body());
+            let mut out = Vec::with_capacity(body.len() + crate::gossip::wire::OVERHEAD);
+            if self
+                .sealer
+                .seal(
+                    &self.keyring,
+                    Kind::AntiEntropy,
+                    now_ms,
+                    &body,
+                    to,
+                    &mut out,
+                )
+                .is_ok()
+            {
+                self.pending.push((Kind::AntiEntropy, to.addr, out));
+            }
+            return;
+        }
         self.send_batch_later(Kind::AntiEntropy, &own, &[to]);
-        for batch in self.limiter.relay(now_ms, |o| !live.contains(&o)) {
+        for batch in relayed {
             self.send_batch_later(Kind::AntiEntropy, &batch, &[to]);
         }
-    }
-
-    /// The prefix of every register and heartbeat body: how many members this node counts,
-    /// itself included.
-    fn members_note(&self) -> Vec<u8> {
-        members_count::encode(self.membership.members().len() + 1)
     }
 
     /// Encodes and seals a batch for each peer into the pending queue; sends happen from the
@@ -618,19 +729,16 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         if batch.updates.is_empty() {
             return;
         }
-        let note = self.members_note();
-        let max_batch = self
-            .sealer
-            .max_body()
-            .saturating_sub(members_count::MAX_LEN);
+        let prefix_len = members_count::MAX_LEN + return_route::COOKIES_LEN;
+        let max_batch = self.sealer.max_body().saturating_sub(prefix_len);
         let Ok(bodies) = encode_batch(batch, self.limiter.origin(), max_batch) else {
             return;
         };
         let now_ms = self.clock.now_ms();
         for batch_body in &bodies {
-            let mut body = note.clone();
-            body.extend_from_slice(batch_body);
             for peer in peers {
+                let mut body = self.body_prefix(*peer);
+                body.extend_from_slice(batch_body);
                 let mut out = Vec::with_capacity(body.len() + crate::gossip::wire::OVERHEAD);
                 if self
                     .sealer
