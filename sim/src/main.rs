@@ -11,7 +11,8 @@ use limitmesh_sim::{Report, run};
 #[derive(Debug, Parser)]
 #[command(about = "Deterministic simulation of a limitmesh cluster")]
 struct Args {
-    /// steady, skewed, burst, partition, restart, loss, skew, rollback, or all
+    /// steady, skewed, burst, burst-trickle, partition, restart, loss, loss36, loss40,
+    /// loss-oneway, skew, skew500, rollback, or all
     scenario: String,
     #[arg(long, default_value_t = 1)]
     seed: u64,
