@@ -36,6 +36,22 @@ fn spawn_member(
     spawn(scratch, &format!("n{i}"), rules, &seeds, ports[i], extra)
 }
 
+/// Starts every member on its ports and waits until each is ready.
+fn start_all(
+    scratch: &Scratch,
+    rules: &std::path::Path,
+    ports: &[Ports],
+    extra: impl Fn(usize) -> String,
+) -> Vec<Node> {
+    let nodes: Vec<Node> = (0..ports.len())
+        .map(|i| spawn_member(scratch, rules, ports, i, &extra(i)))
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        wait_ready(n, &format!("n{i}"));
+    }
+    nodes
+}
+
 fn wait_formed(nodes: &[Node]) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !nodes.iter().all(|n| {
@@ -79,12 +95,7 @@ async fn a_used_day_quota_survives_a_rolling_restart() {
     let scratch = Scratch::new("rolling");
     let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
     let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
-    let mut nodes: Vec<Node> = (0..3)
-        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, ""))
-        .collect();
-    for (i, n) in nodes.iter().enumerate() {
-        wait_ready(n, &format!("n{i}"));
-    }
+    let mut nodes = start_all(&scratch, &rules_path, &ports, |_| String::new());
     wait_formed(&nodes);
     exhaust(&nodes).await;
 
@@ -132,12 +143,7 @@ async fn a_used_day_quota_survives_a_whole_fleet_restart_with_state_path() {
         let path = scratch.0.join(format!("n{i}.state"));
         format!("[limiter]\nstate_path = \"{}\"\n", path.display())
     };
-    let mut nodes: Vec<Node> = (0..3)
-        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, &extra(i)))
-        .collect();
-    for (i, n) in nodes.iter().enumerate() {
-        wait_ready(n, &format!("n{i}"));
-    }
+    let mut nodes = start_all(&scratch, &rules_path, &ports, extra);
     wait_formed(&nodes);
     exhaust(&nodes).await;
 
@@ -151,12 +157,7 @@ async fn a_used_day_quota_survives_a_whole_fleet_restart_with_state_path() {
             "n{i} saved no state"
         );
     }
-    let nodes: Vec<Node> = (0..3)
-        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, &extra(i)))
-        .collect();
-    for (i, n) in nodes.iter().enumerate() {
-        wait_ready(n, &format!("n{i}"));
-    }
+    let nodes = start_all(&scratch, &rules_path, &ports, extra);
     let leaked = admitted(&nodes, 20).await;
     assert_eq!(
         leaked, 0,
@@ -172,23 +173,13 @@ async fn without_state_path_a_whole_fleet_restart_forgets_the_quota() {
     let scratch = Scratch::new("forget");
     let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
     let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
-    let mut nodes: Vec<Node> = (0..3)
-        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, ""))
-        .collect();
-    for (i, n) in nodes.iter().enumerate() {
-        wait_ready(n, &format!("n{i}"));
-    }
+    let mut nodes = start_all(&scratch, &rules_path, &ports, |_| String::new());
     wait_formed(&nodes);
     exhaust(&nodes).await;
     for n in &mut nodes {
         stop(n);
     }
-    let nodes: Vec<Node> = (0..3)
-        .map(|i| spawn_member(&scratch, &rules_path, &ports, i, ""))
-        .collect();
-    for (i, n) in nodes.iter().enumerate() {
-        wait_ready(n, &format!("n{i}"));
-    }
+    let nodes = start_all(&scratch, &rules_path, &ports, |_| String::new());
     assert!(admitted(&nodes, 20).await > 0);
 }
 

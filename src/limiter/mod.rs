@@ -328,33 +328,10 @@ impl Limiter {
             Err(CheckError::KeyTableFull { .. })
                 if self.config.when_full == TableFullPolicy::Deny =>
             {
-                Ok(self.denied_for_room(req, now_ms))
+                let room_at = self.table.room_expected_at(now_ms);
+                Ok(refused_whole(req, room_at.saturating_sub(now_ms)))
             }
             other => other,
-        }
-    }
-
-    /// The answer under [`TableFullPolicy::Deny`]: every item refused, nothing consumed.
-    fn denied_for_room(&self, req: &CheckRequest<'_>, now_ms: u64) -> Decision {
-        let retry_after_ms = self
-            .table
-            .room_expected_at(now_ms)
-            .saturating_sub(now_ms)
-            .max(1);
-        let limits = req
-            .items
-            .iter()
-            .map(|item| LimitStatus {
-                allowed: false,
-                limit: item.limit.limit,
-                remaining: 0,
-                reset_after_ms: retry_after_ms,
-                retry_after_ms,
-            })
-            .collect();
-        Decision {
-            allowed: false,
-            limits,
         }
     }
 
