@@ -296,16 +296,11 @@ impl Limiter {
 
     /// Marks the node as not yet holding the cluster's state: until `until_ms`, or until
     /// called again with 0, every check is refused (nothing is consumed or counted), with
-    /// `retry_after_ms` pointing at `until_ms`. A node that has just started, and has peers,
-    /// knows nothing of what they admitted: admitting as if the cluster were empty would hand
-    /// out again a day's quota that was used before the restart.
+    /// `retry_after_ms` pointing at `until_ms` (at most a second ahead). A node that has just
+    /// started, and has peers, knows nothing of what they admitted: admitting as if the
+    /// cluster were empty would hand out again a day's quota that was used before the restart.
     pub fn set_warming_until(&self, until_ms: u64) {
         self.warming_until_ms.store(until_ms, Ordering::Release);
-    }
-
-    /// Whether checks are refused because the node does not hold the cluster's state yet.
-    pub fn is_warming(&self, now_ms: u64) -> bool {
-        now_ms < self.warming_until_ms.load(Ordering::Acquire)
     }
 
     /// Decides one request. Lock-free for existing keys; nothing is consumed unless every item
@@ -424,7 +419,7 @@ impl Limiter {
             self.record(id, state, e.epoch, item.cost, admitted);
             admitted
         };
-        if caching && e.epoch == bound_key.epoch {
+        if caching {
             state.bound.store(seen, &bound_key, e.lasting_bound);
         }
         let status = self.status(&e, allowed, allowed, now_ms);

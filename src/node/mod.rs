@@ -647,7 +647,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
     /// The front of every register and heartbeat body to `to`: the members count, and the
     /// cookies when return routability is checked.
     fn body_prefix(&self, to: Destination) -> Vec<u8> {
-        let mut prefix = members_count::encode(self.membership.members().len() + 1);
+        let mut prefix = members_count::encode(self.membership.num_members() + 1);
         if let Some(route) = &self.return_route {
             prefix.extend_from_slice(&route.cookies(to.addr, to.node));
         }
