@@ -1,0 +1,177 @@
+//! Where cluster time comes from: the median of the members' wall clocks, estimated from the
+//! send times their datagrams carry, and how fast a node may move towards it.
+//!
+//! Everything is measured against this node's monotonic clock, which never steps, so that a
+//! step of this node's own wall clock is just one more sample (outvoted by its peers) and the
+//! estimates do not move when this node corrects itself: there is no feedback loop through
+//! which the fleet could drift together. A quantity "wall − mono" is a clock's offset from this
+//! node's monotonic clock; cluster time is `mono + base`, and the calibrator says what `base`
+//! should be. Pure: it is handed every reading and reads no clock.
+
+use std::collections::{BTreeMap, VecDeque};
+
+/// Samples kept per peer. The estimate is the largest (see [`Calibrator::observe`]).
+const SAMPLES: usize = 16;
+
+/// Corrections this small are not made: they are within what the estimate can tell (a sample
+/// is short by one network latency) and moving for them would only make time jitter.
+pub const DEAD_BAND_MS: i64 = 20;
+
+/// How fast a serving node's cluster time may be pulled, as a share of elapsed time (per
+/// mille). While it is pulled forward, windows pass 2 % faster than they should, and a node
+/// admits up to 2 % more; pulled back, they pass slower and it admits less. A node that is
+/// still warming up admits nothing, so it jumps.
+pub const SLEW_PER_MILLE: i64 = 20;
+
+/// A peer whose wall clock is this share (per mille) of `max_clock_drift_ms` away from cluster
+/// time is cut off by the others. Below the node's own threshold, so that a node that cuts
+/// itself off has already been cut off by its peers, whose estimates of its clock differ from
+/// its own by their latencies.
+pub const PEER_FENCE_PER_MILLE: u64 = 900;
+
+/// A node that has cut itself off rejoins once its clock is back within this share (per
+/// mille) of the tolerance, so that an offset hovering at the threshold does not flap.
+pub const SELF_REJOIN_PER_MILLE: u64 = 950;
+
+/// Estimates of the members' wall clocks, each as "its wall − this node's mono".
+#[derive(Debug, Default)]
+pub struct Calibrator {
+    samples: BTreeMap<u128, VecDeque<i64>>,
+}
+
+impl Calibrator {
+    /// Records that a datagram `peer` sent at its wall time `sent_wall_ms` arrived at this
+    /// node's monotonic time `mono_ms`. The sample `sent − received` is the peer's offset less
+    /// the one-way latency, so the largest recent sample is the tightest estimate; a replayed
+    /// or delayed datagram can only make a sample smaller, which the maximum ignores.
+    pub fn observe(&mut self, peer: u128, sent_wall_ms: u64, mono_ms: u64) {
+        let sample = signed_diff(sent_wall_ms, mono_ms);
+        let q = self.samples.entry(peer).or_default();
+        if q.len() == SAMPLES {
+            q.pop_front();
+        }
+        q.push_back(sample);
+    }
+
+    /// The peer's wall clock minus this node's monotonic clock, if it has sent anything.
+    pub fn estimate(&self, peer: u128) -> Option<i64> {
+        self.samples.get(&peer)?.iter().copied().max()
+    }
+
+    /// Forgets peers that are no longer members.
+    pub fn retain(&mut self, keep: impl Fn(u128) -> bool) {
+        self.samples.retain(|p, _| keep(*p));
+    }
+
+    /// The cluster's reference, as "wall − mono": the median of this node's own clock (`own`,
+    /// exact) and the estimates of `peers` that have sent something. With an even count it is
+    /// the midpoint of the middle two, so two nodes meet halfway.
+    pub fn reference(&self, own: i64, peers: impl IntoIterator<Item = u128>) -> i64 {
+        let mut all: Vec<i64> = peers
+            .into_iter()
+            .filter_map(|p| self.estimate(p))
+            .chain([own])
+            .collect();
+        median(&mut all)
+    }
+}
+
+/// The median; for an even count, the midpoint of the middle two (rounded down).
+pub fn median(values: &mut [i64]) -> i64 {
+    if values.is_empty() {
+        return 0;
+    }
+    values.sort_unstable();
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        let (a, b) = (values[n / 2 - 1], values[n / 2]);
+        a.div_euclid(2) + b.div_euclid(2) + (a.rem_euclid(2) + b.rem_euclid(2)) / 2
+    }
+}
+
+fn signed_diff(a: u64, b: u64) -> i64 {
+    if a >= b {
+        i64::try_from(a - b).unwrap_or(i64::MAX)
+    } else {
+        i64::try_from(b - a).map_or(i64::MIN, |d| -d)
+    }
+}
+
+/// How a node may move its cluster time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    /// At once: the node admits nothing yet (warm-up).
+    Jump,
+    /// By at most [`SLEW_PER_MILLE`] of the monotonic time since the last steer.
+    Slew { elapsed_ms: u64 },
+}
+
+/// What a node should do with its cluster time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Steering {
+    /// The new `base` (cluster time = mono + base).
+    pub base: i64,
+    /// This node's wall clock minus cluster time (positive: ahead).
+    pub offset_ms: i64,
+    /// This node's wall clock is too far from the cluster's to be corrected: it is cut off for
+    /// admission (see DESIGN §9) and its cluster time is left where it is.
+    pub fenced: bool,
+}
+
+/// One steering decision. `own` is this node's "wall − mono" now, `reference` the cluster's
+/// ([`Calibrator::reference`]), `base` the current base, `fenced` whether the node was cut off
+/// until now.
+pub fn steer(
+    base: i64,
+    own: i64,
+    reference: i64,
+    max_drift_ms: u64,
+    fenced: bool,
+    how: Steer,
+) -> Steering {
+    let offset_ms = own.saturating_sub(reference);
+    let distance = offset_ms.unsigned_abs();
+    let threshold = if fenced {
+        max_drift_ms.saturating_mul(SELF_REJOIN_PER_MILLE) / 1_000
+    } else {
+        max_drift_ms
+    };
+    if distance > threshold {
+        return Steering {
+            base,
+            offset_ms,
+            fenced: true,
+        };
+    }
+    let wanted = reference.saturating_sub(base);
+    let step = if wanted.abs() <= DEAD_BAND_MS {
+        0
+    } else {
+        match how {
+            Steer::Jump => wanted,
+            Steer::Slew { elapsed_ms } => {
+                let most = i64::try_from(elapsed_ms)
+                    .unwrap_or(i64::MAX)
+                    .saturating_mul(SLEW_PER_MILLE)
+                    / 1_000;
+                wanted.clamp(-most, most)
+            }
+        }
+    };
+    Steering {
+        base: base.saturating_add(step),
+        offset_ms,
+        fenced: false,
+    }
+}
+
+/// Whether this node should cut off a peer whose "wall − mono" estimate is `estimate`.
+pub fn peer_fenced(estimate: i64, reference: i64, max_drift_ms: u64) -> bool {
+    estimate.saturating_sub(reference).unsigned_abs()
+        > max_drift_ms.saturating_mul(PEER_FENCE_PER_MILLE) / 1_000
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,225 @@
+//! The calibrator on recorded offset sequences: steady, noisy, stepped and asymmetric clocks,
+//! as one node sees four peers through datagrams every 200 ms.
+
+use super::*;
+
+/// One node's view: its own wall is `mono + own_offset`, peer `p` sends its wall
+/// `mono + offsets[p]` (true time is `mono`), seen `latency(p, round)` ms later.
+struct Recording {
+    own_offset: Vec<i64>,
+    peer_offsets: Vec<Vec<i64>>,
+    latency: fn(usize, usize) -> u64,
+}
+
+const WALL0: i64 = 1_700_000_000_000;
+
+/// Replays `rec` round by round (warm-up for the first `warm_rounds`), returning each round's
+/// steering.
+fn replay(rec: &Recording, warm_rounds: usize, max_drift_ms: u64) -> Vec<Steering> {
+    let mut cal = Calibrator::default();
+    let mut base = WALL0 + rec.own_offset[0];
+    let mut fenced = false;
+    let mut out = Vec::new();
+    for round in 0..rec.own_offset.len() {
+        let mono = 10_000 + round as u64 * 200;
+        for (p, offsets) in rec.peer_offsets.iter().enumerate() {
+            let lat = (rec.latency)(p, round);
+            let sent_wall = (mono as i64 + WALL0 + offsets[round]) as u64;
+            cal.observe(p as u128, sent_wall, mono + lat);
+        }
+        let own = WALL0 + rec.own_offset[round];
+        let reference = cal.reference(own, 0..rec.peer_offsets.len() as u128);
+        let how = if round < warm_rounds {
+            Steer::Jump
+        } else {
+            Steer::Slew { elapsed_ms: 200 }
+        };
+        let s = steer(base, own, reference, max_drift_ms, fenced, how);
+        (base, fenced) = (s.base, s.fenced);
+        out.push(s);
+    }
+    out
+}
+
+/// Cluster time minus true time, for a base.
+fn error_of(s: &Steering) -> i64 {
+    s.base - WALL0
+}
+
+fn constant(v: i64, n: usize) -> Vec<i64> {
+    vec![v; n]
+}
+
+#[test]
+fn steady_clocks_leave_time_alone() {
+    let rec = Recording {
+        own_offset: constant(0, 50),
+        peer_offsets: vec![constant(0, 50); 4],
+        latency: |_, _| 1,
+    };
+    let s = replay(&rec, 5, 10_000);
+    assert!(
+        s.iter().all(|s| s.base == WALL0 && !s.fenced),
+        "{:?}",
+        s.last()
+    );
+}
+
+#[test]
+fn a_node_8_s_fast_is_corrected_during_warm_up() {
+    let rec = Recording {
+        own_offset: constant(8_000, 20),
+        peer_offsets: vec![constant(0, 20); 4],
+        latency: |p, r| 1 + ((p * 7 + r * 13) % 20) as u64,
+    };
+    let s = replay(&rec, 5, 10_000);
+    let last = s.last().unwrap();
+    assert!(!last.fenced);
+    assert!(
+        error_of(last).abs() <= DEAD_BAND_MS,
+        "error {}",
+        error_of(last)
+    );
+    assert!(
+        (last.offset_ms - 8_000).abs() <= 20,
+        "offset {}",
+        last.offset_ms
+    );
+    // It jumped in the first round, not slewed.
+    assert!(error_of(&s[0]).abs() <= 20, "{:?}", s[0]);
+}
+
+#[test]
+fn noisy_latency_biases_the_estimate_by_no_more_than_the_smallest_latency() {
+    // Every peer correct, latencies 1..=40 ms varying per datagram: the estimate keeps the
+    // tightest of the last 16, so cluster time stays within the dead band of true time.
+    let rec = Recording {
+        own_offset: constant(0, 200),
+        peer_offsets: vec![constant(0, 200); 4],
+        latency: |p, r| 1 + ((p * 31 + r * 17) % 40) as u64,
+    };
+    let s = replay(&rec, 5, 10_000);
+    for st in &s {
+        assert!(error_of(st).abs() <= DEAD_BAND_MS, "{st:?}");
+    }
+}
+
+#[test]
+fn a_step_of_this_nodes_wall_clock_is_outvoted() {
+    // Correct until round 50, then its wall clock steps 5 s ahead; the peers stay right.
+    let own: Vec<i64> = (0..150).map(|r| if r < 50 { 0 } else { 5_000 }).collect();
+    let rec = Recording {
+        own_offset: own,
+        peer_offsets: vec![constant(0, 150); 4],
+        latency: |_, _| 2,
+    };
+    let s = replay(&rec, 5, 10_000);
+    for st in &s {
+        assert!(error_of(st).abs() <= DEAD_BAND_MS, "{st:?}");
+    }
+    assert!((s[149].offset_ms - 5_000).abs() <= 5, "{:?}", s[149]);
+}
+
+#[test]
+fn a_step_of_a_peer_is_outvoted_and_a_step_of_most_peers_is_followed_slowly() {
+    // Round 20: one peer steps −3 s (outvoted). Round 40: three peers and this node step
+    // +1 s together (an NTP correction fleet-wide): followed at the slew rate, not at once.
+    let rounds = 200;
+    let own: Vec<i64> = (0..rounds)
+        .map(|r| if r < 40 { 0 } else { 1_000 })
+        .collect();
+    let shifted = |from: usize, by: i64| -> Vec<i64> {
+        (0..rounds).map(|r| if r < from { 0 } else { by }).collect()
+    };
+    let rec = Recording {
+        own_offset: own,
+        peer_offsets: vec![
+            shifted(20, -3_000),
+            shifted(40, 1_000),
+            shifted(40, 1_000),
+            shifted(40, 1_000),
+        ],
+        latency: |_, _| 1,
+    };
+    let s = replay(&rec, 5, 10_000);
+    assert!(error_of(&s[39]).abs() <= DEAD_BAND_MS, "{:?}", s[39]);
+    // 4 ms per 200 ms round at 2 %.
+    let per_round = 200 * SLEW_PER_MILLE / 1_000;
+    for r in 41..rounds {
+        let moved = s[r].base - s[r - 1].base;
+        assert!((0..=per_round).contains(&moved), "round {r}: moved {moved}");
+    }
+    // After 160 rounds at 4 ms: 640 ms of the 1 000 ms.
+    let err = error_of(&s[rounds - 1]);
+    assert!((600..=700).contains(&err), "err {err}");
+}
+
+#[test]
+fn asymmetric_latency_biases_by_the_one_way_latency_only() {
+    // Peers' datagrams take 60 ms to arrive (a slow return path): every estimate is 60 ms
+    // short, the median too; no feedback makes it grow round after round.
+    let rec = Recording {
+        own_offset: constant(0, 300),
+        peer_offsets: vec![constant(0, 300); 4],
+        latency: |_, _| 60,
+    };
+    let s = replay(&rec, 5, 10_000);
+    let last = s.last().unwrap();
+    assert_eq!(error_of(last), -60, "{last:?}");
+    assert_eq!(last.offset_ms, 60);
+}
+
+#[test]
+fn beyond_the_tolerance_the_node_cuts_itself_off_and_keeps_its_time() {
+    let rec = Recording {
+        own_offset: constant(15_000, 20),
+        peer_offsets: vec![constant(0, 20); 4],
+        latency: |_, _| 1,
+    };
+    let s = replay(&rec, 5, 10_000);
+    assert!(
+        s.iter().all(|s| s.fenced && s.base == WALL0 + 15_000),
+        "{:?}",
+        s[0]
+    );
+    assert!((s[19].offset_ms - 15_000).abs() <= 2);
+    // Its peers cut it off too, from their side.
+    assert!(peer_fenced(WALL0 + 15_000 - 1, WALL0, 10_000));
+    assert!(!peer_fenced(WALL0 + 8_000, WALL0, 10_000));
+}
+
+#[test]
+fn a_node_its_peers_would_cut_off_has_been_cut_off_by_them_first() {
+    // Between 90 % and 100 % of the tolerance the peers have cut the node off; it has not.
+    let s = steer(WALL0, WALL0 + 9_500, WALL0, 10_000, false, Steer::Jump);
+    assert!(!s.fenced);
+    assert!(peer_fenced(WALL0 + 9_500, WALL0, 10_000));
+    // Once cut off, it rejoins only below 95 %.
+    let s = steer(WALL0, WALL0 + 9_700, WALL0, 10_000, true, Steer::Jump);
+    assert!(s.fenced);
+    let s = steer(WALL0, WALL0 + 9_400, WALL0, 10_000, true, Steer::Jump);
+    assert!(!s.fenced);
+}
+
+#[test]
+fn two_nodes_meet_halfway() {
+    let rec = Recording {
+        own_offset: constant(0, 10),
+        peer_offsets: vec![constant(3_000, 10)],
+        latency: |_, _| 1,
+    };
+    let s = replay(&rec, 5, 10_000);
+    let last = s.last().unwrap();
+    assert!((error_of(last) - 1_500).abs() <= 1, "{last:?}");
+}
+
+#[test]
+fn medians() {
+    assert_eq!(median(&mut []), 0);
+    assert_eq!(median(&mut [5]), 5);
+    assert_eq!(median(&mut [9, -1, 4]), 4);
+    assert_eq!(median(&mut [0, 3_000]), 1_500);
+    assert_eq!(median(&mut [-3, 0]), -2);
+    assert_eq!(median(&mut [i64::MAX, i64::MAX]), i64::MAX);
+    assert_eq!(median(&mut [i64::MIN, i64::MIN + 2]), i64::MIN + 1);
+}

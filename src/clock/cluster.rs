@@ -1,0 +1,249 @@
+//! Cluster time: the clock buckets, stamps and expiry are keyed by.
+//!
+//! Cluster time is this node's monotonic clock plus a `base` that the node loop steers towards
+//! the median of the members' wall clocks (`calibrator.rs`). Readers (every check) pay two
+//! atomic loads and the monotonic read; only the node loop writes.
+//!
+//! Invariant: within one *generation*, readings never go backwards (a high-water mark, as in
+//! [`RollbackGuard`](super::RollbackGuard)). A jump backwards, allowed only while the node
+//! admits nothing (warm-up), starts a new generation. The generation sits in the top 16 bits of
+//! both the state word and the high-water word, so a reader that computed a time from the old
+//! base and publishes it after the jump loses against any reading of the new generation in
+//! `fetch_max`, and cannot hold the new time at the old, later value.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use super::{Clock, TimeSource};
+
+/// Bits below the generation: milliseconds up to 2⁴⁸ (the year 10889), bases within ±2⁴⁷.
+const LOW_BITS: u32 = 48;
+const LOW_MASK: u64 = (1 << LOW_BITS) - 1;
+/// A wall clock that moved this much further or less far than the monotonic clock between two
+/// readings was stepped (NTP, an operator, a VM resume); smaller differences are rate.
+const STEP_MS: i64 = 100;
+
+/// Cluster time over a [`TimeSource`].
+#[derive(Debug)]
+pub struct ClusterClock<S> {
+    source: S,
+    /// Generation (16 bits) and base (48 bits, two's complement).
+    state: AtomicU64,
+    /// Generation (16 bits) and the largest reading handed out (48 bits).
+    high_water: AtomicU64,
+    /// The last "wall − mono" the node loop saw, to tell steps of the wall clock.
+    last_gap: AtomicI64,
+    rollbacks: AtomicU64,
+    deepest_rollback_ms: AtomicU64,
+    forward_steps: AtomicU64,
+}
+
+fn pack(generation: u16, low: u64) -> u64 {
+    (u64::from(generation) << LOW_BITS) | (low & LOW_MASK)
+}
+
+fn unpack_base(state: u64) -> (u16, i64) {
+    let generation = (state >> LOW_BITS) as u16;
+    // Sign-extend the 48-bit base.
+    let base = (((state & LOW_MASK) << 16) as i64) >> 16;
+    (generation, base)
+}
+
+fn clamp_base(base: i64) -> u64 {
+    const LIMIT: i64 = (1 << (LOW_BITS - 1)) - 1;
+    (base.clamp(-LIMIT, LIMIT) as u64) & LOW_MASK
+}
+
+impl<S: TimeSource> ClusterClock<S> {
+    /// Starts on the source's wall clock: cluster time equals wall time until steered.
+    pub fn new(source: S) -> Self {
+        let gap = gap(&source);
+        Self {
+            source,
+            state: AtomicU64::new(pack(0, clamp_base(gap))),
+            high_water: AtomicU64::new(0),
+            last_gap: AtomicI64::new(gap),
+            rollbacks: AtomicU64::new(0),
+            deepest_rollback_ms: AtomicU64::new(0),
+            forward_steps: AtomicU64::new(0),
+        }
+    }
+
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// The raw wall clock (it may step): what datagrams carry as their send time.
+    pub fn wall_ms(&self) -> u64 {
+        self.source.wall_ms()
+    }
+
+    pub fn mono_ms(&self) -> u64 {
+        self.source.mono_ms()
+    }
+
+    /// Cluster time minus the monotonic clock.
+    pub fn base(&self) -> i64 {
+        unpack_base(self.state.load(Ordering::Acquire)).1
+    }
+
+    /// This node's wall clock minus its monotonic clock, now; counts the steps the wall clock
+    /// took since the last call (the node loop calls it every round).
+    pub fn own_gap(&self) -> i64 {
+        let now = gap(&self.source);
+        let before = self.last_gap.swap(now, Ordering::Relaxed);
+        let moved = now.saturating_sub(before);
+        if moved <= -STEP_MS {
+            self.rollbacks.fetch_add(1, Ordering::Relaxed);
+            self.deepest_rollback_ms
+                .fetch_max(moved.unsigned_abs(), Ordering::Relaxed);
+        } else if moved >= STEP_MS {
+            self.forward_steps.fetch_add(1, Ordering::Relaxed);
+        }
+        now
+    }
+
+    /// Moves cluster time by changing the base. With `jump`, time may go backwards (a new
+    /// generation); otherwise readings hold at the high-water mark until time catches up.
+    pub fn set_base(&self, base: i64, jump: bool) {
+        let (generation, current) = unpack_base(self.state.load(Ordering::Acquire));
+        if base == current {
+            return;
+        }
+        let generation = if jump && base < current {
+            generation.wrapping_add(1)
+        } else {
+            generation
+        };
+        self.state
+            .store(pack(generation, clamp_base(base)), Ordering::Release);
+    }
+
+    /// Times the wall clock was seen to step backwards.
+    pub fn rollbacks(&self) -> u64 {
+        self.rollbacks.load(Ordering::Relaxed)
+    }
+
+    /// The largest backwards step seen, in milliseconds.
+    pub fn deepest_rollback_ms(&self) -> u64 {
+        self.deepest_rollback_ms.load(Ordering::Relaxed)
+    }
+
+    /// Times the wall clock was seen to step forwards.
+    pub fn forward_steps(&self) -> u64 {
+        self.forward_steps.load(Ordering::Relaxed)
+    }
+}
+
+fn gap<S: TimeSource>(source: &S) -> i64 {
+    let (wall, mono) = (source.wall_ms(), source.mono_ms());
+    if wall >= mono {
+        i64::try_from(wall - mono).unwrap_or(i64::MAX)
+    } else {
+        i64::try_from(mono - wall).map_or(i64::MIN, |d| -d)
+    }
+}
+
+impl<S: TimeSource> Clock for ClusterClock<S> {
+    fn now_ms(&self) -> u64 {
+        let (generation, base) = unpack_base(self.state.load(Ordering::Acquire));
+        let now = self.source.mono_ms().saturating_add_signed(base) & LOW_MASK;
+        let reading = pack(generation, now);
+        let mark = self.high_water.load(Ordering::Relaxed);
+        if reading > mark {
+            // Only a new millisecond writes the shared line, so concurrent readers mostly load.
+            let before = self.high_water.fetch_max(reading, Ordering::Relaxed);
+            return before.max(reading) & LOW_MASK;
+        }
+        mark & LOW_MASK
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// Wall and monotonic clocks set apart, as a stepped wall clock leaves them.
+    #[derive(Debug, Default)]
+    struct Split {
+        wall: AtomicU64,
+        mono: AtomicU64,
+    }
+
+    impl TimeSource for Split {
+        fn wall_ms(&self) -> u64 {
+            self.wall.load(Ordering::Relaxed)
+        }
+        fn mono_ms(&self) -> u64 {
+            self.mono.load(Ordering::Relaxed)
+        }
+    }
+
+    fn split(wall: u64, mono: u64) -> Arc<Split> {
+        Arc::new(Split {
+            wall: AtomicU64::new(wall),
+            mono: AtomicU64::new(mono),
+        })
+    }
+
+    #[test]
+    fn starts_on_wall_time_and_follows_the_monotonic_clock() {
+        let s = split(1_700_000_000_000, 5_000);
+        let c = ClusterClock::new(s.clone());
+        assert_eq!(c.now_ms(), 1_700_000_000_000);
+        // The wall clock steps 5 s ahead: cluster time does not.
+        s.wall.fetch_add(5_000, Ordering::Relaxed);
+        s.mono.fetch_add(10, Ordering::Relaxed);
+        assert_eq!(c.now_ms(), 1_700_000_000_010);
+        assert_eq!(c.own_gap(), 1_700_000_000_000 - 5_000 + 4_990);
+        assert_eq!(c.forward_steps(), 1);
+        // And back by 8 s: counted as a rollback, cluster time untouched.
+        s.wall.fetch_sub(8_000, Ordering::Relaxed);
+        c.own_gap();
+        assert_eq!((c.rollbacks(), c.deepest_rollback_ms()), (1, 8_000));
+        assert_eq!(c.now_ms(), 1_700_000_000_010);
+    }
+
+    #[test]
+    fn a_slew_back_holds_time_and_a_jump_back_starts_a_generation() {
+        let s = split(1_000_000, 0);
+        let c = ClusterClock::new(s.clone());
+        s.mono.store(100, Ordering::Relaxed);
+        assert_eq!(c.now_ms(), 1_000_100);
+        // Pulled back 50 ms without a jump: held at the mark until time catches up.
+        c.set_base(c.base() - 50, false);
+        assert_eq!(c.now_ms(), 1_000_100);
+        s.mono.store(151, Ordering::Relaxed);
+        assert_eq!(c.now_ms(), 1_000_101);
+        // A jump back 8 s goes back at once, and stays monotone from there.
+        c.set_base(c.base() - 8_000, true);
+        assert_eq!(c.now_ms(), 992_101);
+        s.mono.store(152, Ordering::Relaxed);
+        assert_eq!(c.now_ms(), 992_102);
+        // Forward moves apply at once either way.
+        c.set_base(c.base() + 1_000, false);
+        assert_eq!(c.now_ms(), 993_102);
+    }
+
+    #[test]
+    fn a_reader_late_with_the_old_base_cannot_hold_time_after_a_jump() {
+        let s = split(1_000_000, 0);
+        let c = ClusterClock::new(s.clone());
+        let (generation, base) = unpack_base(c.state.load(Ordering::Acquire));
+        c.set_base(base - 8_000, true);
+        assert_eq!(c.now_ms(), 992_000);
+        // A reader that computed its time from the old state publishes it only now.
+        let stale = pack(generation, 1_000_000);
+        c.high_water.fetch_max(stale, Ordering::Relaxed);
+        s.mono.store(1, Ordering::Relaxed);
+        assert_eq!(c.now_ms(), 992_001);
+    }
+
+    #[test]
+    fn negative_and_large_bases_round_trip() {
+        for base in [0i64, 1, -1, -5_000, 1_700_000_000_000, -(1 << 46)] {
+            let (g, b) = unpack_base(pack(7, clamp_base(base)));
+            assert_eq!((g, b), (7, base));
+        }
+    }
+}
