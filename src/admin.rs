@@ -60,6 +60,7 @@ struct MemberJson {
     is_self: bool,
     boot_ms: u64,
     clock_offset_ms: Option<i64>,
+    clock_fenced: bool,
 }
 
 async fn metrics(State(s): State<AdminState>) -> Response {
@@ -97,6 +98,7 @@ async fn members(State(s): State<AdminState>) -> axum::Json<Vec<MemberJson>> {
             is_self: m.is_self,
             boot_ms: m.boot_ms,
             clock_offset_ms: m.clock_offset_ms,
+            clock_fenced: m.clock_fenced,
         })
         .collect();
     axum::Json(members)

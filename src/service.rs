@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{mpsc, watch};
 
 use crate::admin::{self, AdminState};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::{Clock, ClusterClock, OffsetSystemClock};
 use crate::config::{Config, ConfigError};
 use crate::gossip::wire::{Keyring, WireError};
 use crate::limiter::{KeyHasher, Limiter, OriginId};
@@ -52,6 +52,24 @@ pub enum ServiceError {
     Admin(std::io::Error),
     #[error("limiter.state_path: {0}")]
     Snapshot(#[from] crate::snapshot::SnapshotError),
+    #[error(
+        "{CLOCK_OFFSET_ENV}={value:?}: expected whole milliseconds (an integer, may be negative)"
+    )]
+    ClockOffset { value: String },
+}
+
+/// Runs the node with its wall clock moved by this many milliseconds: for tests and drills of
+/// a wrong clock, never for production.
+pub const CLOCK_OFFSET_ENV: &str = "LIMITMESH_TEST_CLOCK_OFFSET_MS";
+
+fn clock_offset_from_env() -> Result<i64, ServiceError> {
+    match std::env::var(CLOCK_OFFSET_ENV) {
+        Err(_) => Ok(0),
+        Ok(value) => value
+            .trim()
+            .parse()
+            .map_err(|_| ServiceError::ClockOffset { value }),
+    }
 }
 
 /// A node ready to serve: its configuration checked, its keys read, its rules loaded and its
@@ -65,6 +83,7 @@ pub struct Bound {
     keyring: Keyring,
     hasher: KeyHasher,
     rules: RulesHandle,
+    clock_offset_ms: i64,
 }
 
 impl Bound {
@@ -89,6 +108,7 @@ fn unspecified() -> SocketAddr {
 /// and gossip sockets the configuration names.
 pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
     config.validate()?;
+    let clock_offset_ms = clock_offset_from_env()?;
     let (keyring, hasher) = keys(config)?;
     let rules = RulesHandle::load(config.rules_source(), config.rules_load_options())?;
     let tcp = |what, addr| async move {
@@ -112,6 +132,7 @@ pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
         keyring,
         hasher,
         rules,
+        clock_offset_ms,
     })
 }
 
@@ -135,6 +156,7 @@ impl MembersSource for ViewMembers {
                 is_self: m.is_self,
                 boot_ms: m.boot_ms,
                 clock_offset_ms: m.clock_offset_ms.unwrap_or(0),
+                clock_fenced: m.clock_fenced,
             })
             .collect()
     }
@@ -179,7 +201,15 @@ pub async fn run(
 ) -> Result<(), ServiceError> {
     let gossip_addr = bound.gossip_addr();
     let node_id = uuid::Uuid::new_v4();
-    let clock = Arc::new(SystemClock::system());
+    if bound.clock_offset_ms != 0 {
+        tracing::warn!(
+            offset_ms = bound.clock_offset_ms,
+            "{CLOCK_OFFSET_ENV} is set: this node's wall clock is moved on purpose"
+        );
+    }
+    let clock = Arc::new(ClusterClock::new(OffsetSystemClock {
+        offset_ms: bound.clock_offset_ms,
+    }));
     let limiter = Arc::new(Limiter::new(
         config.limiter_config(),
         OriginId(node_id.as_u128()),
@@ -217,7 +247,6 @@ pub async fn run(
         .register_collector(Box::new(ClusterCollector {
             view: view.clone(),
             limiter: limiter.clone(),
-            clock: Some(clock.clone()),
         }));
     let current = rules.current();
     metrics.set_rules_loaded(current.domain_count(), current.rule_count());

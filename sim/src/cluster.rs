@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use limitmesh::clock::{Clock, RollbackGuard};
+use limitmesh::clock::{Clock, ClusterClock};
 use limitmesh::gossip::wire::Keyring;
 use limitmesh::limiter::{
     CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId, Policy,
@@ -60,8 +60,8 @@ pub enum Fault {
     Duplication { p: f64 },
     /// The node's wall clock is off by `ms` (positive: ahead), all run long.
     Skew { node: usize, ms: i64 },
-    /// The node's wall clock steps back `by_ms` at `at_ms`.
-    Rollback { node: usize, at_ms: u64, by_ms: i64 },
+    /// The node's wall clock steps by `by_ms` at `at_ms` (negative: back, a rollback).
+    ClockStep { node: usize, at_ms: u64, by_ms: i64 },
 }
 
 #[derive(Debug, Clone)]
@@ -149,12 +149,19 @@ pub struct FaultsFired {
     pub restarts: u32,
     /// Boots per node over the run.
     pub boots: Vec<u32>,
-    /// Rollbacks the nodes' clock guards saw.
+    /// Backward steps of the nodes' wall clocks that their cluster clocks saw.
     pub clock_rollbacks: u64,
     /// The smallest live-member count any node reported during a partition.
     pub min_live_during_partition: Option<usize>,
     /// The largest clock offset any node estimated for a peer (ms).
     pub max_estimated_offset_ms: i64,
+    /// Forward steps of the nodes' wall clocks that their cluster clocks saw.
+    pub clock_forward_steps: u64,
+    /// Nodes that had cut themselves off for their clocks at the end, with their offsets
+    /// from cluster time (ms).
+    pub clock_fenced: Vec<(usize, i64)>,
+    /// Times a node cut itself or a peer off for a clock, over the run.
+    pub clock_fence_events: u64,
 }
 
 /// Everything a run recorded.
@@ -205,9 +212,9 @@ struct HostShared {
     net: Arc<NetFaults>,
     boots: AtomicU32,
     limiter: Mutex<Option<Arc<Limiter>>>,
-    guard: Mutex<Option<Arc<RollbackGuard<SimClock>>>>,
+    cluster_clock: Mutex<Option<Arc<ClusterClock<SimClock>>>>,
     view: Mutex<Option<Arc<ClusterView>>>,
-    /// Rollbacks seen by earlier boots' clock guards.
+    /// Backward steps seen by earlier boots.
     past_rollbacks: AtomicU64,
     past_wire: Mutex<Vec<WireSnapshot>>,
 }
@@ -240,7 +247,7 @@ async fn host_main(
     let advertise = SocketAddr::new(turmoil::lookup(host_name(i)), PORT);
     let node_id = uuid::Uuid::from_u128(rng.random());
     // A new boot: bank the previous boot's counters before replacing it.
-    if let Some(old) = lock(&shared.guard).take() {
+    if let Some(old) = lock(&shared.cluster_clock).take() {
         shared
             .past_rollbacks
             .fetch_add(old.rollbacks(), Ordering::Relaxed);
@@ -248,7 +255,7 @@ async fn host_main(
     if let Some(old) = lock(&shared.view).take() {
         lock(&shared.past_wire).push(old.wire.snapshot());
     }
-    let clock = Arc::new(RollbackGuard::new(SimClock::new(shared.clock.clone())));
+    let clock = Arc::new(ClusterClock::new(SimClock::new(shared.clock.clone())));
     let limiter = Arc::new(Limiter::new(
         LimiterConfig {
             policy: cfg.policy,
@@ -259,7 +266,7 @@ async fn host_main(
     ));
     let view = Arc::new(ClusterView::default());
     *lock(&shared.limiter) = Some(limiter.clone());
-    *lock(&shared.guard) = Some(clock.clone());
+    *lock(&shared.cluster_clock) = Some(clock.clone());
     *lock(&shared.view) = Some(view.clone());
 
     let mut params = NodeParams::new(node_id, advertise, rng.random());
@@ -289,7 +296,7 @@ async fn drive(
     i: usize,
     cfg: Arc<SimConfig>,
     limiter: Arc<Limiter>,
-    clock: Arc<RollbackGuard<SimClock>>,
+    clock: Arc<ClusterClock<SimClock>>,
     recorder: Arc<Mutex<Recorder>>,
     mut rng: StdRng,
 ) {
@@ -413,6 +420,7 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
             h.clock
                 .outside_now_ms
                 .store(EPOCH_MS + t, Ordering::Relaxed);
+            h.clock.outside_elapsed_ms.store(t, Ordering::Relaxed);
         }
         sim.step()?;
         t = sim.elapsed().as_millis() as u64;
@@ -420,6 +428,7 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
             h.clock
                 .outside_now_ms
                 .store(EPOCH_MS + t, Ordering::Relaxed);
+            h.clock.outside_elapsed_ms.store(t, Ordering::Relaxed);
         }
         if in_partition(&cfg, t) {
             let live = hosts
@@ -452,10 +461,20 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
         fired.datagrams_duplicated += h.net.duplicated.load(Ordering::Relaxed);
         fired.boots.push(h.boots.load(Ordering::Relaxed));
         fired.clock_rollbacks += h.past_rollbacks.load(Ordering::Relaxed)
-            + lock(&h.guard).as_ref().map_or(0, |g| g.rollbacks());
+            + lock(&h.cluster_clock).as_ref().map_or(0, |g| g.rollbacks());
+        fired.clock_forward_steps += lock(&h.cluster_clock)
+            .as_ref()
+            .map_or(0, |g| g.forward_steps());
         let mut snaps = lock(&h.past_wire).clone();
         if let Some(v) = lock(&h.view).as_ref() {
             snaps.push(v.wire.snapshot());
+            fired.clock_fence_events += v.clock.fence_events.load(Ordering::Relaxed);
+            if v.clock.fenced.load(Ordering::Relaxed) {
+                let node = hosts.iter().position(|x| Arc::ptr_eq(x, h)).unwrap_or(usize::MAX);
+                fired
+                    .clock_fenced
+                    .push((node, v.clock.offset_ms.load(Ordering::Relaxed)));
+            }
             for m in v.members().iter() {
                 if let Some(o) = m.clock_offset_ms {
                     fired.max_estimated_offset_ms = fired.max_estimated_offset_ms.max(o.abs());
@@ -539,9 +558,9 @@ fn apply_faults(
                     fired.restarts += 1;
                 }
             }
-            Fault::Rollback { node, at_ms, by_ms } if t == *at_ms => {
+            Fault::ClockStep { node, at_ms, by_ms } if t == *at_ms => {
                 if let Some(h) = hosts.get(*node) {
-                    h.clock.skew_ms.fetch_sub(*by_ms, Ordering::Relaxed);
+                    h.clock.skew_ms.fetch_add(*by_ms, Ordering::Relaxed);
                 }
             }
             _ => {}
@@ -565,7 +584,7 @@ fn observe_probes(
         if seen[j] >= probes.len() {
             continue;
         }
-        let (Some(limiter), Some(clock)) = (lock(&h.limiter).clone(), lock(&h.guard).clone())
+        let (Some(limiter), Some(clock)) = (lock(&h.limiter).clone(), lock(&h.cluster_clock).clone())
         else {
             continue;
         };
@@ -588,7 +607,7 @@ fn observe_probes(
 fn estimates_agree(hosts: &[Arc<HostShared>]) -> bool {
     let mut estimates = Vec::new();
     for h in hosts {
-        let (Some(limiter), Some(clock)) = (lock(&h.limiter).clone(), lock(&h.guard).clone())
+        let (Some(limiter), Some(clock)) = (lock(&h.limiter).clone(), lock(&h.cluster_clock).clone())
         else {
             return false;
         };

@@ -4,7 +4,7 @@
 use crate::cluster::{Fault, SimConfig};
 use crate::workload::Workload;
 
-pub const SCENARIOS: [&str; 13] = [
+pub const SCENARIOS: [&str; 20] = [
     "steady",
     "skewed",
     "burst",
@@ -18,6 +18,13 @@ pub const SCENARIOS: [&str; 13] = [
     "skew",
     "skew500",
     "rollback",
+    "skew8",
+    "skew-12",
+    "skew6x2",
+    "skew8-4",
+    "skew15",
+    "step5",
+    "pair3",
 ];
 
 /// The configuration of scenario `name`, or `None` if there is no such scenario.
@@ -100,11 +107,47 @@ pub fn scenario(name: &str, seed: u64, nodes: usize) -> Option<SimConfig> {
         "rollback" => {
             let node = 2.min(last);
             c.faults.push(Fault::Skew { node, ms: 500 });
-            c.faults.push(Fault::Rollback {
+            c.faults.push(Fault::ClockStep {
                 node,
                 at_ms: 10_000,
-                by_ms: 500,
+                by_ms: -500,
             });
+        }
+        // Clocks seconds off, from the start: one node +8 s; one −12 s; +6 s and −6 s; +8 s and
+        // −4 s; one +15 s, beyond the default tolerance (`limiter.max_clock_drift_ms`, 10 s).
+        "skew8" => c.faults.push(Fault::Skew { node: 1, ms: 8_000 }),
+        "skew-12" => c.faults.push(Fault::Skew {
+            node: 1,
+            ms: -12_000,
+        }),
+        "skew6x2" => {
+            c.faults.push(Fault::Skew { node: 1, ms: 6_000 });
+            c.faults.push(Fault::Skew {
+                node: last,
+                ms: -6_000,
+            });
+        }
+        "skew8-4" => {
+            c.faults.push(Fault::Skew { node: 0, ms: 8_000 });
+            c.faults.push(Fault::Skew {
+                node: last,
+                ms: -4_000,
+            });
+        }
+        "skew15" => c.faults.push(Fault::Skew {
+            node: 1,
+            ms: 15_000,
+        }),
+        // A correct clock stepped 5 s ahead in the middle of the run (an operator, a VM resume).
+        "step5" => c.faults.push(Fault::ClockStep {
+            node: 1,
+            at_ms: 10_000,
+            by_ms: 5_000,
+        }),
+        // Two nodes, one clock 3 s ahead: no majority, they meet halfway.
+        "pair3" => {
+            c.nodes = 2;
+            c.faults.push(Fault::Skew { node: 1, ms: 3_000 });
         }
         _ => return None,
     }

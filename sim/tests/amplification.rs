@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use limitmesh::clock::{Clock, RollbackGuard};
+use limitmesh::clock::{Clock, ClusterClock};
 use limitmesh::gossip::wire::{Destination, Keyring, Kind, Sealer, cluster_tag};
 use limitmesh::limiter::{
     CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
@@ -50,7 +50,7 @@ async fn node_main(
     let udp = turmoil::net::UdpSocket::bind(("0.0.0.0", PORT)).await?;
     let advertise = SocketAddr::new(turmoil::lookup(host(i)), PORT);
     let node_id = uuid::Uuid::from_u128(0xA3u128 << 64 | i as u128);
-    let clock = Arc::new(RollbackGuard::new(SimClock::new(Arc::new(
+    let clock = Arc::new(ClusterClock::new(SimClock::new(Arc::new(
         ClockControl::default(),
     ))));
     let limiter = Arc::new(Limiter::new(

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use limitmesh::clock::{Clock, RollbackGuard};
+use limitmesh::clock::{Clock, ClusterClock};
 use limitmesh::gossip::wire::Keyring;
 use limitmesh::limiter::{KeyHasher, Limiter, LimiterConfig, OriginId};
 use limitmesh::metrics::Metrics;
@@ -53,7 +53,7 @@ async fn node_main(i: usize, limiters: Arc<Mutex<Vec<Option<Arc<Limiter>>>>>) ->
     let udp = turmoil::net::UdpSocket::bind(("0.0.0.0", GOSSIP_PORT)).await?;
     let advertise = SocketAddr::new(turmoil::lookup(host(i)), GOSSIP_PORT);
     let node_id = uuid::Uuid::from_u128(0x51u128 << 64 | i as u128);
-    let clock = Arc::new(RollbackGuard::new(SimClock::new(Arc::new(
+    let clock = Arc::new(ClusterClock::new(SimClock::new(Arc::new(
         ClockControl::default(),
     ))));
     let limiter = Arc::new(Limiter::new(

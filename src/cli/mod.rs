@@ -230,8 +230,15 @@ pub async fn inspect(args: CheckArgs) -> Result<ExitCode, CliError> {
         .await?
         .into_inner();
     println!(
-        "members: {} live, {} expected",
-        r.live_members, r.expected_members
+        "members: {} live, {} expected{}",
+        r.live_members,
+        r.expected_members,
+        if r.clock_fenced {
+            "; a clock beyond limiter.max_clock_drift_ms cuts a node off (see `members`): \
+             shares are scaled as under the strict policy"
+        } else {
+            ""
+        }
     );
     for (i, w) in r.windows.iter().enumerate() {
         if !w.found {
@@ -278,11 +285,16 @@ pub async fn members(args: ClientArgs) -> Result<ExitCode, CliError> {
     for m in &r.members {
         let state = member::State::try_from(m.state).map_or("?", |s| s.as_str_name());
         println!(
-            "{:<36} {:<22} {:<7} offset {:>5} ms{}",
+            "{:<36} {:<22} {:<7} offset {:>5} ms{}{}",
             m.id,
             m.address,
             state,
             m.clock_offset_ms,
+            if m.clock_fenced {
+                "  CUT OFF: clock beyond limiter.max_clock_drift_ms"
+            } else {
+                ""
+            },
             if m.is_self { "  (this node)" } else { "" }
         );
     }

@@ -55,6 +55,9 @@ pub struct Inputs {
     pub live: usize,
     /// `N_expected`.
     pub expected: usize,
+    /// Scale by `live / expected` as the strict policy does, whatever the partition policy: a
+    /// clock beyond the tolerance cuts a member off (DESIGN §9).
+    pub force_strict: bool,
 }
 
 /// This node's offered load (admitted + refused) in the recent span of a window, against the
@@ -130,6 +133,9 @@ fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
             let live = i.live.max(1) as f64;
             let scale = match partition {
                 PartitionPolicy::Strict if i.expected > i.live => live / i.expected as f64,
+                PartitionPolicy::Available if i.force_strict && i.expected > i.live => {
+                    live / i.expected as f64
+                }
                 _ => 1.0,
             };
             let mine = i.local_offered + i.cost;
@@ -168,6 +174,7 @@ mod tests {
             onset: false,
             live: 5,
             expected: 5,
+            force_strict: false,
         }
     }
 
@@ -248,6 +255,26 @@ mod tests {
         };
         assert!((allowance(STRICT, &i) - 200.0).abs() < 1e-9);
         assert!((allowance(AVAILABLE, &i) - 500.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_clock_cut_off_scales_every_policy_as_strict_does() {
+        // A node whose clock is beyond the tolerance sees its 4 peers as cut off: alone on
+        // its side of 5, it gets a fifth, under `available` too.
+        let i = Inputs {
+            local_offered: 5_000.0,
+            live: 1,
+            expected: 5,
+            force_strict: true,
+            ..inputs()
+        };
+        assert!((allowance(STRICT, &i) - 200.0).abs() < 1e-9);
+        assert!((allowance(AVAILABLE, &i) - 200.0).abs() < 1e-9);
+        let not_forced = Inputs {
+            force_strict: false,
+            ..i
+        };
+        assert!((allowance(AVAILABLE, &not_forced) - 1_000.0).abs() < 1e-9);
     }
 
     #[test]

@@ -27,7 +27,7 @@ mod view;
 mod tests;
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 
 use smallvec::SmallVec;
@@ -133,6 +133,9 @@ pub struct Limiter {
     expected: AtomicUsize,
     /// Members that have gone silent (sorted): their demand is left out of shares.
     silent_origins: arc_swap::ArcSwapOption<Vec<state::OriginIdx>>,
+    /// A clock beyond the tolerance cuts a member (or this node) off: the strict policy's
+    /// scale then applies whatever the partition policy (see [`Limiter::set_clock_fenced`]).
+    clock_fenced: AtomicBool,
     /// Bumped after every change of the view; part of every cached bound.
     view_generation: AtomicU32,
     /// Until this time (ms) the node does not hold the cluster's state yet and admits nothing;
@@ -191,6 +194,7 @@ impl Limiter {
             live: AtomicUsize::new(1),
             expected: AtomicUsize::new(1),
             silent_origins: arc_swap::ArcSwapOption::empty(),
+            clock_fenced: AtomicBool::new(false),
             view_generation: AtomicU32::new(0),
             warming_until_ms: AtomicU64::new(0),
             dirty_tx,
@@ -208,6 +212,23 @@ impl Limiter {
 
     pub fn key_id(&self, key: &[u8], spec: &WindowSpec) -> KeyId {
         self.hasher.key_id(key, spec)
+    }
+
+    /// Says whether this node, or a member, is cut off for a clock beyond
+    /// `max_clock_drift_ms`. The cut-off members are also among the silent ones of
+    /// [`Limiter::set_view`] (all of them, when it is this node's clock): that takes their
+    /// demand out of the shares. This makes the scale `live / N_expected` of the `strict`
+    /// policy apply even under `available`, on both sides, so that the node with the wrong
+    /// clock and the others together stay within the limit.
+    pub fn set_clock_fenced(&self, fenced: bool) {
+        if self.clock_fenced.swap(fenced, Ordering::Relaxed) != fenced {
+            self.view_generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Whether [`Limiter::set_clock_fenced`] last said someone is cut off.
+    pub fn clock_fenced(&self) -> bool {
+        self.clock_fenced.load(Ordering::Relaxed)
     }
 
     /// Live members (this node included) and `N_expected`, as last set.
@@ -508,6 +529,7 @@ impl Limiter {
             onset,
             live,
             expected,
+            force_strict: self.clock_fenced.load(Ordering::Relaxed),
         };
         // For the rest of this bucket: the smallest cost, and only the offered load that cannot
         // fade before the bucket ends.

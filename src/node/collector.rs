@@ -10,7 +10,6 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use super::view::{ClusterView, MemberState};
-use crate::clock::SystemClock;
 use crate::limiter::Limiter;
 
 /// Exposes a node's wire, membership, key-table and clock counters.
@@ -18,7 +17,6 @@ use crate::limiter::Limiter;
 pub struct ClusterCollector {
     pub view: Arc<ClusterView>,
     pub limiter: Arc<Limiter>,
-    pub clock: Option<Arc<SystemClock>>,
 }
 
 fn counter(encoder: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> std::fmt::Result {
@@ -201,14 +199,50 @@ impl Collector for ClusterCollector {
             "Checks on new keys refused because the key table was full of windows holding quota",
             stats.refused_table_full,
         )?;
-        if let Some(clock) = &self.clock {
-            counter(
-                e,
-                "clock_rollbacks",
-                "Times the wall clock stepped backwards (held at its high-water mark)",
-                clock.rollbacks(),
-            )?;
-        }
+        let clock = &self.view.clock;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        counter(
+            e,
+            "clock_rollbacks",
+            "Times the wall clock stepped backwards (cluster time does not follow it)",
+            load(&clock.rollbacks),
+        )?;
+        counter(
+            e,
+            "clock_forward_steps",
+            "Times the wall clock stepped forwards (cluster time does not follow it)",
+            load(&clock.forward_steps),
+        )?;
+        gauge(
+            e,
+            "clock_own_offset_ms",
+            "This node's wall clock minus cluster time, in milliseconds",
+            clock.offset_ms.load(std::sync::atomic::Ordering::Relaxed),
+        )?;
+        gauge(
+            e,
+            "clock_correction_ms",
+            "How far this node's cluster time was moved from its wall clock, in milliseconds",
+            clock.correction_ms.load(std::sync::atomic::Ordering::Relaxed),
+        )?;
+        gauge(
+            e,
+            "clock_fenced",
+            "1 if this node's clock is beyond limiter.max_clock_drift_ms and it is cut off",
+            i64::from(clock.fenced.load(std::sync::atomic::Ordering::Relaxed)),
+        )?;
+        gauge(
+            e,
+            "clock_fenced_members",
+            "Members this node cuts off because their clocks are beyond the tolerance",
+            load(&clock.fenced_members) as i64,
+        )?;
+        counter(
+            e,
+            "clock_fence_events",
+            "Times this node or a member was newly cut off for its clock",
+            load(&clock.fence_events),
+        )?;
         Ok(())
     }
 }
@@ -236,7 +270,6 @@ mod tests {
             .register_collector(Box::new(ClusterCollector {
                 view,
                 limiter,
-                clock: None,
             }));
         let text = metrics.encode();
         assert!(
@@ -249,5 +282,6 @@ mod tests {
         );
         assert!(text.contains("limitmesh_keys_max 100000"), "{text}");
         assert!(text.contains("limitmesh_members_live 1"), "{text}");
+        assert!(text.contains("limitmesh_clock_fenced 0"), "{text}");
     }
 }

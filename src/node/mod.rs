@@ -1,7 +1,7 @@
 //! A cluster node: one task that owns the UDP socket, SWIM membership and the gossip of window
 //! registers, around a shared [`Limiter`].
 //!
-//! The node runs on three seams only: a [`Datagram`] socket, a wall [`Clock`], and
+//! The node runs on three seams only: a [`Datagram`] socket, a [`TimeSource`], and
 //! `tokio::time` for its timers, so the same code runs on real UDP and inside a deterministic
 //! simulation. Its loop `select!`s with `biased;` (no hidden randomness) over shutdown, incoming
 //! datagrams, membership timers, the summary round, anti-entropy, the seed announcer, garbage
@@ -17,6 +17,7 @@
 //!   live state within a round trip. Every `anti_entropy_interval` it pushes its registers to one
 //!   member in turn, repairing what losses left behind.
 
+mod clock_sync;
 mod collector;
 mod return_route;
 mod stats;
@@ -33,13 +34,14 @@ use thiserror::Error;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
+pub use clock_sync::ClockStats;
 pub use collector::ClusterCollector;
 pub use stats::{WireSnapshot, WireStats};
 pub use view::{ClusterView, MemberInfo, MemberState};
 
 use self::return_route::ReturnRoute;
-use self::view::OffsetEstimator;
-use crate::clock::Clock;
+use self::clock_sync::ClockSync;
+use crate::clock::{Clock, ClusterClock, TimeSource};
 use crate::gossip::message::{decode_batch, empty_batch_body, encode_batch, members_count};
 use crate::gossip::wire::{Destination, Keyring, Kind, Opener, Sealer, cluster_tag};
 use crate::limiter::{Batch, Limiter, OriginId};
@@ -126,17 +128,18 @@ pub enum NodeError {
 }
 
 /// A node, ready to [`Node::run`].
-pub struct Node<S, C> {
+pub struct Node<S, T> {
     params: NodeParams,
     socket: Arc<S>,
-    clock: C,
+    /// Cluster time, which this node steers (`clock_sync.rs`).
+    clock: Arc<ClusterClock<T>>,
     limiter: Arc<Limiter>,
     keyring: Arc<Keyring>,
     view: Arc<ClusterView>,
     membership: Membership,
     sealer: Sealer,
     opener: Opener,
-    offsets: OffsetEstimator,
+    clock_sync: ClockSync,
     discovered: Vec<SocketAddr>,
     rng: StdRng,
     boot_ms: u64,
@@ -171,7 +174,7 @@ struct Warmup {
     last_member_change: Option<Instant>,
 }
 
-impl<S, C> std::fmt::Debug for Node<S, C> {
+impl<S, T> std::fmt::Debug for Node<S, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
             .field("id", &self.params.node_id)
@@ -180,11 +183,11 @@ impl<S, C> std::fmt::Debug for Node<S, C> {
     }
 }
 
-impl<S: Datagram, C: Clock> Node<S, C> {
+impl<S: Datagram, T: TimeSource> Node<S, T> {
     pub fn new(
         params: NodeParams,
         socket: Arc<S>,
-        clock: C,
+        clock: Arc<ClusterClock<T>>,
         limiter: Arc<Limiter>,
         keyring: Arc<Keyring>,
         view: Arc<ClusterView>,
@@ -220,7 +223,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             sealer: Sealer::new(tag, sender, params.max_packet_size),
             opener: Opener::new(tag, params.max_packet_size, sender),
             rng,
-            offsets: OffsetEstimator::default(),
+            clock_sync: ClockSync::new(limiter.config().max_clock_drift_ms, clock.base()),
             discovered: Vec::new(),
             boot_ms,
             pending: Vec::new(),
@@ -394,8 +397,11 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 w.heard_state.insert(header.sender);
             }
         }
-        let offset = self.offsets.observe(header.sender, header.sent_ms, now_ms);
-        if offset.unsigned_abs() > self.params.offset_warn_ms {
+        self.clock_sync
+            .observe(header.sender, header.sent_ms, self.clock.mono_ms());
+        if let Some(offset) = self.clock_sync.offset_of(header.sender)
+            && offset.unsigned_abs() > self.params.offset_warn_ms
+        {
             self.view
                 .wire
                 .clock_offset_warnings
@@ -472,7 +478,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             let mut out = Vec::with_capacity(data.len() + crate::gossip::wire::OVERHEAD);
             if self
                 .sealer
-                .seal(&self.keyring, Kind::Membership, now_ms, &data, to, &mut out)
+                .seal(&self.keyring, Kind::Membership, self.clock.wall_ms(), &data, to, &mut out)
                 .is_ok()
             {
                 self.pending.push((Kind::Membership, to.addr, out));
@@ -497,7 +503,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 .iter()
                 .map(|m| m.node.as_u128())
                 .collect();
-            self.offsets.retain(|s| members.contains(&s));
+            self.clock_sync.retain(|s| members.contains(&s));
             self.last_heard.retain(|s, _| members.contains(s));
             self.joined_at.retain(|s, _| members.contains(s));
             self.peers_count.retain(|s, _| members.contains(s));
@@ -530,7 +536,13 @@ impl<S: Datagram, C: Clock> Node<S, C> {
             state: MemberState::Alive,
             is_self: true,
             boot_ms: self.boot_ms,
-            clock_offset_ms: Some(0),
+            clock_offset_ms: Some(
+                self.view
+                    .clock
+                    .offset_ms
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            clock_fenced: self.clock_sync.fences().own,
         }];
         for (_, (id, state)) in self.membership.states() {
             members.push(MemberInfo {
@@ -543,7 +555,8 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 },
                 is_self: false,
                 boot_ms: id.boot_ms,
-                clock_offset_ms: self.offsets.estimate(id.node.as_u128()),
+                clock_offset_ms: self.clock_sync.offset_of(id.node.as_u128()),
+                clock_fenced: self.clock_sync.fences().peers.contains(&id.node.as_u128()),
             });
         }
         self.view.publish(members);
@@ -567,10 +580,16 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                     .joined_at
                     .get(&id)
                     .is_none_or(|at| now.saturating_duration_since(*at) >= grace);
-                !(heard && settled)
+                // A member whose clock is beyond the tolerance is cut off as if unheard; and a
+                // node whose own clock is cuts off everyone (DESIGN §9).
+                let fences = self.clock_sync.fences();
+                !(heard && settled) || fences.own || fences.peers.contains(&id)
             })
             .map(|m| OriginId(m.node.as_u128()))
             .collect();
+        let fences = self.clock_sync.fences();
+        self.limiter
+            .set_clock_fenced(fences.own || !fences.peers.is_empty());
         let peers_count = self.peers_count.values().copied().max().unwrap_or(0);
         self.limiter.set_view(
             members.len() - silent.len() + 1,
@@ -583,6 +602,14 @@ impl<S: Datagram, C: Clock> Node<S, C> {
     /// One summary round: what changed, to every live member; a heartbeat to members that
     /// would otherwise hear nothing from this node this round.
     fn summary_round(&mut self) {
+        let peers: Vec<u128> = self
+            .membership
+            .members()
+            .iter()
+            .map(|m| m.node.as_u128())
+            .collect();
+        self.clock_sync
+            .round(&self.clock, &peers, self.warmup.is_some(), &self.view.clock);
         let now_ms = self.clock.now_ms();
         self.update_live(now_ms);
         self.update_readiness();
@@ -624,7 +651,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 .seal(
                     &self.keyring,
                     Kind::Heartbeat,
-                    now_ms,
+                    self.clock.wall_ms(),
                     &body,
                     peer,
                     &mut out,
@@ -706,7 +733,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 .seal(
                     &self.keyring,
                     Kind::AntiEntropy,
-                    now_ms,
+                    self.clock.wall_ms(),
                     &body,
                     to,
                     &mut out,
@@ -734,7 +761,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
         let Ok(bodies) = encode_batch(batch, self.limiter.origin(), max_batch) else {
             return;
         };
-        let now_ms = self.clock.now_ms();
+        let wall_ms = self.clock.wall_ms();
         for batch_body in &bodies {
             for peer in peers {
                 let mut body = self.body_prefix(*peer);
@@ -742,7 +769,7 @@ impl<S: Datagram, C: Clock> Node<S, C> {
                 let mut out = Vec::with_capacity(body.len() + crate::gossip::wire::OVERHEAD);
                 if self
                     .sealer
-                    .seal(&self.keyring, kind, now_ms, &body, *peer, &mut out)
+                    .seal(&self.keyring, kind, wall_ms, &body, *peer, &mut out)
                     .is_ok()
                 {
                     self.pending.push((kind, peer.addr, out));

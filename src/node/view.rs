@@ -1,11 +1,11 @@
 //! What the node publishes about the cluster for the API, the admin endpoint and tests: the
 //! member list with SWIM state and clock offsets, and the wire counters.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use arc_swap::ArcSwap;
 
+use super::clock_sync::ClockStats;
 use super::stats::WireStats;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,9 +33,12 @@ pub struct MemberInfo {
     pub state: MemberState,
     pub is_self: bool,
     pub boot_ms: u64,
-    /// The member's wall clock minus ours, as estimated from its datagrams (ms; includes up to
-    /// one network latency). `None` until it has sent something.
+    /// The member's wall clock minus cluster time, as estimated from its datagrams (ms; short
+    /// by up to one network latency). `None` until it has sent something.
     pub clock_offset_ms: Option<i64>,
+    /// Cut off for admission by this node because its clock is beyond `max_clock_drift_ms`
+    /// (for this node itself: because its own clock is).
+    pub clock_fenced: bool,
 }
 
 /// Shared between the node loop (writer) and readers on other tasks.
@@ -43,6 +46,7 @@ pub struct MemberInfo {
 pub struct ClusterView {
     members: ArcSwap<Vec<MemberInfo>>,
     pub wire: WireStats,
+    pub clock: ClockStats,
     /// Whether the node holds the cluster's state (see `Node::update_readiness`).
     ready: tokio::sync::watch::Sender<bool>,
 }
@@ -79,54 +83,5 @@ impl ClusterView {
             .iter()
             .filter(|m| m.state != MemberState::Down)
             .count()
-    }
-}
-
-/// Estimates each sender's clock offset from the send times datagrams carry. A sample is
-/// `sent − received`, the offset minus the one-way latency, so the largest recent sample is the
-/// tightest estimate.
-#[derive(Debug, Default)]
-pub(crate) struct OffsetEstimator {
-    samples: BTreeMap<u128, VecDeque<i64>>,
-}
-
-const OFFSET_SAMPLES: usize = 16;
-
-impl OffsetEstimator {
-    pub fn observe(&mut self, sender: u128, sent_ms: u64, now_ms: u64) -> i64 {
-        let sample = sent_ms as i64 - now_ms as i64;
-        let q = self.samples.entry(sender).or_default();
-        if q.len() == OFFSET_SAMPLES {
-            q.pop_front();
-        }
-        q.push_back(sample);
-        q.iter().copied().max().unwrap_or(sample)
-    }
-
-    pub fn estimate(&self, sender: u128) -> Option<i64> {
-        self.samples.get(&sender)?.iter().copied().max()
-    }
-
-    /// Forgets senders that are no longer members.
-    pub fn retain(&mut self, keep: impl Fn(u128) -> bool) {
-        self.samples.retain(|s, _| keep(*s));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offset_is_the_tightest_recent_sample() {
-        let mut e = OffsetEstimator::default();
-        // A peer 100 ms ahead, seen through 3..20 ms of latency.
-        for (i, lat) in [20, 3, 15, 9].iter().enumerate() {
-            let now = 1_000 + i as u64 * 200;
-            e.observe(7, now + 100 - lat, now);
-        }
-        assert_eq!(e.estimate(7), Some(97));
-        e.retain(|s| s != 7);
-        assert_eq!(e.estimate(7), None);
     }
 }

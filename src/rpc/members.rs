@@ -20,8 +20,10 @@ pub struct MemberInfo {
     pub is_self: bool,
     /// Wall time of the member's process start, Unix milliseconds.
     pub boot_ms: u64,
-    /// Estimated offset of its wall clock from this node's (positive: ahead).
+    /// Estimated offset of its wall clock from cluster time (positive: ahead).
     pub clock_offset_ms: i64,
+    /// Cut off for admission because its clock is beyond `limiter.max_clock_drift_ms`.
+    pub clock_fenced: bool,
 }
 
 /// Anything that can list the members (the membership layer).
@@ -46,6 +48,7 @@ impl SingleNode {
                 is_self: true,
                 boot_ms,
                 clock_offset_ms: 0,
+                clock_fenced: false,
             },
         }
     }

@@ -129,6 +129,7 @@ impl RateLimiter for RateLimiterService {
             windows,
             live_members: u32::try_from(live).unwrap_or(u32::MAX),
             expected_members: u32::try_from(expected).unwrap_or(u32::MAX),
+            clock_fenced: limiter.clock_fenced(),
         }))
     }
 

@@ -276,5 +276,6 @@ pub(crate) fn own_member(m: &MemberInfo) -> own::Member {
         is_self: m.is_self,
         boot_ms: m.boot_ms,
         clock_offset_ms: m.clock_offset_ms,
+        clock_fenced: m.clock_fenced,
     }
 }

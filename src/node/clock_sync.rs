@@ -1,0 +1,159 @@
+//! Keeps this node on cluster time: feeds the calibrator the send times of the members'
+//! datagrams, steers the [`ClusterClock`] once per round, and decides who is cut off for a
+//! clock too far from the cluster's (this node, or a peer).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use crate::clock::calibrator::{self, Calibrator, Steer};
+use crate::clock::{ClusterClock, TimeSource};
+
+/// What the node publishes about its clock (metrics, `members`, `inspect`).
+#[derive(Debug, Default)]
+pub struct ClockStats {
+    /// This node's wall clock minus cluster time, in ms.
+    pub offset_ms: AtomicI64,
+    /// Cluster time minus this node's wall clock as it was at start: how far it was corrected.
+    pub correction_ms: AtomicI64,
+    /// This node is cut off for admission: its clock is beyond `max_clock_drift_ms`.
+    pub fenced: AtomicBool,
+    /// Peers this node cuts off for their clocks.
+    pub fenced_members: AtomicU64,
+    /// Times this node or a peer was newly cut off for its clock.
+    pub fence_events: AtomicU64,
+    pub rollbacks: AtomicU64,
+    pub forward_steps: AtomicU64,
+}
+
+/// The outcome of one round, for the limiter's view.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Fences {
+    /// This node's own clock is beyond the tolerance.
+    pub own: bool,
+    /// Peers whose clocks are beyond the tolerance, as this node sees them.
+    pub peers: BTreeSet<u128>,
+}
+
+#[derive(Debug)]
+pub struct ClockSync {
+    calibrator: Calibrator,
+    max_drift_ms: u64,
+    /// The cluster's reference ("wall − mono") as of the last round.
+    reference: Option<i64>,
+    /// The monotonic time of the last steer, for the slew bound.
+    last_steer_mono: Option<u64>,
+    fences: Fences,
+    start_gap: i64,
+}
+
+impl ClockSync {
+    pub fn new(max_drift_ms: u64, start_gap: i64) -> Self {
+        Self {
+            calibrator: Calibrator::default(),
+            max_drift_ms,
+            reference: None,
+            last_steer_mono: None,
+            fences: Fences::default(),
+            start_gap,
+        }
+    }
+
+    pub fn observe(&mut self, peer: u128, sent_wall_ms: u64, mono_ms: u64) {
+        self.calibrator.observe(peer, sent_wall_ms, mono_ms);
+    }
+
+    pub fn retain(&mut self, keep: impl Fn(u128) -> bool) {
+        self.calibrator.retain(keep);
+    }
+
+    /// A member's wall clock minus cluster time, in ms, once it has sent something.
+    pub fn offset_of(&self, peer: u128) -> Option<i64> {
+        Some(self.calibrator.estimate(peer)? - self.reference?)
+    }
+
+    pub fn fences(&self) -> &Fences {
+        &self.fences
+    }
+
+    /// Steers `clock` towards the median of this node's wall clock and those of `peers` (the
+    /// members not declared down): at once while `warming`, at the slew bound otherwise.
+    /// Publishes the outcome to `stats` and logs changes of who is cut off.
+    pub fn round<T: TimeSource>(
+        &mut self,
+        clock: &ClusterClock<T>,
+        peers: &[u128],
+        warming: bool,
+        stats: &ClockStats,
+    ) {
+        let own = clock.own_gap();
+        let mono = clock.mono_ms();
+        let reference = self.calibrator.reference(own, peers.iter().copied());
+        let how = match (warming, self.last_steer_mono) {
+            (true, _) => Steer::Jump,
+            (false, None) => Steer::Slew { elapsed_ms: 0 },
+            (false, Some(last)) => Steer::Slew {
+                elapsed_ms: mono.saturating_sub(last),
+            },
+        };
+        let steering = calibrator::steer(
+            clock.base(),
+            own,
+            reference,
+            self.max_drift_ms,
+            self.fences.own,
+            how,
+        );
+        clock.set_base(steering.base, warming);
+        self.last_steer_mono = Some(mono);
+        self.reference = Some(reference);
+
+        let peers_fenced: BTreeSet<u128> = peers
+            .iter()
+            .copied()
+            .filter(|p| {
+                self.calibrator
+                    .estimate(*p)
+                    .is_some_and(|e| calibrator::peer_fenced(e, reference, self.max_drift_ms))
+            })
+            .collect();
+        if steering.fenced && !self.fences.own {
+            stats.fence_events.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                offset_ms = steering.offset_ms,
+                max_clock_drift_ms = self.max_drift_ms,
+                "this node's wall clock is too far from the cluster's to be corrected: it is cut \
+                 off for admission (its share of each limit only) until the clock is fixed"
+            );
+        } else if !steering.fenced && self.fences.own {
+            tracing::info!(
+                offset_ms = steering.offset_ms,
+                "this node's wall clock is back within the tolerance: admitting normally"
+            );
+        }
+        for p in peers_fenced.difference(&self.fences.peers) {
+            stats.fence_events.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                peer = %uuid::Uuid::from_u128(*p),
+                offset_ms = self.offset_of(*p),
+                max_clock_drift_ms = self.max_drift_ms,
+                "a member's wall clock is too far from the cluster's: it is cut off for admission"
+            );
+        }
+        self.fences = Fences {
+            own: steering.fenced,
+            peers: peers_fenced,
+        };
+        stats.offset_ms.store(steering.offset_ms, Ordering::Relaxed);
+        stats
+            .correction_ms
+            .store(steering.base - self.start_gap, Ordering::Relaxed);
+        stats.fenced.store(steering.fenced, Ordering::Relaxed);
+        stats
+            .fenced_members
+            .store(self.fences.peers.len() as u64, Ordering::Relaxed);
+        stats.rollbacks.store(clock.rollbacks(), Ordering::Relaxed);
+        stats
+            .forward_steps
+            .store(clock.forward_steps(), Ordering::Relaxed);
+    }
+}
