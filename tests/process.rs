@@ -168,33 +168,8 @@ async fn three_processes_share_a_limit_and_survive_a_kill() {
     for n in &nodes {
         clients.push(envoy(n).await);
     }
-    let start_at = Instant::now();
-    let mut admitted_at = Vec::new();
-    let mut i = 0usize;
-    while start_at.elapsed() < Duration::from_secs(4) {
-        let c = &mut clients[i % 3];
-        if ask(c, "tenant").await.overall_code == Code::Ok as i32 {
-            admitted_at.push(start_at.elapsed());
-        }
-        i += 1;
-        let next = start_at + Duration::from_micros(3_333 * i as u64);
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
-            tokio::time::sleep(wait).await;
-        }
-    }
-    // The busiest 1 s window, measured on the client's clock after the first second.
-    let mut worst = 0;
-    for (k, t) in admitted_at.iter().enumerate() {
-        if *t < Duration::from_secs(1) {
-            continue;
-        }
-        let n = admitted_at[..=k]
-            .iter()
-            .rev()
-            .take_while(|s| t.saturating_sub(**s) < Duration::from_secs(1))
-            .count();
-        worst = worst.max(n);
-    }
+    let (i, admitted_at) = drive(&mut clients, "tenant", 300, 4).await;
+    let worst = busiest_second(&admitted_at);
     println!(
         "{i} requests, {} admitted, busiest window {worst}",
         admitted_at.len()

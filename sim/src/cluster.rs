@@ -470,7 +470,10 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
             snaps.push(v.wire.snapshot());
             fired.clock_fence_events += v.clock.fence_events.load(Ordering::Relaxed);
             if v.clock.fenced.load(Ordering::Relaxed) {
-                let node = hosts.iter().position(|x| Arc::ptr_eq(x, h)).unwrap_or(usize::MAX);
+                let node = hosts
+                    .iter()
+                    .position(|x| Arc::ptr_eq(x, h))
+                    .unwrap_or(usize::MAX);
                 fired
                     .clock_fenced
                     .push((node, v.clock.offset_ms.load(Ordering::Relaxed)));
@@ -584,7 +587,8 @@ fn observe_probes(
         if seen[j] >= probes.len() {
             continue;
         }
-        let (Some(limiter), Some(clock)) = (lock(&h.limiter).clone(), lock(&h.cluster_clock).clone())
+        let (Some(limiter), Some(clock)) =
+            (lock(&h.limiter).clone(), lock(&h.cluster_clock).clone())
         else {
             continue;
         };
@@ -607,7 +611,8 @@ fn observe_probes(
 fn estimates_agree(hosts: &[Arc<HostShared>]) -> bool {
     let mut estimates = Vec::new();
     for h in hosts {
-        let (Some(limiter), Some(clock)) = (lock(&h.limiter).clone(), lock(&h.cluster_clock).clone())
+        let (Some(limiter), Some(clock)) =
+            (lock(&h.limiter).clone(), lock(&h.cluster_clock).clone())
         else {
             return false;
         };

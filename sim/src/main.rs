@@ -40,7 +40,7 @@ fn main() -> anyhow::Result<()> {
     };
     if !args.json {
         println!(
-            "{:<10} {:<7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}",
+            "{:<13} {:<7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}  {}",
             "scenario",
             "policy",
             "over_mean",
@@ -52,7 +52,8 @@ fn main() -> anyhow::Result<()> {
             "stale_p50",
             "stale_p99",
             "conv_ms",
-            "B/key"
+            "B/key",
+            "cut_off"
         );
     }
     for name in names {
@@ -83,7 +84,7 @@ fn main() -> anyhow::Result<()> {
                 println!("{v}");
             } else {
                 println!(
-                    "{:<10} {:<7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}",
+                    "{:<13} {:<7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}  {}",
                     name,
                     label,
                     fmt_pct(Some(r.over_admission_mean)),
@@ -98,9 +99,22 @@ fn main() -> anyhow::Result<()> {
                     fmt_opt(r.convergence_ms),
                     r.gossip_bytes_per_key_per_peer
                         .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
+                    fmt_cut_off(&r.clock_cut_off),
                 );
             }
         }
     }
     Ok(())
+}
+
+/// Nodes cut off for their clocks: `node 1 (+15.0 s)`, or `-`.
+fn fmt_cut_off(nodes: &[(usize, i64)]) -> String {
+    if nodes.is_empty() {
+        return "-".into();
+    }
+    nodes
+        .iter()
+        .map(|(n, off)| format!("node {n} ({:+.1} s)", *off as f64 / 1e3))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

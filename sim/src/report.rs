@@ -31,6 +31,8 @@ pub struct Report {
     pub datagrams_dropped: u64,
     pub datagrams_duplicated: u64,
     pub clock_rollbacks: u64,
+    /// Nodes cut off for their clocks at the end of the run, with their offsets (ms).
+    pub clock_cut_off: Vec<(usize, i64)>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -147,6 +149,7 @@ impl Report {
             datagrams_dropped: outcome.faults.datagrams_dropped,
             datagrams_duplicated: outcome.faults.datagrams_duplicated,
             clock_rollbacks: outcome.faults.clock_rollbacks,
+            clock_cut_off: outcome.faults.clock_fenced.clone(),
         }
     }
 }

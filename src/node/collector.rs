@@ -223,7 +223,9 @@ impl Collector for ClusterCollector {
             e,
             "clock_correction_ms",
             "How far this node's cluster time was moved from its wall clock, in milliseconds",
-            clock.correction_ms.load(std::sync::atomic::Ordering::Relaxed),
+            clock
+                .correction_ms
+                .load(std::sync::atomic::Ordering::Relaxed),
         )?;
         gauge(
             e,
@@ -267,10 +269,7 @@ mod tests {
         let mut metrics = crate::metrics::Metrics::new();
         metrics
             .registry
-            .register_collector(Box::new(ClusterCollector {
-                view,
-                limiter,
-            }));
+            .register_collector(Box::new(ClusterCollector { view, limiter }));
         let text = metrics.encode();
         assert!(
             text.contains("limitmesh_gossip_bytes_sent_total{kind=\"summary\"} 120"),

@@ -39,8 +39,8 @@ pub use collector::ClusterCollector;
 pub use stats::{WireSnapshot, WireStats};
 pub use view::{ClusterView, MemberInfo, MemberState};
 
-use self::return_route::ReturnRoute;
 use self::clock_sync::ClockSync;
+use self::return_route::ReturnRoute;
 use crate::clock::{Clock, ClusterClock, TimeSource};
 use crate::gossip::message::{decode_batch, empty_batch_body, encode_batch, members_count};
 use crate::gossip::wire::{Destination, Keyring, Kind, Opener, Sealer, cluster_tag};
@@ -478,7 +478,14 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
             let mut out = Vec::with_capacity(data.len() + crate::gossip::wire::OVERHEAD);
             if self
                 .sealer
-                .seal(&self.keyring, Kind::Membership, self.clock.wall_ms(), &data, to, &mut out)
+                .seal(
+                    &self.keyring,
+                    Kind::Membership,
+                    self.clock.wall_ms(),
+                    &data,
+                    to,
+                    &mut out,
+                )
                 .is_ok()
             {
                 self.pending.push((Kind::Membership, to.addr, out));
@@ -610,6 +617,8 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
             .collect();
         self.clock_sync
             .round(&self.clock, &peers, self.warmup.is_some(), &self.view.clock);
+        // The member list carries clock offsets and cut-offs, which move every round.
+        self.publish();
         let now_ms = self.clock.now_ms();
         self.update_live(now_ms);
         self.update_readiness();

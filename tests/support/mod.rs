@@ -111,6 +111,19 @@ pub fn spawn(
     ports: Ports,
     extra: &str,
 ) -> Node {
+    spawn_with_env(scratch, name, rules, seeds, ports, extra, &[])
+}
+
+/// As [`spawn`], with environment variables set for the process.
+pub fn spawn_with_env(
+    scratch: &Scratch,
+    name: &str,
+    rules: &Path,
+    seeds: &[SocketAddr],
+    ports: Ports,
+    extra: &str,
+    env: &[(&str, &str)],
+) -> Node {
     let Ports { grpc, http, gossip } = ports;
     let seeds: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
     let config = format!(
@@ -140,6 +153,7 @@ filter = "warn"
     let child = Command::new(env!("CARGO_BIN_EXE_limitmesh"))
         .args(["serve", "--config"])
         .arg(&config_path)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -236,4 +250,48 @@ pub fn kill(node: &Node, signal: &str) {
         .status()
         .expect("kill runs");
     assert!(status.success());
+}
+
+/// Sends `rate` requests per second for `user`, round robin over `clients`, for `secs` seconds;
+/// returns (requests sent, admission times since the start).
+pub async fn drive(
+    clients: &mut [RateLimitServiceClient<Channel>],
+    user: &str,
+    rate: u64,
+    secs: u64,
+) -> (usize, Vec<Duration>) {
+    use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    let start_at = Instant::now();
+    let mut admitted_at = Vec::new();
+    let mut i = 0usize;
+    let gap_us = 1_000_000 / rate.max(1);
+    while start_at.elapsed() < Duration::from_secs(secs) {
+        let n = clients.len();
+        if ask(&mut clients[i % n], user).await.overall_code == Code::Ok as i32 {
+            admitted_at.push(start_at.elapsed());
+        }
+        i += 1;
+        let next = start_at + Duration::from_micros(gap_us * i as u64);
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+    (i, admitted_at)
+}
+
+/// The most admissions in any 1 s window ending after the first second (on the client's clock).
+pub fn busiest_second(admitted_at: &[Duration]) -> usize {
+    let mut worst = 0;
+    for (k, t) in admitted_at.iter().enumerate() {
+        if *t < Duration::from_secs(1) {
+            continue;
+        }
+        let n = admitted_at[..=k]
+            .iter()
+            .rev()
+            .take_while(|s| t.saturating_sub(**s) < Duration::from_secs(1))
+            .count();
+        worst = worst.max(n);
+    }
+    worst
 }
