@@ -73,7 +73,7 @@ impl Clock for RawSystemClock {
     #[cfg(target_os = "linux")]
     fn now_ms(&self) -> u64 {
         let ts = rustix::time::clock_gettime(rustix::time::ClockId::RealtimeCoarse);
-        // A clock set before 1970 reads as 0; the rollback guard then holds the last good value.
+        // A clock set before 1970 reads as 0: a step back like any other, outvoted by the peers.
         let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
         let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
         secs.saturating_mul(1_000).saturating_add(nanos / 1_000_000)
@@ -129,6 +129,16 @@ impl TimeSource for OffsetSystemClock {
     }
 }
 
+/// The production clock: cluster time over the system's clocks.
+pub type SystemClock = ClusterClock<OffsetSystemClock>;
+
+impl SystemClock {
+    /// Cluster time over the system's clocks as they are.
+    pub fn system() -> Self {
+        Self::new(OffsetSystemClock::default())
+    }
+}
+
 /// Wraps a raw clock so that readings never go backwards.
 ///
 /// Invariant: every value returned is `>=` every value returned before (the high-water mark).
@@ -141,15 +151,6 @@ pub struct RollbackGuard<C> {
     rolled_back: AtomicBool,
     rollbacks: AtomicU64,
     deepest_rollback_ms: AtomicU64,
-}
-
-/// The production clock: the system wall clock behind a rollback guard.
-pub type SystemClock = RollbackGuard<RawSystemClock>;
-
-impl SystemClock {
-    pub fn system() -> Self {
-        Self::new(RawSystemClock)
-    }
 }
 
 impl<C: Clock> RollbackGuard<C> {

@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{mpsc, watch};
 
 use crate::admin::{self, AdminState};
-use crate::clock::{Clock, ClusterClock, OffsetSystemClock};
+use crate::clock::{Clock, OffsetSystemClock, SystemClock};
 use crate::config::{Config, ConfigError};
 use crate::gossip::wire::{Keyring, WireError};
 use crate::limiter::{KeyHasher, Limiter, OriginId};
@@ -207,7 +207,7 @@ pub async fn run(
             "{CLOCK_OFFSET_ENV} is set: this node's wall clock is moved on purpose"
         );
     }
-    let clock = Arc::new(ClusterClock::new(OffsetSystemClock {
+    let clock = Arc::new(SystemClock::new(OffsetSystemClock {
         offset_ms: bound.clock_offset_ms,
     }));
     let limiter = Arc::new(Limiter::new(

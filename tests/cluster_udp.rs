@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use limitmesh::clock::{Clock, ClusterClock, RawSystemClock, SystemClock};
+use limitmesh::clock::{Clock, SystemClock};
 use limitmesh::gossip::wire::Keyring;
 use limitmesh::limiter::{
     CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
@@ -39,7 +39,7 @@ async fn start(i: u128, seeds: Vec<SocketAddr>, keyring: &Arc<Keyring>) -> Runni
     let node = Node::new(
         params,
         socket,
-        Arc::new(ClusterClock::new(RawSystemClock)),
+        Arc::new(SystemClock::system()),
         limiter.clone(),
         keyring.clone(),
         view.clone(),

@@ -40,7 +40,7 @@ fn main() -> anyhow::Result<()> {
     };
     if !args.json {
         println!(
-            "{:<13} {:<7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}  {}",
+            "{:<13} {:<7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}  cut_off",
             "scenario",
             "policy",
             "over_mean",
@@ -53,7 +53,6 @@ fn main() -> anyhow::Result<()> {
             "stale_p99",
             "conv_ms",
             "B/key",
-            "cut_off"
         );
     }
     for name in names {

@@ -173,9 +173,10 @@ fn duplicated_and_reordered_datagrams() {
 #[test]
 fn clocks_skewed_by_a_hundred_ms() {
     let (_, out, r) = simulate("skew", Some(15_000));
-    // Nodes at −100 and +100 ms: some node estimates a peer about 200 ms off.
+    // Nodes at −100 … +100 ms: the median clock is the one at 0, and the peers estimate the
+    // outer two about 100 ms from it.
     assert!(
-        out.faults.max_estimated_offset_ms >= 150,
+        out.faults.max_estimated_offset_ms >= 90,
         "seed {SEED}: skew not seen: {:?}",
         out.faults
     );
