@@ -41,6 +41,16 @@ fn one_node_8_s_ahead_and_one_4_s_behind() {
         out.faults
     );
     within_the_bars("skew8-4", &r, &out);
+    // Every node's registers stay acceptable to every other: none refused as from the future
+    // (a register whose newest bucket is more than a window ahead of the receiver's time).
+    let future: u64 = out.wire.iter().map(|w| w.merges.future).sum();
+    let merged: u64 = out
+        .wire
+        .iter()
+        .map(|w| w.merges.inserted + w.merges.replaced)
+        .sum();
+    assert_eq!(future, 0, "seed {SEED}: {future} registers refused as future");
+    assert!(merged > 1_000, "seed {SEED}: only {merged} registers merged");
 }
 
 #[test]
