@@ -49,8 +49,14 @@ fn one_node_8_s_ahead_and_one_4_s_behind() {
         .iter()
         .map(|w| w.merges.inserted + w.merges.replaced)
         .sum();
-    assert_eq!(future, 0, "seed {SEED}: {future} registers refused as future");
-    assert!(merged > 1_000, "seed {SEED}: only {merged} registers merged");
+    assert_eq!(
+        future, 0,
+        "seed {SEED}: {future} registers refused as future"
+    );
+    assert!(
+        merged > 1_000,
+        "seed {SEED}: only {merged} registers merged"
+    );
 }
 
 #[test]

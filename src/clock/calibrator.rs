@@ -23,6 +23,13 @@ pub const DEAD_BAND_MS: i64 = 20;
 /// still warming up admits nothing, so it jumps.
 pub const SLEW_PER_MILLE: i64 = 20;
 
+/// A serving node further than this from the cluster's time steps instead of slewing, which
+/// would take 50 s per second of difference (a node that served alone on a wrong clock, then
+/// met its cluster). Forward, its windows age at once; back, its cluster time stands still
+/// until the cluster's catches up (it never goes backwards), admitting nothing new meanwhile
+/// beyond what its windows already allow.
+pub const STEP_BEYOND_MS: i64 = 1_000;
+
 /// A peer whose wall clock is this share (per mille) of `max_clock_drift_ms` away from cluster
 /// time is cut off by the others. Below the node's own threshold, so that a node that cuts
 /// itself off has already been cut off by its peers, whose estimates of its clock differ from
@@ -151,6 +158,7 @@ pub fn steer(
     } else {
         match how {
             Steer::Jump => wanted,
+            Steer::Slew { .. } if wanted.abs() > STEP_BEYOND_MS => wanted,
             Steer::Slew { elapsed_ms } => {
                 let most = i64::try_from(elapsed_ms)
                     .unwrap_or(i64::MAX)

@@ -155,6 +155,30 @@ fn a_step_of_a_peer_is_outvoted_and_a_step_of_most_peers_is_followed_slowly() {
 }
 
 #[test]
+fn a_serving_node_far_from_the_cluster_steps_instead_of_slewing() {
+    // A node served alone on a clock 8 s fast (no warm-up: it had no peers); then four
+    // correct peers appear. Slewing would take 400 s; it steps in the first round with them.
+    let rec = Recording {
+        own_offset: constant(8_000, 10),
+        peer_offsets: vec![constant(0, 10); 4],
+        latency: |_, _| 1,
+    };
+    let s = replay(&rec, 0, 10_000);
+    assert!(error_of(&s[0]).abs() <= DEAD_BAND_MS, "{:?}", s[0]);
+    assert!(!s[0].fenced);
+    // Just within the step threshold, it slews.
+    let s = steer(
+        WALL0,
+        WALL0 - 900,
+        WALL0 - 900,
+        10_000,
+        false,
+        Steer::Slew { elapsed_ms: 200 },
+    );
+    assert_eq!(s.base, WALL0 - 4);
+}
+
+#[test]
 fn asymmetric_latency_biases_by_the_one_way_latency_only() {
     // Peers' datagrams take 60 ms to arrive (a slow return path): every estimate is 60 ms
     // short, the median too; no feedback makes it grow round after round.
