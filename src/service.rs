@@ -217,28 +217,6 @@ pub async fn run(
     ));
     let state_path = (!config.limiter.state_path.is_empty())
         .then(|| std::path::PathBuf::from(&config.limiter.state_path));
-    if let Some(path) = &state_path {
-        match crate::snapshot::load(&limiter, path, clock.now_ms()) {
-            Ok(report) => tracing::info!(
-                path = %path.display(),
-                read = report.read,
-                kept = report.merge.changed(),
-                expired = report.merge.expired,
-                "loaded the registers saved at the last stop"
-            ),
-            // A node that cannot start is worse than one that starts without its snapshot: its
-            // peers' state still arrives before it serves (warm-up). Loudly, and the file is
-            // kept for a person to look at.
-            Err(e) => {
-                let aside = crate::snapshot::set_aside(path);
-                tracing::error!(
-                    error = %e,
-                    moved_to = ?aside.as_ref().map(|p| p.display().to_string()),
-                    "cannot load the saved registers; starting without them"
-                );
-            }
-        }
-    }
     let rules = Arc::new(bound.rules);
     let view = Arc::new(ClusterView::default());
     let mut metrics = Metrics::new();
@@ -273,6 +251,7 @@ pub async fn run(
     params.verify_return_route =
         config.cluster.has_peers() && config.cluster_keys().is_ok_and(|k| k.is_empty());
     params.warmup_timeout = Duration::from_millis(config.cluster.warmup_timeout_ms);
+    params.state_path = state_path.clone();
     for seed in &config.cluster.seeds {
         match tokio::net::lookup_host(seed.as_str()).await {
             Ok(addrs) => params.seeds.extend(addrs),
@@ -399,7 +378,13 @@ pub async fn run(
     if let Ok(Ok(Err(e))) = admin_result {
         return Err(ServiceError::Admin(e));
     }
-    if let Some(path) = &state_path {
+    if let Some(path) = &state_path
+        && !view.is_ready()
+    {
+        // The saved registers are loaded at the end of the warm-up: a node stopped before then
+        // never read them, and must not overwrite them with less.
+        tracing::warn!(path = %path.display(), "stopped while warming up: the saved registers are kept as they were");
+    } else if let Some(path) = &state_path {
         // After the gRPC server and the node loop have stopped: nothing is admitted any more.
         let saved = crate::snapshot::save(&limiter, path, clock.now_ms())?;
         tracing::info!(path = %path.display(), registers = saved, "saved the registers");

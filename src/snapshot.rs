@@ -103,6 +103,31 @@ pub fn save(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<usize, Snapsh
     Ok(written)
 }
 
+/// Loads the saved registers, logging what came of it. A file that cannot be loaded is set
+/// aside (`<path>.corrupt`) and the node starts without it: a node that cannot start is worse
+/// than one whose peers' state arrives before it serves (warm-up). Called once the node runs
+/// on cluster time, so that what is expired or from the future is judged on the cluster's
+/// clock rather than on a wall clock that may be off.
+pub fn restore(limiter: &Limiter, path: &Path, now_ms: u64) {
+    match load(limiter, path, now_ms) {
+        Ok(report) => tracing::info!(
+            path = %path.display(),
+            read = report.read,
+            kept = report.merge.changed(),
+            expired = report.merge.expired,
+            "loaded the registers saved at the last stop"
+        ),
+        Err(e) => {
+            let aside = set_aside(path);
+            tracing::error!(
+                error = %e,
+                moved_to = ?aside.as_ref().map(|p| p.display().to_string()),
+                "cannot load the saved registers; starting without them"
+            );
+        }
+    }
+}
+
 /// Merges the registers saved in `path` into `limiter`. A missing file is an empty snapshot
 /// (the first start); anything else that is wrong with it is an error naming it, and nothing
 /// is merged.

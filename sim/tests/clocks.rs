@@ -93,6 +93,22 @@ fn a_clock_stepped_5_s_ahead_mid_run() {
 }
 
 #[test]
+fn a_clock_stepped_5_s_ahead_in_a_cluster_of_two() {
+    // No majority to outvote the step: both nodes follow the midpoint, slewing together.
+    let mut cfg = scenario("step5", SEED, 2).expect("known scenario");
+    cfg.duration_ms = 14_000;
+    let out = run(&cfg).expect("simulation runs");
+    let r = Report::new(&cfg, &out);
+    assert_eq!(cfg.nodes, 2);
+    assert_eq!(
+        out.faults.clock_forward_steps, 1,
+        "seed {SEED}: {:?}",
+        out.faults
+    );
+    within_the_bars("step5 at 2 nodes", &r, &out);
+}
+
+#[test]
 fn two_nodes_one_3_s_ahead_meet_halfway() {
     let mut cfg = scenario("pair3", SEED, 5).expect("known scenario");
     cfg.duration_ms = 14_000;

@@ -17,28 +17,27 @@ const SAMPLES: usize = 16;
 /// is short by one network latency) and moving for them would only make time jitter.
 pub const DEAD_BAND_MS: i64 = 20;
 
-/// How fast a serving node's cluster time may be pulled, as a share of elapsed time (per
-/// mille). While it is pulled forward, windows pass 2 % faster than they should, and a node
-/// admits up to 2 % more; pulled back, they pass slower and it admits less. A node that is
-/// still warming up admits nothing, so it jumps.
-pub const SLEW_PER_MILLE: i64 = 20;
+/// How fast a serving node's cluster time may be pulled forward, as a share of elapsed time
+/// (per mille). Meanwhile its windows pass 0.5 % faster than they should, and it admits up to
+/// 0.5 % more: within the design's 1 % mean even when the whole cluster follows a move of the
+/// median (two nodes, one of whose clocks stepped), which takes 200 s per second. Nodes that
+/// start in agreement slew together and stay in agreement while they do. A node that is still
+/// warming up admits nothing, so it jumps.
+pub const SLEW_FORWARD_PER_MILLE: i64 = 5;
 
-/// A serving node further than this from the cluster's time steps instead of slewing, which
-/// would take 50 s per second of difference (a node that served alone on a wrong clock, then
-/// met its cluster). Forward, its windows age at once; back, its cluster time stands still
-/// until the cluster's catches up (it never goes backwards), admitting nothing new meanwhile
-/// beyond what its windows already allow.
-pub const STEP_BEYOND_MS: i64 = 1_000;
+/// How fast it may be pulled back: windows then pass slower, and it admits less, not more.
+pub const SLEW_BACK_PER_MILLE: i64 = 10;
 
-/// A peer whose wall clock is this share (per mille) of `max_clock_drift_ms` away from cluster
-/// time is cut off by the others. Below the node's own threshold, so that a node that cuts
-/// itself off has already been cut off by its peers, whose estimates of its clock differ from
-/// its own by their latencies.
-pub const PEER_FENCE_PER_MILLE: u64 = 900;
+/// A clock further than this share (per mille) of `max_clock_drift_ms` from cluster time is
+/// cut off for admission, on both sides: by the node itself (which then counts every peer as
+/// cut off) and by its peers, from the same estimates (theirs short by their latencies). The
+/// node still corrects its clock up to the whole tolerance, so a clock just inside it is both
+/// corrected and fenced; beyond it, the clock is left alone.
+pub const FENCE_PER_MILLE: u64 = 900;
 
-/// A node that has cut itself off rejoins once its clock is back within this share (per
-/// mille) of the tolerance, so that an offset hovering at the threshold does not flap.
-pub const SELF_REJOIN_PER_MILLE: u64 = 950;
+/// A clock cut off is let back once it is within this share (per mille) of the tolerance, so
+/// that an estimate hovering at the threshold does not flap.
+pub const UNFENCE_PER_MILLE: u64 = 850;
 
 /// Estimates of the members' wall clocks, each as "its wall − this node's mono".
 #[derive(Debug, Default)]
@@ -109,9 +108,11 @@ fn signed_diff(a: u64, b: u64) -> i64 {
 /// How a node may move its cluster time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Steer {
-    /// At once: the node admits nothing yet (warm-up).
+    /// At once: the node admits nothing yet (warm-up), or it is the first time it has peers to
+    /// steer by (it served alone, on its own clock, until now).
     Jump,
-    /// By at most [`SLEW_PER_MILLE`] of the monotonic time since the last steer.
+    /// By at most [`SLEW_FORWARD_PER_MILLE`] (or [`SLEW_BACK_PER_MILLE`]) of the monotonic
+    /// time since the last steer.
     Slew { elapsed_ms: u64 },
 }
 
@@ -122,34 +123,43 @@ pub struct Steering {
     pub base: i64,
     /// This node's wall clock minus cluster time (positive: ahead).
     pub offset_ms: i64,
-    /// This node's wall clock is too far from the cluster's to be corrected: it is cut off for
-    /// admission (see DESIGN §9) and its cluster time is left where it is.
+    /// This node's clock is far enough from the cluster's for it to be cut off for admission
+    /// (see DESIGN §9).
     pub fenced: bool,
+    /// Its clock is beyond the tolerance: cluster time is left where it is.
+    pub uncorrected: bool,
+}
+
+/// Whether a clock `distance` ms from cluster time is cut off, given whether it was.
+pub fn fenced(distance: u64, max_drift_ms: u64, was_fenced: bool) -> bool {
+    let per_mille = if was_fenced {
+        UNFENCE_PER_MILLE
+    } else {
+        FENCE_PER_MILLE
+    };
+    distance > max_drift_ms.saturating_mul(per_mille) / 1_000
 }
 
 /// One steering decision. `own` is this node's "wall − mono" now, `reference` the cluster's
-/// ([`Calibrator::reference`]), `base` the current base, `fenced` whether the node was cut off
-/// until now.
+/// ([`Calibrator::reference`]), `base` the current base, `was_fenced` whether the node was cut
+/// off until now.
 pub fn steer(
     base: i64,
     own: i64,
     reference: i64,
     max_drift_ms: u64,
-    fenced: bool,
+    was_fenced: bool,
     how: Steer,
 ) -> Steering {
     let offset_ms = own.saturating_sub(reference);
     let distance = offset_ms.unsigned_abs();
-    let threshold = if fenced {
-        max_drift_ms.saturating_mul(SELF_REJOIN_PER_MILLE) / 1_000
-    } else {
-        max_drift_ms
-    };
-    if distance > threshold {
+    let fenced = fenced(distance, max_drift_ms, was_fenced);
+    if distance > max_drift_ms {
         return Steering {
             base,
             offset_ms,
-            fenced: true,
+            fenced,
+            uncorrected: true,
         };
     }
     let wanted = reference.saturating_sub(base);
@@ -158,27 +168,29 @@ pub fn steer(
     } else {
         match how {
             Steer::Jump => wanted,
-            Steer::Slew { .. } if wanted.abs() > STEP_BEYOND_MS => wanted,
             Steer::Slew { elapsed_ms } => {
-                let most = i64::try_from(elapsed_ms)
-                    .unwrap_or(i64::MAX)
-                    .saturating_mul(SLEW_PER_MILLE)
-                    / 1_000;
-                wanted.clamp(-most, most)
+                let elapsed = i64::try_from(elapsed_ms).unwrap_or(i64::MAX);
+                let forward = elapsed.saturating_mul(SLEW_FORWARD_PER_MILLE) / 1_000;
+                let back = elapsed.saturating_mul(SLEW_BACK_PER_MILLE) / 1_000;
+                wanted.clamp(-back, forward)
             }
         }
     };
     Steering {
         base: base.saturating_add(step),
         offset_ms,
-        fenced: false,
+        fenced,
+        uncorrected: false,
     }
 }
 
 /// Whether this node should cut off a peer whose "wall − mono" estimate is `estimate`.
-pub fn peer_fenced(estimate: i64, reference: i64, max_drift_ms: u64) -> bool {
-    estimate.saturating_sub(reference).unsigned_abs()
-        > max_drift_ms.saturating_mul(PEER_FENCE_PER_MILLE) / 1_000
+pub fn peer_fenced(estimate: i64, reference: i64, max_drift_ms: u64, was_fenced: bool) -> bool {
+    fenced(
+        estimate.saturating_sub(reference).unsigned_abs(),
+        max_drift_ms,
+        was_fenced,
+    )
 }
 
 #[cfg(test)]

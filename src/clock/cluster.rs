@@ -32,6 +32,9 @@ pub struct ClusterClock<S> {
     high_water: AtomicU64,
     /// The last "wall − mono" the node loop saw, to tell steps of the wall clock.
     last_gap: AtomicI64,
+    /// Suspended time already added to the base: the monotonic clock the calibrator sees is
+    /// the source's plus this, so a suspend moves cluster time forward as real time moved.
+    accounted_suspend: AtomicU64,
     rollbacks: AtomicU64,
     deepest_rollback_ms: AtomicU64,
     forward_steps: AtomicU64,
@@ -56,12 +59,14 @@ fn clamp_base(base: i64) -> u64 {
 impl<S: TimeSource> ClusterClock<S> {
     /// Starts on the source's wall clock: cluster time equals wall time until steered.
     pub fn new(source: S) -> Self {
-        let gap = gap(&source);
+        let raw_gap = gap(&source);
+        let suspended = source.suspended_ms();
         Self {
             source,
-            state: AtomicU64::new(pack(0, clamp_base(gap))),
+            state: AtomicU64::new(pack(0, clamp_base(raw_gap))),
             high_water: AtomicU64::new(0),
-            last_gap: AtomicI64::new(gap),
+            last_gap: AtomicI64::new(raw_gap.saturating_sub(suspended.min(i64::MAX as u64) as i64)),
+            accounted_suspend: AtomicU64::new(suspended),
             rollbacks: AtomicU64::new(0),
             deepest_rollback_ms: AtomicU64::new(0),
             forward_steps: AtomicU64::new(0),
@@ -77,19 +82,47 @@ impl<S: TimeSource> ClusterClock<S> {
         self.source.wall_ms()
     }
 
+    /// The monotonic clock, suspends included (as of the last [`ClusterClock::own_gap`]).
     pub fn mono_ms(&self) -> u64 {
-        self.source.mono_ms()
+        self.source
+            .mono_ms()
+            .saturating_add(self.accounted_suspend.load(Ordering::Relaxed))
     }
 
-    /// Cluster time minus the monotonic clock.
+    /// Cluster time minus [`ClusterClock::mono_ms`].
     pub fn base(&self) -> i64 {
-        unpack_base(self.state.load(Ordering::Acquire)).1
+        let raw = unpack_base(self.state.load(Ordering::Acquire)).1;
+        raw.saturating_sub(self.accounted() as i64)
+    }
+
+    fn accounted(&self) -> u64 {
+        self.accounted_suspend
+            .load(Ordering::Relaxed)
+            .min(i64::MAX as u64)
+    }
+
+    /// Adds the time the machine was suspended since the last call to cluster time, at once:
+    /// real time passed, and the cluster's clocks moved on by as much.
+    fn account_suspend(&self) {
+        let suspended = self.source.suspended_ms();
+        let before = self.accounted_suspend.load(Ordering::Relaxed);
+        if suspended <= before {
+            return;
+        }
+        self.accounted_suspend.store(suspended, Ordering::Relaxed);
+        let moved = i64::try_from(suspended - before).unwrap_or(i64::MAX);
+        let (generation, raw) = unpack_base(self.state.load(Ordering::Acquire));
+        self.state.store(
+            pack(generation, clamp_base(raw.saturating_add(moved))),
+            Ordering::Release,
+        );
     }
 
     /// This node's wall clock minus its monotonic clock, now; counts the steps the wall clock
     /// took since the last call (the node loop calls it every round).
     pub fn own_gap(&self) -> i64 {
-        let now = gap(&self.source);
+        self.account_suspend();
+        let now = gap_of(self.wall_ms(), self.mono_ms());
         let before = self.last_gap.swap(now, Ordering::Relaxed);
         let moved = now.saturating_sub(before);
         if moved <= -STEP_MS {
@@ -106,11 +139,14 @@ impl<S: TimeSource> ClusterClock<S> {
     /// generation); otherwise readings hold at the high-water mark until time catches up.
     pub fn set_base(&self, base: i64, jump: bool) {
         let (generation, current) = unpack_base(self.state.load(Ordering::Acquire));
+        let base = base.saturating_add(self.accounted() as i64);
         if base == current {
             return;
         }
+        // Saturating: a wrapped generation would lose every `fetch_max` to the old mark and
+        // stop time. Jumps back happen only in warm-ups, a handful per process.
         let generation = if jump && base < current {
-            generation.wrapping_add(1)
+            generation.saturating_add(1)
         } else {
             generation
         };
@@ -135,7 +171,10 @@ impl<S: TimeSource> ClusterClock<S> {
 }
 
 fn gap<S: TimeSource>(source: &S) -> i64 {
-    let (wall, mono) = (source.wall_ms(), source.mono_ms());
+    gap_of(source.wall_ms(), source.mono_ms())
+}
+
+fn gap_of(wall: u64, mono: u64) -> i64 {
     if wall >= mono {
         i64::try_from(wall - mono).unwrap_or(i64::MAX)
     } else {
@@ -168,6 +207,7 @@ mod tests {
     struct Split {
         wall: AtomicU64,
         mono: AtomicU64,
+        suspended: AtomicU64,
     }
 
     impl TimeSource for Split {
@@ -177,12 +217,16 @@ mod tests {
         fn mono_ms(&self) -> u64 {
             self.mono.load(Ordering::Relaxed)
         }
+        fn suspended_ms(&self) -> u64 {
+            self.suspended.load(Ordering::Relaxed)
+        }
     }
 
     fn split(wall: u64, mono: u64) -> Arc<Split> {
         Arc::new(Split {
             wall: AtomicU64::new(wall),
             mono: AtomicU64::new(mono),
+            suspended: AtomicU64::new(0),
         })
     }
 
@@ -244,6 +288,56 @@ mod tests {
         for base in [0i64, 1, -1, -5_000, 1_700_000_000_000, -(1 << 46)] {
             let (g, b) = unpack_base(pack(7, clamp_base(base)));
             assert_eq!((g, b), (7, base));
+        }
+    }
+
+    #[test]
+    fn a_suspend_moves_cluster_time_on_as_real_time_moved() {
+        let s = split(1_000_000, 500);
+        s.suspended.store(7_000, Ordering::Relaxed); // suspended before this process began
+        let c = ClusterClock::new(s.clone());
+        assert_eq!(c.now_ms(), 1_000_000);
+        let (gap, base) = (c.own_gap(), c.base());
+        assert_eq!(gap, base, "wall and cluster time agree at start");
+        // Suspended 90 s: the wall clock and the suspend counter move on, the monotonic
+        // clock does not.
+        s.wall.fetch_add(90_000, Ordering::Relaxed);
+        s.suspended.fetch_add(90_000, Ordering::Relaxed);
+        assert_eq!(c.now_ms(), 1_000_000, "not accounted before the round");
+        assert_eq!(c.own_gap(), gap, "no wall step seen: it was a suspend");
+        assert_eq!(c.now_ms(), 1_090_000);
+        assert_eq!(c.base(), base, "the calibrator's view is unchanged");
+        assert_eq!((c.rollbacks(), c.forward_steps()), (0, 0));
+        // Steering still moves cluster time by what it asks.
+        c.set_base(base + 100, false);
+        assert_eq!(c.now_ms(), 1_090_100);
+    }
+
+    #[test]
+    fn readings_never_go_backwards_across_threads_while_the_base_is_steered() {
+        let s = split(1_000_000, 0);
+        let c = Arc::new(ClusterClock::new(s.clone()));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    let mut last = 0;
+                    for _ in 0..50_000 {
+                        let now = c.now_ms();
+                        assert!(now >= last, "went backwards: {now} < {last}");
+                        last = now;
+                    }
+                })
+            })
+            .collect();
+        for i in 0..50_000u64 {
+            s.mono.store(i / 10, Ordering::Relaxed);
+            // Slews back and forth by up to 3 ms, never jumping.
+            let base = c.base();
+            c.set_base(base + if i % 3 == 0 { -3 } else { 2 }, false);
+        }
+        for r in readers {
+            r.join().unwrap();
         }
     }
 }

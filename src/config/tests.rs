@@ -181,7 +181,7 @@ partition_policy = "available"
 arbitration = "max-timestamp"
 onset_ms = 1
 expected_hold_ms = 2
-max_clock_drift_ms = 3
+max_clock_drift_ms = 3000
 default_buckets = 20
 [rules]
 path = "/etc/limitmesh/rules"
@@ -224,7 +224,7 @@ filter = "warn,limitmesh=debug"
             core.expected_hold_ms,
             core.max_clock_drift_ms
         ),
-        (1, 2, 3)
+        (1, 2, 3_000)
     );
     assert!(core.admission_cache);
 }
@@ -513,6 +513,11 @@ fn ranges_are_checked_and_errors_point_at_their_origin() {
         (
             "[cluster]\ngossip_interval_ms = 1\n",
             "cluster.gossip_interval_ms",
+            2,
+        ),
+        (
+            "[limiter]\nmax_clock_drift_ms = 999\n",
+            "limiter.max_clock_drift_ms",
             2,
         ),
         (

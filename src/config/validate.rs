@@ -168,10 +168,12 @@ pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigErro
 
     let limiter = &config.limiter;
     at_least("limiter.max_keys", limiter.max_keys as u64, 1, p)?;
+    // Below a second, ordinary estimation error (a network latency) would cut members off for
+    // their clocks and leave the whole cluster on strict shares.
     at_least(
         "limiter.max_clock_drift_ms",
         limiter.max_clock_drift_ms,
-        1,
+        1_000,
         p,
     )?;
     // Every unit is a whole number of seconds, so a count that divides a second divides all.

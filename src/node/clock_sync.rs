@@ -42,6 +42,9 @@ pub struct ClockSync {
     reference: Option<i64>,
     /// The monotonic time of the last steer, for the slew bound.
     last_steer_mono: Option<u64>,
+    /// Whether cluster time has been steered by peers' clocks yet: until then a serving node
+    /// (one that started without peers) runs on its own clock, and its first contact jumps.
+    steered_by_peers: bool,
     fences: Fences,
     start_gap: i64,
 }
@@ -53,6 +56,7 @@ impl ClockSync {
             max_drift_ms,
             reference: None,
             last_steer_mono: None,
+            steered_by_peers: false,
             fences: Fences::default(),
             start_gap,
         }
@@ -68,7 +72,11 @@ impl ClockSync {
 
     /// A member's wall clock minus cluster time, in ms, once it has sent something.
     pub fn offset_of(&self, peer: u128) -> Option<i64> {
-        Some(self.calibrator.estimate(peer)? - self.reference?)
+        Some(
+            self.calibrator
+                .estimate(peer)?
+                .saturating_sub(self.reference?),
+        )
     }
 
     pub fn fences(&self) -> &Fences {
@@ -76,8 +84,9 @@ impl ClockSync {
     }
 
     /// Steers `clock` towards the median of this node's wall clock and those of `peers` (the
-    /// members not declared down): at once while `warming`, at the slew bound otherwise.
-    /// Publishes the outcome to `stats` and logs changes of who is cut off.
+    /// members SWIM holds up): at once while `warming` or at the first contact with peers, at
+    /// the slew bound otherwise. Publishes the outcome to `stats` and logs changes of who is
+    /// cut off.
     pub fn round<T: TimeSource>(
         &mut self,
         clock: &ClusterClock<T>,
@@ -88,13 +97,16 @@ impl ClockSync {
         let own = clock.own_gap();
         let mono = clock.mono_ms();
         let reference = self.calibrator.reference(own, peers.iter().copied());
-        let how = match (warming, self.last_steer_mono) {
+        let heard_peers = peers.iter().any(|p| self.calibrator.estimate(*p).is_some());
+        let first_contact = heard_peers && !self.steered_by_peers;
+        let how = match (warming || first_contact, self.last_steer_mono) {
             (true, _) => Steer::Jump,
             (false, None) => Steer::Slew { elapsed_ms: 0 },
             (false, Some(last)) => Steer::Slew {
                 elapsed_ms: mono.saturating_sub(last),
             },
         };
+        self.steered_by_peers |= heard_peers;
         let steering = calibrator::steer(
             clock.base(),
             own,
@@ -103,6 +115,8 @@ impl ClockSync {
             self.fences.own,
             how,
         );
+        // Back in time only while nothing is admitted; a serving node's jump back holds its
+        // cluster time still until the cluster's catches up.
         clock.set_base(steering.base, warming);
         self.last_steer_mono = Some(mono);
         self.reference = Some(reference);
@@ -111,9 +125,10 @@ impl ClockSync {
             .iter()
             .copied()
             .filter(|p| {
-                self.calibrator
-                    .estimate(*p)
-                    .is_some_and(|e| calibrator::peer_fenced(e, reference, self.max_drift_ms))
+                self.calibrator.estimate(*p).is_some_and(|e| {
+                    let was = self.fences.peers.contains(p);
+                    calibrator::peer_fenced(e, reference, self.max_drift_ms, was)
+                })
             })
             .collect();
         if steering.fenced && !self.fences.own {
@@ -121,8 +136,9 @@ impl ClockSync {
             tracing::warn!(
                 offset_ms = steering.offset_ms,
                 max_clock_drift_ms = self.max_drift_ms,
-                "this node's wall clock is too far from the cluster's to be corrected: it is cut \
-                 off for admission (its share of each limit only) until the clock is fixed"
+                corrected = !steering.uncorrected,
+                "this node's wall clock is too far from the cluster's: it is cut off for \
+                 admission (its share of each limit only) until the clock is fixed"
             );
         } else if !steering.fenced && self.fences.own {
             tracing::info!(
@@ -144,9 +160,10 @@ impl ClockSync {
             peers: peers_fenced,
         };
         stats.offset_ms.store(steering.offset_ms, Ordering::Relaxed);
-        stats
-            .correction_ms
-            .store(steering.base - self.start_gap, Ordering::Relaxed);
+        stats.correction_ms.store(
+            steering.base.saturating_sub(self.start_gap),
+            Ordering::Relaxed,
+        );
         stats.fenced.store(steering.fenced, Ordering::Relaxed);
         stats
             .fenced_members

@@ -88,6 +88,9 @@ pub struct NodeParams {
     /// `return_route.rs`): for clusters whose datagrams anyone can forge (`cluster.insecure`).
     /// Every node of a cluster must agree: it adds 16 bytes to register and heartbeat bodies.
     pub verify_return_route: bool,
+    /// Registers saved at the last stop (`limiter.state_path`), loaded once the node runs on
+    /// cluster time: at once without peers, at the end of the warm-up with them.
+    pub state_path: Option<std::path::PathBuf>,
 }
 
 impl NodeParams {
@@ -110,6 +113,7 @@ impl NodeParams {
             expect_peers: false,
             warmup_timeout: Duration::from_secs(5),
             verify_return_route: false,
+            state_path: None,
         }
     }
 }
@@ -149,6 +153,8 @@ pub struct Node<S, T> {
     last_heard: std::collections::BTreeMap<u128, Instant>,
     /// When each member appeared (up or renamed).
     joined_at: std::collections::BTreeMap<u128, Instant>,
+    /// Each member's address, to tell whose datagrams may steer this node's clock.
+    member_addrs: std::collections::BTreeMap<u128, SocketAddr>,
     /// How many members each member says it counts, itself included (the prefix of its
     /// register and heartbeat bodies).
     peers_count: std::collections::BTreeMap<u128, usize>,
@@ -210,6 +216,9 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
             }
         });
         if warmup.is_none() {
+            if let Some(path) = &params.state_path {
+                crate::snapshot::restore(&limiter, path, clock.now_ms());
+            }
             view.set_ready();
         }
         let mut rng = StdRng::seed_from_u64(params.rng_seed ^ 0x5EED_A11E);
@@ -229,6 +238,7 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
             pending: Vec::new(),
             last_heard: std::collections::BTreeMap::new(),
             joined_at: std::collections::BTreeMap::new(),
+            member_addrs: std::collections::BTreeMap::new(),
             peers_count: std::collections::BTreeMap::new(),
             return_route,
             anti_entropy_cursor: 0,
@@ -337,6 +347,9 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
             return;
         }
         self.warmup = None;
+        if let Some(path) = &self.params.state_path {
+            crate::snapshot::restore(&self.limiter, path, self.clock.now_ms());
+        }
         self.limiter.set_warming_until(0);
         self.view.set_ready();
     }
@@ -397,8 +410,19 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
                 w.heard_state.insert(header.sender);
             }
         }
-        self.clock_sync
-            .observe(header.sender, header.sent_ms, self.clock.mono_ms());
+        // Only a member's own datagrams, bound to this node and from its address (and, where
+        // anyone can forge datagrams, from an address that has shown it receives), steer this
+        // node's clock: a datagram that merely opens could name any sender.
+        let steers = header.addressed
+            && self.member_addrs.get(&header.sender) == Some(&from)
+            && self
+                .return_route
+                .as_ref()
+                .is_none_or(|r| r.is_verified(from));
+        if steers {
+            self.clock_sync
+                .observe(header.sender, header.sent_ms, self.clock.mono_ms());
+        }
         if let Some(offset) = self.clock_sync.offset_of(header.sender)
             && offset.unsigned_abs() > self.params.offset_warn_ms
         {
@@ -504,12 +528,13 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
                     self.queue_bootstrap(destination(id));
                 }
             }
-            let members: BTreeSet<u128> = self
+            self.member_addrs = self
                 .membership
                 .members()
                 .iter()
-                .map(|m| m.node.as_u128())
+                .map(|m| (m.node.as_u128(), m.addr))
                 .collect();
+            let members: BTreeSet<u128> = self.member_addrs.keys().copied().collect();
             self.clock_sync.retain(|s| members.contains(&s));
             self.last_heard.retain(|s, _| members.contains(s));
             self.joined_at.retain(|s, _| members.contains(s));

@@ -123,10 +123,10 @@ fn a_step_of_this_nodes_wall_clock_is_outvoted() {
 #[test]
 fn a_step_of_a_peer_is_outvoted_and_a_step_of_most_peers_is_followed_slowly() {
     // Round 20: one peer steps −3 s (outvoted). Round 40: three peers and this node step
-    // +1 s together (an NTP correction fleet-wide): followed at the slew rate, not at once.
+    // +3 s together (an NTP correction fleet-wide): followed at the slew rate, not at once.
     let rounds = 200;
     let own: Vec<i64> = (0..rounds)
-        .map(|r| if r < 40 { 0 } else { 1_000 })
+        .map(|r| if r < 40 { 0 } else { 3_000 })
         .collect();
     let shifted = |from: usize, by: i64| -> Vec<i64> {
         (0..rounds).map(|r| if r < from { 0 } else { by }).collect()
@@ -135,39 +135,39 @@ fn a_step_of_a_peer_is_outvoted_and_a_step_of_most_peers_is_followed_slowly() {
         own_offset: own,
         peer_offsets: vec![
             shifted(20, -3_000),
-            shifted(40, 1_000),
-            shifted(40, 1_000),
-            shifted(40, 1_000),
+            shifted(40, 3_000),
+            shifted(40, 3_000),
+            shifted(40, 3_000),
         ],
         latency: |_, _| 1,
     };
     let s = replay(&rec, 5, 10_000);
     assert!(error_of(&s[39]).abs() <= DEAD_BAND_MS, "{:?}", s[39]);
-    // 4 ms per 200 ms round at 2 %.
-    let per_round = 200 * SLEW_PER_MILLE / 1_000;
+    // 1 ms per 200 ms round at 0.5 %.
+    let per_round = 200 * SLEW_FORWARD_PER_MILLE / 1_000;
     for r in 41..rounds {
         let moved = s[r].base - s[r - 1].base;
         assert!((0..=per_round).contains(&moved), "round {r}: moved {moved}");
     }
-    // After 160 rounds at 4 ms: 640 ms of the 1 000 ms.
+    // After 160 rounds at 1 ms: 160 ms of the 3 000 ms.
     let err = error_of(&s[rounds - 1]);
-    assert!((600..=700).contains(&err), "err {err}");
+    assert!((150..=170).contains(&err), "err {err}");
 }
 
 #[test]
-fn a_serving_node_far_from_the_cluster_steps_instead_of_slewing() {
+fn a_node_that_served_alone_jumps_at_first_contact_then_slews() {
     // A node served alone on a clock 8 s fast (no warm-up: it had no peers); then four
-    // correct peers appear. Slewing would take 400 s; it steps in the first round with them.
+    // correct peers appear. Slewing would take 400 s: its first steer with peers jumps (the
+    // node loop passes `Steer::Jump` then), the later ones slew.
     let rec = Recording {
         own_offset: constant(8_000, 10),
         peer_offsets: vec![constant(0, 10); 4],
         latency: |_, _| 1,
     };
-    let s = replay(&rec, 0, 10_000);
+    let s = replay(&rec, 1, 10_000);
     assert!(error_of(&s[0]).abs() <= DEAD_BAND_MS, "{:?}", s[0]);
-    assert!(!s[0].fenced);
-    // Just within the step threshold, it slews.
-    let s = steer(
+    assert!(!s[0].fenced && !s[0].uncorrected);
+    let slewed = steer(
         WALL0,
         WALL0 - 900,
         WALL0 - 900,
@@ -175,7 +175,8 @@ fn a_serving_node_far_from_the_cluster_steps_instead_of_slewing() {
         false,
         Steer::Slew { elapsed_ms: 200 },
     );
-    assert_eq!(s.base, WALL0 - 4);
+    // Back at 1 %: 2 ms per 200 ms round.
+    assert_eq!(slewed.base, WALL0 - 2);
 }
 
 #[test]
@@ -202,27 +203,34 @@ fn beyond_the_tolerance_the_node_cuts_itself_off_and_keeps_its_time() {
     };
     let s = replay(&rec, 5, 10_000);
     assert!(
-        s.iter().all(|s| s.fenced && s.base == WALL0 + 15_000),
+        s.iter()
+            .all(|s| s.fenced && s.uncorrected && s.base == WALL0 + 15_000),
         "{:?}",
         s[0]
     );
     assert!((s[19].offset_ms - 15_000).abs() <= 2);
     // Its peers cut it off too, from their side.
-    assert!(peer_fenced(WALL0 + 15_000 - 1, WALL0, 10_000));
-    assert!(!peer_fenced(WALL0 + 8_000, WALL0, 10_000));
+    assert!(peer_fenced(WALL0 + 15_000 - 1, WALL0, 10_000, false));
+    assert!(!peer_fenced(WALL0 + 8_000, WALL0, 10_000, false));
 }
 
 #[test]
-fn a_node_its_peers_would_cut_off_has_been_cut_off_by_them_first() {
-    // Between 90 % and 100 % of the tolerance the peers have cut the node off; it has not.
+fn the_node_and_its_peers_cut_it_off_at_the_same_threshold_and_let_it_back_lower() {
+    // 9.5 s of a 10 s tolerance: corrected, and cut off, by itself and by its peers alike, so
+    // that neither side counts on a share the other does not leave it.
     let s = steer(WALL0, WALL0 + 9_500, WALL0, 10_000, false, Steer::Jump);
+    assert!(s.fenced && !s.uncorrected);
+    assert_eq!(s.base, WALL0);
+    assert!(peer_fenced(WALL0 + 9_500, WALL0, 10_000, false));
+    // 8.7 s: not cut off if it was not, still cut off if it was (back below 8.5 s only).
+    for was in [false, true] {
+        let s = steer(WALL0, WALL0 + 8_700, WALL0, 10_000, was, Steer::Jump);
+        assert_eq!(s.fenced, was);
+        assert_eq!(peer_fenced(WALL0 + 8_700, WALL0, 10_000, was), was);
+    }
+    let s = steer(WALL0, WALL0 + 8_400, WALL0, 10_000, true, Steer::Jump);
     assert!(!s.fenced);
-    assert!(peer_fenced(WALL0 + 9_500, WALL0, 10_000));
-    // Once cut off, it rejoins only below 95 %.
-    let s = steer(WALL0, WALL0 + 9_700, WALL0, 10_000, true, Steer::Jump);
-    assert!(s.fenced);
-    let s = steer(WALL0, WALL0 + 9_400, WALL0, 10_000, true, Steer::Jump);
-    assert!(!s.fenced);
+    assert!(!peer_fenced(WALL0 - 8_400, WALL0, 10_000, true));
 }
 
 #[test]
