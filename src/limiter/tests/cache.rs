@@ -163,3 +163,44 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_clock_cut_off_applies_at_once_to_a_cached_bound_even_under_available() {
+    // Five members, two of them silent, `available` policy: this side may use the whole limit
+    // of 100, and caches bounds that say so for the rest of a bucket. 80 per second for a
+    // second, then, in the middle of a bucket, a member's clock is found beyond the
+    // tolerance: the strict scale (3 of 5, so 60) applies at once, cached bound or not. A twin
+    // limiter that is not told shows what the bound allowed.
+    let limit = per(1_000, 100, EstimateMode::Interpolated);
+    let run = |cut_off: bool| {
+        let l = limiter_with(
+            LimiterConfig {
+                policy: Policy::DemandShare(PartitionPolicy::Available),
+                ..LimiterConfig::default()
+            },
+            3,
+        );
+        l.set_view(3, &[OriginId(8), OriginId(9)], 5, T0);
+        let start = T0 + 1_000;
+        let mut t = start;
+        // Two seconds: the first is the onset (a third at most), the second steady.
+        while t < start + 2_040 {
+            let allowed = check(&l, "k", &[limit], 1, t).allowed;
+            assert!(allowed || t < start + 1_000, "80/s is within 100 (at {t})");
+            t += 12;
+        }
+        if cut_off {
+            l.set_clock_fenced(true);
+        }
+        // The rest of the same bucket, at the same rate.
+        let mut admitted = 0;
+        while t < start + 2_100 {
+            admitted += usize::from(check(&l, "k", &[limit], 1, t).allowed);
+            t += 12;
+        }
+        admitted
+    };
+    let (told, not_told) = (run(true), run(false));
+    assert!(not_told >= 4, "the twin admits on: {not_told}");
+    assert_eq!(told, 0, "the window holds about 80 of a 60 share");
+}
