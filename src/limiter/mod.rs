@@ -16,6 +16,7 @@
 mod admission;
 mod bound_cache;
 mod decision;
+mod dirty;
 mod key;
 mod origin;
 mod state;
@@ -28,7 +29,6 @@ mod tests;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc;
 
 use smallvec::SmallVec;
 
@@ -141,7 +141,7 @@ pub struct Limiter {
     /// Until this time (ms) the node does not hold the cluster's state yet and admits nothing;
     /// 0 once it does (see [`Limiter::set_warming_until`]).
     warming_until_ms: AtomicU64,
-    dirty_tx: mpsc::Sender<KeyId>,
+    dirty: dirty::DirtyQueue,
     sync: Mutex<SyncState>,
 }
 
@@ -180,10 +180,8 @@ impl Limiter {
     /// [`Limiter::collect_changed`] must be called periodically (the gossip loop does): it
     /// drains the queue of windows changed since the last emission.
     pub fn new(config: LimiterConfig, origin: OriginId, hasher: KeyHasher) -> Self {
-        let (dirty_tx, dirty_rx) = mpsc::channel();
         let sync = SyncState::new(
             Hlc::new(config.max_clock_drift_ms),
-            dirty_rx,
             ExpectedSize::new(config.expected_hold_ms),
         );
         Self {
@@ -197,7 +195,7 @@ impl Limiter {
             clock_fenced: AtomicBool::new(false),
             view_generation: AtomicU32::new(0),
             warming_until_ms: AtomicU64::new(0),
-            dirty_tx,
+            dirty: dirty::DirtyQueue::default(),
             sync: Mutex::new(sync),
         }
     }
@@ -459,8 +457,7 @@ impl Limiter {
             state.bound.invalidate();
         }
         if state.mark_dirty() {
-            // The receiver lives as long as the limiter; a send cannot fail.
-            let _ = self.dirty_tx.send(id);
+            self.dirty.push(id);
         }
     }
 

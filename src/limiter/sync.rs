@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::mpsc;
 
 use super::origin::{OriginId, OriginTable};
 use super::state::WindowState;
@@ -20,7 +19,9 @@ pub(crate) struct SyncState {
     hlc: Hlc,
     /// This origin's emission counter: every batch it emits gets the next value.
     version: u64,
-    dirty_rx: mpsc::Receiver<KeyId>,
+    /// The previous round's queue, emptied: the next round's queue, so that rounds in a steady
+    /// state allocate no queue.
+    spare: Vec<KeyId>,
     /// Keys emitted in the previous round. Each is sent once more in the next round even if
     /// unchanged, so that one lost datagram does not leave a peer with a key's last state
     /// missing until anti-entropy.
@@ -43,11 +44,11 @@ impl SyncState {
         self.origins.intern(origin, now_ms)
     }
 
-    pub fn new(hlc: Hlc, dirty_rx: mpsc::Receiver<KeyId>, expected: ExpectedSize) -> Self {
+    pub fn new(hlc: Hlc, expected: ExpectedSize) -> Self {
         Self {
             hlc,
             version: 0,
-            dirty_rx,
+            spare: Vec::new(),
             last_round: Vec::new(),
             origins: OriginTable::default(),
             expected,
@@ -181,14 +182,15 @@ impl Limiter {
     /// call's, once more), as one batch with a fresh version. `None` when nothing changed.
     pub fn collect_changed(&self, now_ms: u64) -> Option<Batch> {
         let mut sync = self.lock_sync();
-        let mut ids: Vec<KeyId> = sync.dirty_rx.try_iter().collect();
+        let mut ids = std::mem::take(&mut sync.spare);
+        self.dirty.swap_into(&mut ids);
         ids.sort_unstable();
         ids.dedup();
         let mut all = ids.clone();
         all.extend(sync.last_round.iter().copied());
         all.sort_unstable();
         all.dedup();
-        sync.last_round = ids;
+        sync.spare = std::mem::replace(&mut sync.last_round, ids);
         if all.is_empty() {
             return None;
         }
