@@ -153,12 +153,11 @@ pub fn steer(
 ) -> Steering {
     let offset_ms = own.saturating_sub(reference);
     let distance = offset_ms.unsigned_abs();
-    let fenced = fenced(distance, max_drift_ms, was_fenced);
     if distance > max_drift_ms {
         return Steering {
             base,
             offset_ms,
-            fenced,
+            fenced: fenced(distance, max_drift_ms, was_fenced),
             uncorrected: true,
         };
     }
@@ -176,10 +175,14 @@ pub fn steer(
             }
         }
     };
+    let base = base.saturating_add(step);
+    // Cut off on the wall clock's distance, or on cluster time's if that is still further
+    // (a clock that was beyond the tolerance and has been fixed, while cluster time slews).
+    let residual = reference.saturating_sub(base).unsigned_abs();
     Steering {
-        base: base.saturating_add(step),
+        base,
         offset_ms,
-        fenced,
+        fenced: fenced(distance.max(residual), max_drift_ms, was_fenced),
         uncorrected: false,
     }
 }

@@ -16,9 +16,10 @@ pub(crate) type OriginIdx = u32;
 /// is written with CAS, and `remote` is replaced whole (copy on write) by the merge path.
 #[derive(Debug)]
 pub(crate) struct WindowState {
-    /// `dirty (1) | buckets (15) | window_ms (48)`: the window's shape, and whether the ring
-    /// changed since the last emission (whoever sets the flag queues the key). One word, so
-    /// that a window with its cached bound stays 128 bytes.
+    /// `dirty (1) | queued (1) | buckets (14) | window_ms (48)`: the window's shape, whether
+    /// the ring changed since the last emission, and whether the key is in the queue for the
+    /// next one (whoever sets that flag queues it). One word, so that a window with its cached
+    /// bound stays 128 bytes.
     shape: AtomicU64,
     pub ring: LocalRing,
     pub remote: ArcSwapOption<Replica>,
@@ -28,6 +29,8 @@ pub(crate) struct WindowState {
 }
 
 const DIRTY: u64 = 1 << 63;
+const QUEUED: u64 = 1 << 62;
+const FLAGS: u64 = DIRTY | QUEUED;
 const WINDOW_MASK: u64 = (1 << 48) - 1;
 
 /// A shape as the low bits of `WindowState::shape` (a window is under 2^48 ms and has at most
@@ -67,7 +70,7 @@ impl WindowState {
         let shape = self.shape.load(Ordering::Relaxed);
         WindowSpec::new(
             shape & WINDOW_MASK,
-            (shape >> 48) as u16 & 0x7FFF,
+            (shape >> 48) as u16 & 0x3FFF,
             Default::default(),
         )
         .expect("validated when the window was created")
@@ -77,7 +80,7 @@ impl WindowState {
     /// validation, unlike [`Self::spec`]).
     #[inline]
     pub fn has_shape(&self, spec: &WindowSpec) -> bool {
-        self.shape.load(Ordering::Relaxed) & !DIRTY == shape_bits(spec)
+        self.shape.load(Ordering::Relaxed) & !FLAGS == shape_bits(spec)
     }
 
     /// Folds the remote registers at `now_ms`. Origins in `silent` (sorted) do not count
@@ -129,15 +132,23 @@ impl WindowState {
         usage
     }
 
-    /// Marks the ring changed; returns true for the caller that must queue the key.
+    /// Marks the ring changed; returns true for the caller that must queue the key (it was
+    /// not queued yet).
     pub fn mark_dirty(&self) -> bool {
-        self.shape.load(Ordering::Relaxed) & DIRTY == 0
-            && self.shape.fetch_or(DIRTY, Ordering::AcqRel) & DIRTY == 0
+        self.shape.load(Ordering::Relaxed) & FLAGS != FLAGS
+            && self.shape.fetch_or(FLAGS, Ordering::AcqRel) & QUEUED == 0
     }
 
-    /// Clears the changed flag (the emission path, which then reads the ring).
-    pub fn clear_dirty(&self) {
-        self.shape.fetch_and(!DIRTY, Ordering::Release);
+    /// Takes the key off the queue and clears the changed flag (the emission path, which then
+    /// reads the ring); returns whether the ring had changed.
+    pub fn take_dirty(&self) -> bool {
+        self.shape.fetch_and(!FLAGS, Ordering::AcqRel) & DIRTY != 0
+    }
+
+    /// Queues the key again without marking it changed (to be sent once more next round);
+    /// returns true for the caller that must push it.
+    pub fn requeue(&self) -> bool {
+        self.shape.fetch_or(QUEUED, Ordering::AcqRel) & QUEUED == 0
     }
 
     /// When the last thing counted in this window stops counting, or `None` if nothing

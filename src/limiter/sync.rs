@@ -19,13 +19,6 @@ pub(crate) struct SyncState {
     hlc: Hlc,
     /// This origin's emission counter: every batch it emits gets the next value.
     version: u64,
-    /// The previous round's queue, emptied: the next round's queue, so that rounds in a steady
-    /// state allocate no queue.
-    spare: Vec<KeyId>,
-    /// Keys emitted in the previous round. Each is sent once more in the next round even if
-    /// unchanged, so that one lost datagram does not leave a peer with a key's last state
-    /// missing until anti-entropy.
-    last_round: Vec<KeyId>,
     origins: OriginTable,
     pub expected: ExpectedSize,
 }
@@ -34,7 +27,6 @@ impl std::fmt::Debug for SyncState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SyncState")
             .field("version", &self.version)
-            .field("last_round", &self.last_round.len())
             .finish_non_exhaustive()
     }
 }
@@ -48,8 +40,6 @@ impl SyncState {
         Self {
             hlc,
             version: 0,
-            spare: Vec::new(),
-            last_round: Vec::new(),
             origins: OriginTable::default(),
             expected,
         }
@@ -182,15 +172,9 @@ impl Limiter {
     /// call's, once more), as one batch with a fresh version. `None` when nothing changed.
     pub fn collect_changed(&self, now_ms: u64) -> Option<Batch> {
         let mut sync = self.lock_sync();
-        let mut ids = std::mem::take(&mut sync.spare);
-        self.dirty.swap_into(&mut ids);
-        ids.sort_unstable();
-        ids.dedup();
-        let mut all = ids.clone();
-        all.extend(sync.last_round.iter().copied());
+        let mut all = self.dirty.take();
         all.sort_unstable();
         all.dedup();
-        sync.spare = std::mem::replace(&mut sync.last_round, ids);
         if all.is_empty() {
             return None;
         }
@@ -199,12 +183,16 @@ impl Limiter {
         let hlc = sync.hlc.now(now_ms);
         let guard = self.table.guard();
         let mut updates = Vec::with_capacity(all.len());
+        let mut again = Vec::new();
         for id in all {
             let Some(state) = self.table.get(&id, &guard) else {
                 continue;
             };
-            // Clear before reading: a change after the read sets it again and requeues.
-            state.clear_dirty();
+            // Clear before reading: a change after the read sets it again and requeues. What
+            // changed goes once more next round.
+            if state.take_dirty() && state.requeue() {
+                again.push(id);
+            }
             let snap = state.ring.snapshot(&state.spec(), now_ms);
             updates.push(RegisterUpdate {
                 key: id,
@@ -213,6 +201,7 @@ impl Limiter {
                 register: register_of(&snap, &state.spec(), now_ms, version, hlc),
             });
         }
+        self.dirty.queue_again(&again);
         Some(Batch {
             origin: self.origin,
             updates,

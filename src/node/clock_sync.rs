@@ -79,6 +79,13 @@ impl ClockSync {
         )
     }
 
+    /// Whether every one of `peers` has sent this node something to estimate its clock by.
+    pub fn has_estimates(&self, peers: impl IntoIterator<Item = u128>) -> bool {
+        peers
+            .into_iter()
+            .all(|p| self.calibrator.estimate(p).is_some())
+    }
+
     pub fn fences(&self) -> &Fences {
         &self.fences
     }
@@ -106,7 +113,7 @@ impl ClockSync {
                 elapsed_ms: mono.saturating_sub(last),
             },
         };
-        self.steered_by_peers |= heard_peers;
+        // A clock left alone (beyond the tolerance) keeps its jump for when it is fixed.
         let steering = calibrator::steer(
             clock.base(),
             own,
@@ -118,6 +125,7 @@ impl ClockSync {
         // Back in time only while nothing is admitted; a serving node's jump back holds its
         // cluster time still until the cluster's catches up.
         clock.set_base(steering.base, warming);
+        self.steered_by_peers |= heard_peers && !steering.uncorrected;
         self.last_steer_mono = Some(mono);
         self.reference = Some(reference);
 

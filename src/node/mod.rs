@@ -305,7 +305,9 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
             self.flush().await;
         }
         // What this node admitted since the last round goes out before it leaves: its peers
-        // keep its registers (and relay them) for as long as their windows live.
+        // keep its registers (and relay them) for as long as their windows live. A node still
+        // warming up stays so: the final round must not open admission after the drain.
+        self.warmup = None;
         self.summary_round();
         self.flush().await;
         self.membership.leave(crate::clock::monotonic_now());
@@ -326,10 +328,15 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
         let settled = w
             .last_member_change
             .is_some_and(|t| now.saturating_duration_since(t) >= settle);
+        // Every member's state, and its clock: a node that ends its warm-up on cluster time
+        // does not have to move it while it serves.
         let heard_all = !members.is_empty()
             && members
                 .iter()
-                .all(|m| w.heard_state.contains(&m.node.as_u128()));
+                .all(|m| w.heard_state.contains(&m.node.as_u128()))
+            && self
+                .clock_sync
+                .has_estimates(members.iter().map(|m| m.node.as_u128()));
         let waited = now.saturating_duration_since(w.started);
         if heard_all && settled {
             tracing::info!(
@@ -341,7 +348,7 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
             tracing::warn!(
                 members = members.len(),
                 waited_ms = waited.as_millis() as u64,
-                "ready without the state of every member: the warm-up timed out"
+                "ready without the state or the clock of every member: the warm-up timed out"
             );
         } else {
             return;
@@ -378,6 +385,8 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
     }
 
     fn on_datagram(&mut self, datagram: &mut [u8], from: SocketAddr) {
+        // After a suspend, before anything is measured against the monotonic clock.
+        self.clock.account_suspend();
         let now_ms = self.clock.now_ms();
         let opened = match self.opener.open(&self.keyring, datagram, now_ms) {
             Ok(o) => o,

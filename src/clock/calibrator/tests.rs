@@ -255,3 +255,21 @@ fn medians() {
     assert_eq!(median(&mut [i64::MAX, i64::MAX]), i64::MAX);
     assert_eq!(median(&mut [i64::MIN, i64::MIN + 2]), i64::MIN + 1);
 }
+
+#[test]
+fn a_clock_fixed_after_being_beyond_the_tolerance_stays_cut_off_until_cluster_time_follows() {
+    // Cut off at +15 s with cluster time left on the wrong clock; NTP fixes the wall clock.
+    // Slewing back from +15 s, cluster time is still far from the cluster's: still cut off.
+    let s = steer(
+        WALL0 + 15_000,
+        WALL0,
+        WALL0,
+        10_000,
+        true,
+        Steer::Slew { elapsed_ms: 200 },
+    );
+    assert!(!s.uncorrected && s.fenced, "{s:?}");
+    // A jump (the node loop allows one, as at first contact) ends it.
+    let s = steer(WALL0 + 15_000, WALL0, WALL0, 10_000, true, Steer::Jump);
+    assert!(!s.fenced && s.base == WALL0, "{s:?}");
+}
