@@ -84,6 +84,19 @@ pub struct GrpcConfig {
     pub request_timeout_ms: u64,
     /// HTTP/2 streams per connection. Default: 1024.
     pub max_concurrent_streams: u32,
+    /// Rate limit headers in Envoy responses (`response_headers_to_add`). Default: `none`, as
+    /// envoyproxy/ratelimit and Limitador: Envoy's filter computes the draft-03 headers itself
+    /// from the statuses when `enable_x_ratelimit_headers: DRAFT_VERSION_03` is set.
+    pub rate_limit_headers: RateLimitHeadersName,
+}
+
+/// See `limitmesh::rpc::RateLimitHeaders`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateLimitHeadersName {
+    None,
+    #[serde(rename = "draft-03")]
+    Draft03,
 }
 
 impl Default for GrpcConfig {
@@ -92,6 +105,7 @@ impl Default for GrpcConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
             request_timeout_ms: 50,
             max_concurrent_streams: 1024,
+            rate_limit_headers: RateLimitHeadersName::None,
         }
     }
 }

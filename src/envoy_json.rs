@@ -16,7 +16,7 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use crate::rpc::{RateLimitServiceImpl, RpcContext};
+use crate::rpc::{RateLimitHeaders, RateLimitServiceImpl, RpcContext};
 
 /// Longest JSON body accepted.
 const MAX_BODY: usize = 256 * 1024;
@@ -33,9 +33,9 @@ impl std::fmt::Debug for JsonChecker {
 }
 
 impl JsonChecker {
-    pub fn new(ctx: RpcContext) -> Self {
+    pub fn new(ctx: RpcContext, headers: RateLimitHeaders) -> Self {
         Self {
-            service: RateLimitServiceImpl::new(ctx),
+            service: RateLimitServiceImpl::new(ctx, headers),
         }
     }
 }

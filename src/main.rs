@@ -7,6 +7,12 @@ use clap::Parser;
 use limitmesh::cli::{self, Cli, Command, ServeArgs};
 use limitmesh::config::{Config, LogFormat};
 
+/// mimalloc rather than the system allocator: under load, glibc's malloc and free took 13 % of
+/// a node's CPU (most of it HTTP/2 buffers freed on another worker than allocated them); with
+/// mimalloc the same node serves 18 % more calls a second (README, "Figures").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn init_tracing(config: &Config) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log.filter));
@@ -19,26 +25,6 @@ fn init_tracing(config: &Config) {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
     }
-}
-
-/// Resolves on SIGTERM or SIGINT.
-async fn termination() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
-            tokio::select! {
-                biased;
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -61,7 +47,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             "  curl -s -XPOST -d '{{\"domain\":\"demo\",\"descriptors\":[{{\"entries\":[{{\"key\":\"client\",\"value\":\"alice\"}}]}}]}}' http://{http}/json"
         );
     }
-    limitmesh::service::run(config, bound, termination()).await?;
+    limitmesh::service::run(config, bound, limitmesh::service::termination()).await?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -27,6 +27,26 @@ use crate::node::{ClusterCollector, ClusterView, MemberState, Node, NodeError, N
 use crate::rpc::{self, HealthHandle, MemberInfo, MembersSource, RpcContext, ServeOptions};
 use crate::rules::{RulesError, RulesHandle};
 
+/// Resolves on SIGTERM or SIGINT: what stops a node process.
+pub async fn termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            tokio::select! {
+                biased;
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 /// How long in-flight requests get to finish after shutdown starts.
 const DRAIN: Duration = Duration::from_secs(3);
 
@@ -309,10 +329,12 @@ pub async fn run(
     };
     let grpc_addr = bound.grpc.local_addr().unwrap_or_else(|_| unspecified());
     let incoming = rpc::tcp_incoming(bound.grpc);
+    let serve_options = ServeOptions::from_config(&config.grpc);
+    let rate_limit_headers = serve_options.rate_limit_headers;
     let grpc_task = tokio::spawn(rpc::serve_with_options(
         incoming,
         ctx.clone(),
-        ServeOptions::from_config(&config.grpc),
+        serve_options,
         health.clone(),
         stopped(stop_rx.clone()),
     ));
@@ -323,7 +345,10 @@ pub async fn run(
         metrics: metrics.clone(),
         view: view.clone(),
         ready: ready.clone(),
-        json: Some(Arc::new(crate::envoy_json::JsonChecker::new(ctx))),
+        json: Some(Arc::new(crate::envoy_json::JsonChecker::new(
+            ctx,
+            rate_limit_headers,
+        ))),
     };
     let admin_task = tokio::spawn(admin::serve(
         bound.http,

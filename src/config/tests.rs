@@ -160,6 +160,7 @@ name = "n1"
 listen = "0.0.0.0:9000"
 request_timeout_ms = 20
 max_concurrent_streams = 64
+rate_limit_headers = "draft-03"
 [http]
 listen = "0.0.0.0:9001"
 [cluster]
@@ -196,6 +197,7 @@ filter = "warn,limitmesh=debug"
     assert_eq!(c.grpc.listen, addr("0.0.0.0:9000"));
     assert_eq!(c.grpc.request_timeout_ms, 20);
     assert_eq!(c.grpc.max_concurrent_streams, 64);
+    assert_eq!(c.grpc.rate_limit_headers, RateLimitHeadersName::Draft03);
     assert_eq!(c.http.listen, addr("0.0.0.0:9001"));
     assert_eq!(c.cluster.seeds, ["10.0.0.1:7000", "peer.example:7000"]);
     assert_eq!(c.advertise_addr().unwrap(), addr("10.0.0.5:7000"));
@@ -263,6 +265,20 @@ fn toml_syntax_error_names_file_and_line() {
     };
     assert_eq!((file.as_str(), *line), (FILE, 3));
     assert!(err.to_string().starts_with("node.toml:3:"), "{err}");
+}
+
+#[test]
+fn an_unknown_header_style_names_its_line_and_the_styles() {
+    let err = parse_err(
+        "[grpc]\nlisten = \"127.0.0.1:1\"\nrate_limit_headers = \"draft-07\"\n",
+        &[],
+    );
+    assert!(matches!(err, ConfigError::Toml { line: 3, .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("draft-07") && text.contains("none") && text.contains("draft-03"),
+        "{text}"
+    );
 }
 
 #[test]

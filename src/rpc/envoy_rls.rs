@@ -10,15 +10,28 @@ use super::{RpcContext, convert};
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
+/// Which rate limit headers a response asks Envoy to add to the client's response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RateLimitHeaders {
+    /// None (envoyproxy/ratelimit's and Limitador's default). Envoy can still add draft-03
+    /// headers itself, computed from the statuses, with `enable_x_ratelimit_headers`.
+    #[default]
+    None,
+    /// `x-ratelimit-limit`, `-remaining` and `-reset` in the style of the IETF draft
+    /// (draft-ietf-httpapi-ratelimit-headers-03), on every response a limit applied to.
+    Draft03,
+}
+
 /// The `envoy.service.ratelimit.v3.RateLimitService` service.
 #[derive(Debug, Clone)]
 pub struct RateLimitServiceImpl {
     ctx: RpcContext,
+    headers: RateLimitHeaders,
 }
 
 impl RateLimitServiceImpl {
-    pub fn new(ctx: RpcContext) -> Self {
-        Self { ctx }
+    pub fn new(ctx: RpcContext, headers: RateLimitHeaders) -> Self {
+        Self { ctx, headers }
     }
 }
 
@@ -33,6 +46,9 @@ impl RateLimitService for RateLimitServiceImpl {
         let query =
             convert::envoy_request(&req).map_err(|e| self.ctx.invalid(&rules, &req.domain, e))?;
         let outcome = self.ctx.decide(&rules, &query)?;
-        Ok(Response::new(convert::envoy_response(&outcome)))
+        Ok(Response::new(convert::envoy_response(
+            &outcome,
+            self.headers,
+        )))
     }
 }

@@ -26,7 +26,7 @@ use tonic::Status;
 use tonic::transport::server::Connected;
 
 pub use self::decide::MAX_DESCRIPTORS;
-pub use self::envoy_rls::RateLimitServiceImpl;
+pub use self::envoy_rls::{RateLimitHeaders, RateLimitServiceImpl};
 pub use self::health::HealthHandle;
 pub use self::invalid::InvalidRequest;
 pub use self::members::{MemberInfo, MemberState, MembersSource, SingleNode};
@@ -121,6 +121,8 @@ pub struct ServeOptions {
     pub request_timeout: Duration,
     /// HTTP/2 streams per connection.
     pub max_concurrent_streams: u32,
+    /// Rate limit headers in Envoy responses.
+    pub rate_limit_headers: RateLimitHeaders,
 }
 
 impl Default for ServeOptions {
@@ -135,6 +137,10 @@ impl ServeOptions {
         Self {
             request_timeout: Duration::from_millis(grpc.request_timeout_ms),
             max_concurrent_streams: grpc.max_concurrent_streams,
+            rate_limit_headers: match grpc.rate_limit_headers {
+                crate::config::RateLimitHeadersName::None => RateLimitHeaders::None,
+                crate::config::RateLimitHeadersName::Draft03 => RateLimitHeaders::Draft03,
+            },
         }
     }
 }
@@ -205,7 +211,10 @@ where
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(RateLimiterServer::new(RateLimiterService::new(ctx.clone())))
-        .add_service(RateLimitServiceServer::new(RateLimitServiceImpl::new(ctx)))
+        .add_service(RateLimitServiceServer::new(RateLimitServiceImpl::new(
+            ctx,
+            options.rate_limit_headers,
+        )))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await?;
     Ok(())

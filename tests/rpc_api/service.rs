@@ -219,8 +219,17 @@ async fn the_embedded_demo_config_and_rules_serve_a_node() {
             .unwrap()
             .into_inner();
         allowed += u32::from(overall(&resp) == Code::Ok);
+        assert!(
+            resp.response_headers_to_add.is_empty(),
+            "no rate limit headers by default (as envoyproxy/ratelimit and Limitador): {:?}",
+            resp.response_headers_to_add
+        );
     }
     assert_eq!(allowed, 10, "the demo allows 10 per second per client");
+    assert_eq!(
+        ServeOptions::from_config(&config.grpc).rate_limit_headers,
+        RateLimitHeaders::None
+    );
     let _ = stop.send(());
     tokio::time::timeout(Duration::from_secs(10), task)
         .await

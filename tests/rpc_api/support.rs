@@ -19,7 +19,9 @@ pub(crate) use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_servi
 pub(crate) use limitmesh::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 pub(crate) use limitmesh::proto::limitmesh::v1 as own;
 pub(crate) use limitmesh::proto::limitmesh::v1::rate_limiter_client::RateLimiterClient;
-pub(crate) use limitmesh::rpc::{HealthHandle, RpcContext, RpcError, SingleNode};
+pub(crate) use limitmesh::rpc::{
+    HealthHandle, RateLimitHeaders, RpcContext, RpcError, ServeOptions, SingleNode,
+};
 pub(crate) use limitmesh::rules::{LoadOptions, RuleSet, RulesHandle, RulesSource};
 pub(crate) use tokio::sync::oneshot;
 pub(crate) use tokio::task::JoinHandle;
@@ -101,10 +103,17 @@ impl TestServer {
         };
         let health = HealthHandle::new();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(limitmesh::rpc::serve(
+        // Rate limit headers on, so that the Envoy tests can see them (the default is none;
+        // `envoy_sends_no_rate_limit_headers_by_default` checks that).
+        let options = ServeOptions {
+            request_timeout: TEST_TIMEOUT,
+            rate_limit_headers: RateLimitHeaders::Draft03,
+            ..ServeOptions::default()
+        };
+        let task = tokio::spawn(limitmesh::rpc::serve_with_options(
             limitmesh::rpc::tcp_incoming(listener),
             ctx,
-            TEST_TIMEOUT,
+            options,
             health.clone(),
             async move {
                 let _ = stopped.await;

@@ -10,6 +10,7 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
+use crate::rpc::RateLimitHeaders;
 use crate::rpc::decide::{
     Applied, Cost, CostField, DescriptorQuery, LimitSource, LimitedItem, Outcome, Planned, Query,
     Request, Verdict,
@@ -219,7 +220,10 @@ fn rate_limit_headers(outcome: &Outcome<'_, '_>) -> Vec<HeaderValue> {
     ]
 }
 
-pub(crate) fn envoy_response(outcome: &Outcome<'_, '_>) -> RateLimitResponse {
+pub(crate) fn envoy_response(
+    outcome: &Outcome<'_, '_>,
+    headers: RateLimitHeaders,
+) -> RateLimitResponse {
     RateLimitResponse {
         overall_code: if outcome.allowed {
             Code::Ok
@@ -227,7 +231,10 @@ pub(crate) fn envoy_response(outcome: &Outcome<'_, '_>) -> RateLimitResponse {
             Code::OverLimit
         } as i32,
         statuses: outcome.verdicts.iter().map(envoy_status).collect(),
-        response_headers_to_add: rate_limit_headers(outcome),
+        response_headers_to_add: match headers {
+            RateLimitHeaders::None => Vec::new(),
+            RateLimitHeaders::Draft03 => rate_limit_headers(outcome),
+        },
         ..Default::default()
     }
 }

@@ -1,0 +1,421 @@
+//! The load generator: `connections` HTTP/2 connections, each carrying `streams` calls in flight
+//! at once (h2load's `-c` and `-m`), every call timed from send to response.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prost::Message;
+
+use super::super::CliError;
+use crate::clock::monotonic_now;
+use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use crate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
+use crate::proto::envoy::service::ratelimit::v3::{
+    RateLimitRequest, RateLimitResponse, rate_limit_response,
+};
+use crate::proto::limitmesh::v1::{CheckRequest, CheckResponse, Limit};
+
+/// Which of the node's two rate limit APIs the load calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    /// `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, as Envoy calls it.
+    Envoy,
+    /// `limitmesh.v1.RateLimiter/Check` with an inline limit.
+    Own,
+}
+
+/// Connections × calls in flight on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Shape {
+    pub connections: usize,
+    pub streams: usize,
+}
+
+impl std::str::FromStr for Shape {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || format!("{text:?}: expected CONNECTIONSxSTREAMS, e.g. 4x64");
+        let (c, s) = text.split_once(['x', 'X', '×']).ok_or_else(bad)?;
+        let parse = |n: &str| match n.trim().parse::<usize>() {
+            Ok(n) if (1..=4096).contains(&n) => Ok(n),
+            _ => Err(bad()),
+        };
+        let (connections, streams) = (parse(c)?, parse(s)?);
+        if connections * streams > 65_536 {
+            return Err(format!("{text:?}: at most 65 536 calls in flight"));
+        }
+        Ok(Self {
+            connections,
+            streams,
+        })
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.connections, self.streams)
+    }
+}
+
+/// The Envoy request the load sends for descriptor value `value`: domain `demo`, descriptor
+/// `client=value`, with a limit override so high that every call is admitted and counted (the
+/// node does all its work; nothing is refused).
+pub fn envoy_request(value: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "demo".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "client".into(),
+                value: value.into(),
+            }],
+            limit: Some(RateLimitOverride {
+                requests_per_unit: u32::MAX,
+                unit: Unit::Second as i32,
+            }),
+            hits_addend: None,
+        }],
+        hits_addend: 0,
+    }
+}
+
+/// `request` as one gRPC message on the wire (uncompressed flag, big-endian length, bytes):
+/// the body an HTTP/2 load tool posts.
+pub fn grpc_frame(request: &impl Message) -> Vec<u8> {
+    let body = request.encode_to_vec();
+    let mut frame = Vec::with_capacity(5 + body.len());
+    frame.push(0);
+    frame.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// One round's measurements.
+#[derive(Debug, Clone, Default)]
+pub struct Round {
+    pub calls: u64,
+    pub errors: u64,
+    pub seconds: f64,
+    pub latencies_us: Vec<u32>,
+    /// What the first failed call said.
+    pub first_error: Option<String>,
+}
+
+impl Round {
+    pub fn calls_per_s(&self) -> f64 {
+        self.calls as f64 / self.seconds.max(1e-9)
+    }
+}
+
+/// Why one call failed.
+#[derive(Debug)]
+enum CallError {
+    Http2(h2::Error),
+    Status(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Http2(e) => write!(f, "HTTP/2: {e}"),
+            Self::Status(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<h2::Error> for CallError {
+    fn from(e: h2::Error) -> Self {
+        Self::Http2(e)
+    }
+}
+
+/// The calls' fixed parts, encoded once: a load generator must cost far less than the server
+/// it measures, so each call sends a pre-encoded gRPC message over HTTP/2 (as h2load does) and
+/// checks the answer, rather than going through a full gRPC client stack.
+struct Calls {
+    uri: http::Uri,
+    /// One framed request per key.
+    bodies: Vec<bytes::Bytes>,
+    api: Api,
+}
+
+impl Calls {
+    fn new(addr: SocketAddr, api: Api, keys: usize) -> Result<Self, CliError> {
+        let path = match api {
+            Api::Envoy => "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            Api::Own => "/limitmesh.v1.RateLimiter/Check",
+        };
+        let uri = format!("http://{addr}{path}")
+            .parse()
+            .map_err(|e| CliError::Bench(format!("{addr}: {e}")))?;
+        let bodies = (0..keys.max(1))
+            .map(|k| {
+                let key = format!("bench-key-{k}");
+                bytes::Bytes::from(match api {
+                    Api::Envoy => grpc_frame(&envoy_request(&key)),
+                    Api::Own => grpc_frame(&own_request(&key)),
+                })
+            })
+            .collect();
+        Ok(Self { uri, bodies, api })
+    }
+
+    /// One unary call: the request, then the response's headers, message and trailers; an
+    /// answer that is not gRPC status 0 with an admitting message is an error.
+    async fn call(
+        &self,
+        connection: &h2::client::SendRequest<bytes::Bytes>,
+        key: usize,
+    ) -> Result<(), CallError> {
+        let request = http::Request::post(self.uri.clone())
+            .header(http::header::CONTENT_TYPE, "application/grpc")
+            .header(http::header::TE, "trailers")
+            .body(())
+            .map_err(|e| CallError::Status(e.to_string()))?;
+        let mut sender = connection.clone().ready().await?;
+        let (response, mut stream) = sender.send_request(request, false)?;
+        stream.send_data(self.bodies[key].clone(), true)?;
+        let response = response.await?;
+        if response.status() != http::StatusCode::OK {
+            return Err(CallError::Status(format!("HTTP {}", response.status())));
+        }
+        // A trailers-only answer (an error) carries its status in the headers.
+        if let Some(status) = response.headers().get("grpc-status") {
+            return Err(CallError::Status(format!("grpc-status {status:?}")));
+        }
+        let mut body = response.into_body();
+        let mut message = bytes::BytesMut::new();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+            message.extend_from_slice(&chunk);
+        }
+        let trailers = body.trailers().await?;
+        let status = trailers.as_ref().and_then(|t| t.get("grpc-status"));
+        if status.map(|s| s.as_bytes()) != Some(b"0") {
+            return Err(CallError::Status(format!("grpc-status {status:?}")));
+        }
+        if self.admitted(&message) {
+            Ok(())
+        } else {
+            Err(CallError::Status("not admitted, or not a response".into()))
+        }
+    }
+
+    fn admitted(&self, frame: &[u8]) -> bool {
+        let Some(message) = frame.get(5..) else {
+            return false;
+        };
+        match self.api {
+            Api::Envoy => RateLimitResponse::decode(message)
+                .is_ok_and(|r| r.overall_code == rate_limit_response::Code::Ok as i32),
+            Api::Own => CheckResponse::decode(message).is_ok_and(|r| r.allowed),
+        }
+    }
+}
+
+/// An own-API request for `key` with an inline limit no load reaches.
+fn own_request(key: &str) -> CheckRequest {
+    CheckRequest {
+        domain: "bench".into(),
+        key: key.to_owned(),
+        limit: Some(Limit {
+            requests: u32::MAX,
+            window_ms: 1_000,
+            ..Limit::default()
+        }),
+        ..CheckRequest::default()
+    }
+}
+
+/// Opens one HTTP/2 connection, TCP_NODELAY on as Envoy's client sets it.
+async fn connect(addr: SocketAddr) -> Result<h2::client::SendRequest<bytes::Bytes>, CliError> {
+    let failed =
+        |e: &dyn std::fmt::Display| CliError::Bench(format!("cannot connect to {addr}: {e}"));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| failed(&e))?;
+    tcp.set_nodelay(true).map_err(|e| failed(&e))?;
+    let (sender, connection) = h2::client::handshake(tcp).await.map_err(|e| failed(&e))?;
+    // The connection's own task; it ends when every sender is dropped.
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// Calls `addr` in `shape` for `warmup` seconds, then for `seconds` measured, on the same
+/// connections, spreading the calls over `keys` distinct keys. Only calls sent after the
+/// warm-up count: Envoy keeps its connections to a rate limit service open, so the burst that
+/// opens a fresh connection (the same few milliseconds for any server) is not what it sees.
+pub async fn load(
+    addr: SocketAddr,
+    api: Api,
+    shape: Shape,
+    (warmup, seconds): (f64, f64),
+    keys: usize,
+) -> Result<Round, CliError> {
+    let calls = Arc::new(Calls::new(addr, api, keys)?);
+    let mut connections = Vec::with_capacity(shape.connections);
+    for _ in 0..shape.connections {
+        connections.push(connect(addr).await?);
+    }
+    let measured_from = Duration::from_secs_f64(warmup);
+    let until = measured_from + Duration::from_secs_f64(seconds);
+    let start = monotonic_now();
+    let mut tasks = Vec::with_capacity(shape.connections * shape.streams);
+    for t in 0..shape.connections * shape.streams {
+        let connection = connections[t % connections.len()].clone();
+        let calls = calls.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut round = Round::default();
+            let mut k = t;
+            loop {
+                let sent = monotonic_now();
+                let elapsed = sent.duration_since(start);
+                if elapsed >= until {
+                    break;
+                }
+                k = (k + 7_919) % calls.bodies.len();
+                let result = calls.call(&connection, k).await;
+                if elapsed < measured_from {
+                    continue;
+                }
+                match result {
+                    Ok(()) => {
+                        round.calls += 1;
+                        let us = sent.elapsed().as_micros();
+                        round
+                            .latencies_us
+                            .push(u32::try_from(us).unwrap_or(u32::MAX));
+                    }
+                    Err(e) => {
+                        if round.errors == 0 {
+                            round.first_error = Some(e.to_string());
+                        }
+                        round.errors += 1;
+                    }
+                }
+            }
+            round
+        }));
+    }
+    drop(connections);
+    let mut total = Round::default();
+    for task in tasks {
+        let r = task.await.map_err(|e| CliError::Bench(e.to_string()))?;
+        total.calls += r.calls;
+        total.errors += r.errors;
+        total.first_error = total.first_error.or(r.first_error);
+        total.latencies_us.extend(r.latencies_us);
+    }
+    total.seconds = start.elapsed().saturating_sub(measured_from).as_secs_f64();
+    Ok(total)
+}
+
+/// Throughput and latency over several rounds.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    pub calls_per_s: f64,
+    pub p50_us: u32,
+    pub p99_us: u32,
+    pub p999_us: u32,
+    pub max_us: u32,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+pub fn summarise(rounds: &[Round]) -> Summary {
+    let calls: u64 = rounds.iter().map(|r| r.calls).sum();
+    let seconds: f64 = rounds.iter().map(|r| r.seconds).sum();
+    let mut lat: Vec<u32> = rounds
+        .iter()
+        .flat_map(|r| r.latencies_us.iter().copied())
+        .collect();
+    lat.sort_unstable();
+    // Nearest rank: the smallest latency that at least a fraction `p` of calls did not exceed.
+    let pct = |p: f64| {
+        let rank = ((lat.len() as f64 * p).ceil() as usize).max(1);
+        lat.get(rank - 1).copied().unwrap_or(0)
+    };
+    Summary {
+        calls_per_s: calls as f64 / seconds.max(1e-9),
+        p50_us: pct(0.50),
+        p99_us: pct(0.99),
+        p999_us: pct(0.999),
+        max_us: lat.last().copied().unwrap_or(0),
+        errors: rounds.iter().map(|r| r.errors).sum(),
+        first_error: rounds.iter().find_map(|r| r.first_error.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_parse_and_refuse_nonsense() {
+        let shape: Shape = "4x64".parse().unwrap();
+        assert_eq!((shape.connections, shape.streams), (4, 64));
+        assert_eq!(shape.to_string(), "4x64");
+        for bad in ["4", "0x4", "4x0", "x4", "4xx", "-1x2", "4096x4096"] {
+            assert!(bad.parse::<Shape>().is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let round = Round {
+            calls: 1000,
+            seconds: 1.0,
+            latencies_us: (1..=1000).rev().collect(),
+            ..Round::default()
+        };
+        let s = summarise(&[round]);
+        assert_eq!(
+            (s.p50_us, s.p99_us, s.p999_us, s.max_us),
+            (500, 990, 999, 1000)
+        );
+        assert_eq!(s.calls_per_s, 1000.0);
+    }
+
+    #[test]
+    fn only_an_admitting_answer_counts_as_a_call() {
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let envoy = Calls::new(addr, Api::Envoy, 1).unwrap();
+        let answer = |code: rate_limit_response::Code| {
+            grpc_frame(&RateLimitResponse {
+                overall_code: code as i32,
+                ..RateLimitResponse::default()
+            })
+        };
+        assert!(envoy.admitted(&answer(rate_limit_response::Code::Ok)));
+        assert!(!envoy.admitted(&answer(rate_limit_response::Code::OverLimit)));
+        assert!(!envoy.admitted(&answer(rate_limit_response::Code::Unknown)));
+        assert!(!envoy.admitted(&[0, 0, 0]), "not a frame");
+        let own = Calls::new(addr, Api::Own, 1).unwrap();
+        let check = |allowed| {
+            grpc_frame(&CheckResponse {
+                allowed,
+                ..CheckResponse::default()
+            })
+        };
+        assert!(own.admitted(&check(true)));
+        assert!(!own.admitted(&check(false)));
+    }
+
+    #[test]
+    fn the_envoy_body_is_one_grpc_frame_of_the_request() {
+        let frame = grpc_frame(&envoy_request("bench"));
+        assert_eq!(frame[0], 0, "uncompressed");
+        let len = u32::from_be_bytes(frame[1..5].try_into().unwrap()) as usize;
+        assert_eq!(len, frame.len() - 5);
+        let decoded = RateLimitRequest::decode(&frame[5..]).unwrap();
+        assert_eq!(decoded, envoy_request("bench"));
+    }
+}

@@ -1,0 +1,108 @@
+//! `limitmesh bench` as a user runs it: the built binary starts its two server processes,
+//! loads both, and reports; and the request file it writes for an external load tool is the
+//! very request it measures with.
+
+mod support;
+
+use std::process::Command;
+
+use limitmesh::proto::envoy::service::ratelimit::v3::RateLimitRequest;
+use prost::Message;
+use support::Scratch;
+
+fn bench(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_limitmesh"))
+        .arg("bench")
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+#[test]
+fn a_short_bench_measures_both_services_on_both_apis_without_errors() {
+    for api in ["envoy", "own"] {
+        let out = bench(&[
+            "--api",
+            api,
+            "--shapes",
+            "2x2,1x8",
+            "--seconds",
+            "0.2",
+            "--warmup",
+            "0.05",
+            "--rounds",
+            "2",
+            "--keys",
+            "10",
+            "--json",
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{api}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+        assert_eq!(report["api"], api);
+        let shapes = report["shapes"].as_array().expect("shapes");
+        assert_eq!(shapes.len(), 2, "{report}");
+        assert_eq!(shapes[0]["shape"]["connections"], 2);
+        assert_eq!(shapes[1]["shape"]["streams"], 8);
+        for shape in shapes {
+            for service in ["noop", "limitmesh"] {
+                let s = &shape[service];
+                assert_eq!(s["errors"], 0, "{api} {service}: {s}");
+                assert!(
+                    s["calls_per_s"].as_f64().unwrap() > 100.0,
+                    "{api} {service}: {s}"
+                );
+                let (p50, p999, max) = (
+                    s["p50_us"].as_u64().unwrap(),
+                    s["p999_us"].as_u64().unwrap(),
+                    s["max_us"].as_u64().unwrap(),
+                );
+                assert!(
+                    0 < p50 && p50 <= p999 && p999 <= max,
+                    "{api} {service}: {s}"
+                );
+            }
+            let ratio = shape["throughput_ratio"].as_f64().unwrap();
+            assert!(ratio > 0.0 && ratio.is_finite(), "{shape}");
+            assert_eq!(shape["round_ratios"].as_array().unwrap().len(), 2);
+        }
+    }
+}
+
+#[test]
+fn the_written_request_is_one_grpc_frame_of_the_benchs_envoy_request() {
+    let scratch = Scratch::new("bench-request");
+    let path = scratch.0.join("request.bin");
+    let out = bench(&["--write-request", path.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let frame = std::fs::read(&path).unwrap();
+    assert_eq!(frame[0], 0, "uncompressed");
+    let len = u32::from_be_bytes(frame[1..5].try_into().unwrap()) as usize;
+    assert_eq!(len, frame.len() - 5, "one message, whole");
+    let request = RateLimitRequest::decode(&frame[5..]).unwrap();
+    assert_eq!(request, limitmesh::cli::bench::envoy_request("bench"));
+    assert_eq!(request.domain, "demo");
+}
+
+#[test]
+fn bad_arguments_are_refused_by_name() {
+    for (args, expected) in [
+        (&["--shapes", "4"][..], "CONNECTIONSxSTREAMS"),
+        (&["--shapes", "0x4"][..], "CONNECTIONSxSTREAMS"),
+        (&["--seconds", "0"][..], "--seconds"),
+        (&["--warmup=61"][..], "--warmup"),
+    ] {
+        let out = bench(args);
+        assert!(!out.status.success(), "{args:?} accepted");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
