@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
 # A second opinion on `limitmesh bench` from a load tool we did not write: h2load (nghttp2)
-# posts the same Envoy ShouldRateLimit request to a no-op gRPC service and to a limitmesh node,
-# each in a process of its own, in alternating rounds, at several shapes of load, and prints
-# throughput and latency percentiles for both and the throughput ratio.
+# posts Envoy ShouldRateLimit requests to a no-op gRPC service and to a limitmesh node, each in
+# a process of its own, in alternating rounds (ABBA), at several shapes of load, and prints
+# throughput and latency percentiles for both and the throughput ratio. Unlike the bench, every
+# request carries the same descriptor (one hot key): h2load posts one fixed body.
 #
 #   scripts/h2load-bench.sh [SECONDS_PER_ROUND] [ROUNDS] [SHAPES...]
 #   scripts/h2load-bench.sh 5 3 4x1 4x64 64x4        # the defaults
 #
-# Installs h2load from Debian's nghttp2-client package when it is missing (needs root or sudo).
+# h2load judges a request by its HTTP status only, while a refusal or a gRPC error arrives as
+# HTTP 200; so around each round of the node the script reads the node's own count of
+# decisions that were not admissions (over the limit, invalid, not ready, table full) and counts
+# them as failed. Installs h2load (Debian's nghttp2-client) and curl when missing (root or sudo).
 set -euo pipefail
+export LC_ALL=C
 
 seconds=${1:-5}
 rounds=${2:-3}
 shift $(( $# > 2 ? 2 : $# ))
 shapes=("$@")
 [ ${#shapes[@]} -gt 0 ] || shapes=(4x1 4x64 64x4)
+[[ $seconds =~ ^[1-9][0-9]*$ ]] || { echo "SECONDS_PER_ROUND: a whole number of seconds" >&2; exit 2; }
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "ROUNDS: a positive whole number" >&2; exit 2; }
+for shape in "${shapes[@]}"; do
+    [[ $shape =~ ^[1-9][0-9]*x[1-9][0-9]*$ ]] || { echo "$shape: expected CONNECTIONSxSTREAMS, e.g. 4x64" >&2; exit 2; }
+done
 
-if ! command -v h2load >/dev/null; then
+missing=()
+command -v h2load >/dev/null || missing+=(nghttp2-client)
+command -v curl >/dev/null || missing+=(curl)
+if [ ${#missing[@]} -gt 0 ]; then
     sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
     $sudo apt-get update -qq
-    $sudo apt-get install -y -qq nghttp2-client >/dev/null
+    $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 cd "$(dirname "$0")/.."
@@ -28,7 +41,7 @@ bin=target/release/limitmesh
 work=$(mktemp -d)
 pids=()
 cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]+"${pids[@]}"}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
     rm -rf "$work"
 }
@@ -44,47 +57,69 @@ for target in noop limitmesh; do
     for _ in $(seq 100); do [ -s "$work/$target.addr" ] && break; sleep 0.1; done
     [ -s "$work/$target.addr" ] || { echo "the $target server did not start" >&2; exit 1; }
 done
+noop=$(sed -n 1p "$work/noop.addr")
+node=$(sed -n 1p "$work/limitmesh.addr")
+node_admin=$(sed -n 2p "$work/limitmesh.addr")
+
+not_admitted() { # the node's count of decisions, in any domain, that were not admissions
+    curl -sf "http://$node_admin/metrics" |
+        awk '/^limitmesh_decisions_total\{/ && !/result="allowed"/ { n += $2 } END { print n + 0 }'
+}
 
 path=/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
-# One round: prints "calls_per_s failed" and appends each call's latency (µs) to $4.
+# One round; prints "calls_per_s failed" and appends each successful call's latency (µs) to $4.
 # Only calls after a warm-up on the same connections count, as in `limitmesh bench`: Envoy
 # keeps its connections to a rate limit service open.
 round() { # addr connections streams latencies duration
-    local out
+    local out before=0 after=0 rate failed
+    if [ "$1" = "$node" ]; then before=$(not_admitted); fi
     rm -f "$work/log"
-    out=$(h2load --warm-up-time=300ms -D "$5" -c "$2" -m "$3" --log-file="$work/log" \
+    if ! out=$(h2load --warm-up-time=300ms -D "$5" -c "$2" -m "$3" --log-file="$work/log" \
         -d "$work/request.bin" \
-        -H 'content-type: application/grpc' -H 'te: trailers' "http://$1$path")
-    cut -f3 "$work/log" >>"$4"
-    local rate failed
+        -H 'content-type: application/grpc' -H 'te: trailers' "http://$1$path" 2>&1); then
+        echo "h2load failed against $1: $out" >&2
+        exit 1
+    fi
+    if [ "$1" = "$node" ]; then after=$(not_admitted); fi
+    awk -F'\t' '$2 == 200 { print $3 }' "$work/log" >>"$4"
     rate=$(awk '/^finished in/ { sub(/,/, "", $4); print $4 }' <<<"$out")
-    failed=$(awk '/^requests:/ { print $10 + $12 }' <<<"$out")
-    echo "$rate $failed"
+    failed=$(awk '/^requests:/ { print $10 }' <<<"$out")
+    # Answered with HTTP 200 but not admitted (warm-up included): what h2load cannot see.
+    echo "$rate $(( failed + after - before ))"
 }
 percentiles() { # latencies file -> "p50 p99 p99.9 max" in ms (nearest rank)
     sort -n "$1" | awk '{ v[NR] = $1 }
         function rank(p,  r) { r = int(NR * p); if (r < NR * p) r++; if (r < 1) r = 1; return v[r] }
-        END { printf "%8.2f %8.2f %8.2f %8.2f", rank(0.5) / 1000, rank(0.99) / 1000,
+        END { if (NR == 0) { printf "%8s %8s %8s %8s", "-", "-", "-", "-"; exit }
+              printf "%8.2f %8.2f %8.2f %8.2f", rank(0.5) / 1000, rank(0.99) / 1000,
               rank(0.999) / 1000, v[NR] / 1000 }'
 }
 
 printf '%-6s %-10s %10s %8s %8s %8s %8s %6s  %s\n' shape service calls/s "p50 ms" "p99 ms" \
     "p99.9 ms" "max ms" failed "limitmesh / no-op"
+any_failed=0
 for shape in "${shapes[@]}"; do
     c=${shape%x*}; m=${shape#*x}
-    noop=$(cat "$work/noop.addr"); node=$(cat "$work/limitmesh.addr")
     : >"$work/noop.lat"; : >"$work/limitmesh.lat"
     ratios=(); sums=(0 0); fails=(0 0)
-    for _ in $(seq "$rounds"); do
-        read -r a fa < <(round "$noop" "$c" "$m" "$work/noop.lat" "$seconds")
-        read -r b fb < <(round "$node" "$c" "$m" "$work/limitmesh.lat" "$seconds")
+    for r in $(seq "$rounds"); do
+        # ABBA: whatever favours the first (or second) of a pair falls on both sides alike.
+        if (( r % 2 == 1 )); then
+            read -r a fa < <(round "$noop" "$c" "$m" "$work/noop.lat" "$seconds")
+            read -r b fb < <(round "$node" "$c" "$m" "$work/limitmesh.lat" "$seconds")
+        else
+            read -r b fb < <(round "$node" "$c" "$m" "$work/limitmesh.lat" "$seconds")
+            read -r a fa < <(round "$noop" "$c" "$m" "$work/noop.lat" "$seconds")
+        fi
         ratios+=("$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')")
         sums=("$(awk -v s="${sums[0]}" -v x="$a" 'BEGIN { print s + x }')"
               "$(awk -v s="${sums[1]}" -v x="$b" 'BEGIN { print s + x }')")
         fails=($(( fails[0] + fa )) $(( fails[1] + fb )))
     done
+    (( fails[0] + fails[1] == 0 )) || any_failed=1
     sorted=($(printf '%s\n' "${ratios[@]}" | sort -n))
-    median=${sorted[$(( ${#sorted[@]} / 2 ))]}
+    median=$(printf '%s\n' "${sorted[@]}" | awk '{ v[NR] = $1 }
+        END { if (NR % 2) printf "%.3f", v[(NR + 1) / 2]; else printf "%.3f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
     i=0
     for service in noop limitmesh; do
         name=$service; [ "$service" = noop ] && name=no-op
@@ -95,4 +130,8 @@ for shape in "${shapes[@]}"; do
         i=$(( i + 1 ))
     done
 done
-echo "h2load, Envoy API (one descriptor value), $rounds alternating rounds of $seconds s per service and shape; the ratio is the median of the round pairs' throughput ratios"
+echo "h2load, Envoy API (one descriptor value), $rounds alternating rounds of $seconds s per service and shape after a 0.3 s warm-up; the ratio is the median of the round pairs' throughput ratios"
+if (( any_failed )); then
+    echo "some requests failed: the figures above are not a fair comparison" >&2
+    exit 1
+fi

@@ -99,6 +99,9 @@ fn bad_arguments_are_refused_by_name() {
         (&["--shapes", "0x4"][..], "CONNECTIONSxSTREAMS"),
         (&["--seconds", "0"][..], "--seconds"),
         (&["--warmup=61"][..], "--warmup"),
+        (&["--shapes", "1x1025"][..], "CONNECTIONSxSTREAMS"),
+        (&["--rounds", "0"][..], "--rounds"),
+        (&["--keys", "100001"][..], "--keys"),
     ] {
         let out = bench(args);
         assert!(!out.status.success(), "{args:?} accepted");

@@ -338,3 +338,43 @@ fn validate_reports_file_and_line_and_fails() {
     let err = validate_refuses(&[&rules_ok, &config_no_key]);
     assert!(err.contains("/nonexistent/limitmesh.key"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_headers_are_sent_when_configured() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scratch = Scratch::new("headers");
+    let rules_path = scratch.write("rules.yaml", &rules(2, "minute"));
+    let mut node = spawn_with_env(
+        &scratch,
+        "headers",
+        &rules_path,
+        &[],
+        Ports::free(),
+        "",
+        &[("LIMITMESH__GRPC__RATE_LIMIT_HEADERS", "draft-03")],
+    );
+    wait_ready(&node, "headers");
+    let mut client = envoy(&node).await;
+    let header = |r: &limitmesh::proto::envoy::service::ratelimit::v3::RateLimitResponse,
+                  key: &str| {
+        r.response_headers_to_add
+            .iter()
+            .find(|h| h.key == key)
+            .map(|h| h.value.clone())
+    };
+    let first = ask(&mut client, "ada").await;
+    assert_eq!(
+        header(&first, "x-ratelimit-limit").as_deref(),
+        Some("2, 2;w=60")
+    );
+    assert_eq!(
+        header(&first, "x-ratelimit-remaining").as_deref(),
+        Some("1")
+    );
+    ask(&mut client, "ada").await;
+    let over = ask(&mut client, "ada").await;
+    assert_eq!(over.overall_code, Code::OverLimit as i32);
+    assert_eq!(header(&over, "x-ratelimit-remaining").as_deref(), Some("0"));
+    assert!(header(&over, "x-ratelimit-reset").is_some());
+    stop(&mut node);
+}

@@ -42,7 +42,8 @@ pub enum Command {
     Members(ClientArgs),
     /// Check a rules file (or directory) and optionally a node config; exit 1 on errors.
     Validate(ValidateArgs),
-    /// Load-test a node's Check over gRPC on loopback, side by side with a no-op service.
+    /// Load-test a node over gRPC on loopback (Envoy's ShouldRateLimit or our Check), at several
+    /// shapes of load, side by side with a no-op service.
     Bench(BenchArgs),
 }
 

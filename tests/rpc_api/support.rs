@@ -104,7 +104,7 @@ impl TestServer {
         let health = HealthHandle::new();
         let (stop, stopped) = oneshot::channel::<()>();
         // Rate limit headers on, so that the Envoy tests can see them (the default is none;
-        // `envoy_sends_no_rate_limit_headers_by_default` checks that).
+        // `the_embedded_demo_config_and_rules_serve_a_node` and the process test check that).
         let options = ServeOptions {
             request_timeout: TEST_TIMEOUT,
             rate_limit_headers: RateLimitHeaders::Draft03,

@@ -29,6 +29,15 @@ pub enum Api {
     Own,
 }
 
+/// Most connections a shape may open.
+const MAX_CONNECTIONS: usize = 4096;
+/// Most streams a shape may keep open on one connection: the node's default
+/// `grpc.max_concurrent_streams`, so that no shape queues calls in the client for one server
+/// and not the other.
+const MAX_STREAMS: usize = 1024;
+/// A call unanswered for this long is counted as an error (and the load moves on).
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Connections × calls in flight on each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Shape {
@@ -40,13 +49,18 @@ impl std::str::FromStr for Shape {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        let bad = || format!("{text:?}: expected CONNECTIONSxSTREAMS, e.g. 4x64");
+        let bad = || {
+            format!(
+                "{text:?}: expected CONNECTIONSxSTREAMS, e.g. 4x64, with 1 to {MAX_CONNECTIONS} \
+                 connections and 1 to {MAX_STREAMS} streams"
+            )
+        };
         let (c, s) = text.split_once(['x', 'X', '×']).ok_or_else(bad)?;
-        let parse = |n: &str| match n.trim().parse::<usize>() {
-            Ok(n) if (1..=4096).contains(&n) => Ok(n),
+        let parse = |n: &str, max: usize| match n.trim().parse::<usize>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
             _ => Err(bad()),
         };
-        let (connections, streams) = (parse(c)?, parse(s)?);
+        let (connections, streams) = (parse(c, MAX_CONNECTIONS)?, parse(s, MAX_STREAMS)?);
         if connections * streams > 65_536 {
             return Err(format!("{text:?}: at most 65 536 calls in flight"));
         }
@@ -115,6 +129,8 @@ impl Round {
 /// Why one call failed.
 #[derive(Debug)]
 enum CallError {
+    /// The connection cannot take another call: the stream's task stops.
+    Connection(h2::Error),
     Http2(h2::Error),
     Status(String),
 }
@@ -122,6 +138,7 @@ enum CallError {
 impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Self::Connection(e) => write!(f, "the connection failed: {e}"),
             Self::Http2(e) => write!(f, "HTTP/2: {e}"),
             Self::Status(s) => f.write_str(s),
         }
@@ -177,7 +194,11 @@ impl Calls {
             .header(http::header::TE, "trailers")
             .body(())
             .map_err(|e| CallError::Status(e.to_string()))?;
-        let mut sender = connection.clone().ready().await?;
+        let mut sender = connection
+            .clone()
+            .ready()
+            .await
+            .map_err(CallError::Connection)?;
         let (response, mut stream) = sender.send_request(request, false)?;
         stream.send_data(self.bodies[key].clone(), true)?;
         let response = response.await?;
@@ -250,9 +271,10 @@ async fn connect(addr: SocketAddr) -> Result<h2::client::SendRequest<bytes::Byte
 }
 
 /// Calls `addr` in `shape` for `warmup` seconds, then for `seconds` measured, on the same
-/// connections, spreading the calls over `keys` distinct keys. Only calls sent after the
-/// warm-up count: Envoy keeps its connections to a rate limit service open, so the burst that
-/// opens a fresh connection (the same few milliseconds for any server) is not what it sees.
+/// connections, spreading the calls over `keys` distinct keys. Only calls that complete in the
+/// measured interval count (as h2load counts them), and throughput is their number over exactly
+/// `seconds`: Envoy keeps its connections to a rate limit service open, so the burst that opens
+/// a fresh connection (the same few milliseconds for any server) is not what it sees.
 pub async fn load(
     addr: SocketAddr,
     api: Api,
@@ -274,16 +296,20 @@ pub async fn load(
         let calls = calls.clone();
         tasks.push(tokio::spawn(async move {
             let mut round = Round::default();
-            let mut k = t;
-            loop {
+            // Each task walks every key from its own starting point.
+            let mut k = t.wrapping_mul(7_919) % calls.bodies.len();
+            while start.elapsed() < until {
+                k = (k + 1) % calls.bodies.len();
                 let sent = monotonic_now();
-                let elapsed = sent.duration_since(start);
-                if elapsed >= until {
-                    break;
-                }
-                k = (k + 7_919) % calls.bodies.len();
-                let result = calls.call(&connection, k).await;
-                if elapsed < measured_from {
+                let result = tokio::time::timeout(CALL_TIMEOUT, calls.call(&connection, k))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(CallError::Status(format!(
+                            "no answer within {CALL_TIMEOUT:?}"
+                        )))
+                    });
+                let done = sent.duration_since(start) + sent.elapsed();
+                if !(measured_from..until).contains(&done) {
                     continue;
                 }
                 match result {
@@ -295,10 +321,16 @@ pub async fn load(
                             .push(u32::try_from(us).unwrap_or(u32::MAX));
                     }
                     Err(e) => {
+                        let connection_failed = matches!(e, CallError::Connection(_));
                         if round.errors == 0 {
                             round.first_error = Some(e.to_string());
                         }
                         round.errors += 1;
+                        if connection_failed {
+                            break;
+                        }
+                        // Never spin on failures that come back at once.
+                        tokio::task::yield_now().await;
                     }
                 }
             }
@@ -314,7 +346,7 @@ pub async fn load(
         total.first_error = total.first_error.or(r.first_error);
         total.latencies_us.extend(r.latencies_us);
     }
-    total.seconds = start.elapsed().saturating_sub(measured_from).as_secs_f64();
+    total.seconds = seconds;
     Ok(total)
 }
 
@@ -363,7 +395,9 @@ mod tests {
         let shape: Shape = "4x64".parse().unwrap();
         assert_eq!((shape.connections, shape.streams), (4, 64));
         assert_eq!(shape.to_string(), "4x64");
-        for bad in ["4", "0x4", "4x0", "x4", "4xx", "-1x2", "4096x4096"] {
+        for bad in [
+            "4", "0x4", "4x0", "x4", "4xx", "-1x2", "4096x17", "1x1025", "4097x1",
+        ] {
             assert!(bad.parse::<Shape>().is_err(), "{bad} accepted");
         }
     }

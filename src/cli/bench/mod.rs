@@ -22,12 +22,12 @@ pub use servers::Target;
 pub struct BenchArgs {
     /// Shapes of load, CONNECTIONSxSTREAMS (calls in flight on each connection), as h2load's
     /// `-c` and `-m`.
-    #[arg(long, value_delimiter = ',', default_value = "4x1,4x64,64x4")]
+    #[arg(long, value_delimiter = ',', default_value = "4x1,4x64,64x4", num_args = 1..=16)]
     pub shapes: Vec<Shape>,
     /// Which API the calls use.
     #[arg(long, value_enum, default_value_t = Api::Envoy)]
     pub api: Api,
-    /// Seconds per measured round.
+    /// Seconds per measured round (at most 60).
     #[arg(long, default_value_t = 1.0)]
     pub seconds: f64,
     /// Seconds of load on each round's fresh connections before the measurement starts.
@@ -36,11 +36,11 @@ pub struct BenchArgs {
     /// Rounds per service and shape (alternating no-op, limitmesh, no-op, …). The ratio
     /// reported is the median over round pairs, which a noisy neighbour moves far less than a
     /// total.
-    #[arg(long, default_value_t = 4)]
-    pub rounds: usize,
-    /// Distinct descriptor values (keys) the calls spread over.
-    #[arg(long, default_value_t = 1_000)]
-    pub keys: usize,
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=20))]
+    pub rounds: u16,
+    /// Distinct descriptor values (keys) the calls spread over (at most the node's table).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub keys: u32,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -51,6 +51,10 @@ pub struct BenchArgs {
     /// With --serve: stop on your own after this many seconds.
     #[arg(long, default_value_t = 3_600)]
     pub serve_seconds: u64,
+    /// With --serve: also stop when standard input closes (how `bench` ties its servers'
+    /// lives to its own).
+    #[arg(long, hide = true)]
+    pub serve_until_stdin_closes: bool,
     /// Do not measure: write the Envoy `ShouldRateLimit` request the bench sends, framed as
     /// one gRPC message (the body to post with an HTTP/2 load tool), to this file.
     #[arg(long)]
@@ -63,12 +67,23 @@ struct ShapeResult {
     shape: Shape,
     noop: Summary,
     limitmesh: Summary,
-    /// Median over round pairs of limitmesh's throughput over the no-op's.
+    /// Median over round pairs of limitmesh's throughput over the no-op's (the mean of the two
+    /// middle ones for an even number of pairs).
     throughput_ratio: f64,
     round_ratios: Vec<f64>,
 }
 
-/// Alternates rounds of the no-op and limitmesh at `shape`.
+/// The median of sorted, non-empty `values`.
+fn median(values: &[f64]) -> f64 {
+    let mid = values.len() / 2;
+    if values.len().is_multiple_of(2) {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
+}
+
+/// Alternates rounds of the no-op and limitmesh at `shape` (ABBA order).
 async fn compare(
     noop: &ServerProcess,
     node: &ServerProcess,
@@ -76,10 +91,16 @@ async fn compare(
     args: &BenchArgs,
 ) -> Result<ShapeResult, CliError> {
     let (mut noop_rounds, mut node_rounds): (Vec<Round>, Vec<Round>) = (Vec::new(), Vec::new());
-    for _ in 0..args.rounds.max(1) {
-        let time = (args.warmup, args.seconds);
-        noop_rounds.push(load(noop.addr, args.api, shape, time, args.keys).await?);
-        node_rounds.push(load(node.addr, args.api, shape, time, args.keys).await?);
+    let (time, keys) = ((args.warmup, args.seconds), args.keys as usize);
+    for pair in 0..args.rounds {
+        // ABBA: whatever favours the first (or second) of a pair falls on both sides alike.
+        if pair.is_multiple_of(2) {
+            noop_rounds.push(load(noop.addr, args.api, shape, time, keys).await?);
+            node_rounds.push(load(node.addr, args.api, shape, time, keys).await?);
+        } else {
+            node_rounds.push(load(node.addr, args.api, shape, time, keys).await?);
+            noop_rounds.push(load(noop.addr, args.api, shape, time, keys).await?);
+        }
     }
     let mut round_ratios: Vec<f64> = noop_rounds
         .iter()
@@ -91,7 +112,7 @@ async fn compare(
         shape,
         noop: summarise(&noop_rounds),
         limitmesh: summarise(&node_rounds),
-        throughput_ratio: round_ratios[round_ratios.len() / 2],
+        throughput_ratio: median(&round_ratios),
         round_ratios,
     })
 }
@@ -154,12 +175,12 @@ pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
         return Ok(std::process::ExitCode::SUCCESS);
     }
     if let Some(target) = args.serve {
-        servers::serve(target, args.serve_seconds).await?;
+        servers::serve(target, args.serve_seconds, args.serve_until_stdin_closes).await?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    if !(args.seconds > 0.0 && args.seconds <= 600.0) {
+    if !(args.seconds > 0.0 && args.seconds <= 60.0) {
         return Err(CliError::Bench(format!(
-            "--seconds {}: expected more than 0 and at most 600",
+            "--seconds {}: expected more than 0 and at most 60",
             args.seconds
         )));
     }
@@ -170,8 +191,10 @@ pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
         )));
     }
     // Each server outlives the whole run by a margin, and stops on its own if we die.
-    let budget =
-        (args.warmup + args.seconds + 1.0) * (args.rounds.max(1) * 2 * args.shapes.len()) as f64;
+    let budget = (args.warmup + args.seconds + 3.0)
+        * f64::from(args.rounds)
+        * 2.0
+        * args.shapes.len().min(1_000) as f64;
     let max_seconds = 60 + budget.ceil() as u64;
     let noop = ServerProcess::start(Target::Noop, max_seconds)?;
     let node = ServerProcess::start(Target::Limitmesh, max_seconds)?;
@@ -201,10 +224,31 @@ pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
         println!(
             "{}",
             serde_json::json!({ "api": args.api, "keys": args.keys, "rounds": args.rounds,
-                "seconds": args.seconds, "shapes": results })
+                "seconds": args.seconds, "warmup": args.warmup, "shapes": results })
         );
     } else {
         print_table(&args, &results);
     }
-    Ok(std::process::ExitCode::SUCCESS)
+    // A comparison with failed calls is not one: say so in the exit status too.
+    let failed = results
+        .iter()
+        .any(|r| r.noop.errors > 0 || r.limitmesh.errors > 0);
+    Ok(if failed {
+        eprintln!("some calls failed: the figures above are not a fair comparison");
+        std::process::ExitCode::FAILURE
+    } else {
+        std::process::ExitCode::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[0.8, 0.9, 1.0, 1.1]), 0.95);
+        assert_eq!(median(&[0.8, 0.9, 1.0]), 0.9);
+        assert_eq!(median(&[0.7]), 0.7);
+    }
 }

@@ -1,7 +1,8 @@
 //! The two services under test, each in a process of its own as in production: `limitmesh
 //! bench --serve noop|limitmesh` binds an ephemeral loopback port, prints it on the first line of
-//! its standard output, and serves until SIGTERM or SIGINT (or a time limit, so that a server
-//! whose driver died still stops on its own). The driver starts both through [`ServerProcess`].
+//! its standard output, and serves until SIGTERM or SIGINT, or a time limit. The driver starts
+//! both through [`ServerProcess`] with a pipe on their standard input and asks them to stop when
+//! it closes, so that they die with the driver however it ends.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -33,13 +34,43 @@ fn bench_error(what: &str) -> impl Fn(std::io::Error) -> CliError + '_ {
     move |e| CliError::Bench(format!("{what}: {e}"))
 }
 
+/// Resolves when standard input reaches its end (or fails). A thread of its own reads it, so
+/// that this needs no runtime support for blocking standard input.
+async fn stdin_closed() {
+    let (closed, closed_rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let mut buf = [0_u8; 64];
+        let mut stdin = std::io::stdin().lock();
+        while let Ok(n) = std::io::Read::read(&mut stdin, &mut buf) {
+            if n == 0 {
+                break;
+            }
+        }
+        let _ = closed.send(());
+    });
+    let _ = closed_rx.await;
+}
+
 /// Serves `target` in this process; prints the gRPC address, then serves for at most
-/// `max_seconds` or until SIGTERM/SIGINT.
-pub async fn serve(target: Target, max_seconds: u64) -> Result<(), CliError> {
+/// `max_seconds`, until SIGTERM/SIGINT, or (if `until_stdin_closes`) until standard input
+/// closes.
+pub async fn serve(
+    target: Target,
+    max_seconds: u64,
+    until_stdin_closes: bool,
+) -> Result<(), CliError> {
     let stop = async move {
+        let stdin = async {
+            if until_stdin_closes {
+                stdin_closed().await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             biased;
             () = crate::service::termination() => {}
+            () = stdin => {}
             () = tokio::time::sleep(Duration::from_secs(max_seconds)) => {}
         }
     };
@@ -57,15 +88,24 @@ pub async fn serve(target: Target, max_seconds: u64) -> Result<(), CliError> {
                 .map_err(|e| CliError::Bench(format!("no-op service: {e}")))
         }
         Target::Limitmesh => {
-            // The demo configuration, with LIMITMESH__SECTION__KEY overrides as a node takes them.
+            // The demo configuration, with LIMITMESH__SECTION__KEY overrides as a node takes them
+            // (`grpc.*` and `limiter.*` knobs can be measured so), but always alone on loopback,
+            // with the demo rules the load is written for, and no state file: a bench started
+            // in a deployed sidecar's environment must not join its cluster or touch its files.
             let mut config = Config::load(None)?;
             config.grpc.listen = "127.0.0.1:0".parse().expect("literal address");
             config.http.listen = "127.0.0.1:0".parse().expect("literal address");
             config.cluster.bind = "127.0.0.1:0".parse().expect("literal address");
+            config.cluster.advertise = String::new();
+            config.cluster.seeds.clear();
+            config.cluster.seed_dns = String::new();
+            config.limiter.state_path = String::new();
+            config.rules.path = String::new();
             let bound = crate::service::bind(&config)
                 .await
                 .map_err(|e| CliError::Bench(e.to_string()))?;
-            println!("{}", bound.grpc_addr());
+            // The gRPC address, then the admin HTTP one (for /metrics).
+            println!("{}\n{}", bound.grpc_addr(), bound.http_addr());
             crate::service::run(config, bound, stop)
                 .await
                 .map_err(|e| CliError::Bench(e.to_string()))
@@ -73,7 +113,11 @@ pub async fn serve(target: Target, max_seconds: u64) -> Result<(), CliError> {
     }
 }
 
-/// A server process started by the driver; killed when dropped.
+/// How long a server process may take to print its address.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A server process started by the driver; killed when dropped, and stopping on its own when
+/// the driver's end of its standard input closes (the driver exited, however).
 #[derive(Debug)]
 pub struct ServerProcess {
     child: Child,
@@ -81,34 +125,44 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    /// Starts `limitmesh bench --serve target` from this very executable and waits for its
-    /// address.
+    /// Starts `limitmesh bench --serve target` from this very executable and waits (at most
+    /// [`START_TIMEOUT`]) for its address.
     pub fn start(target: Target, max_seconds: u64) -> Result<Self, CliError> {
         let exe = std::env::current_exe().map_err(bench_error("finding this executable"))?;
         let mut child = Command::new(exe)
-            .args(["bench", "--serve", target.name_arg()])
+            .args([
+                "bench",
+                "--serve",
+                target.name_arg(),
+                "--serve-until-stdin-closes",
+            ])
             .args(["--serve-seconds", &max_seconds.to_string()])
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .map_err(bench_error("starting a server process"))?;
-        let mut line = String::new();
-        let read = child
-            .stdout
-            .take()
-            .map(|out| BufReader::new(out).read_line(&mut line));
-        let addr = match (read, line.trim().parse::<SocketAddr>()) {
-            (Some(Ok(_)), Ok(addr)) => addr,
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(CliError::Bench(format!(
-                    "the {} server process printed {:?} instead of its address",
-                    target.name(),
-                    line.trim()
-                )));
-            }
+        // The first line is the address; whatever follows is drained, so that the server never
+        // writes into a closed pipe.
+        let (line_tx, line_rx) = std::sync::mpsc::channel();
+        if let Some(out) = child.stdout.take() {
+            std::thread::spawn(move || {
+                let mut out = BufReader::new(out);
+                let mut line = String::new();
+                let _ = out.read_line(&mut line);
+                let _ = line_tx.send(line);
+                let _ = std::io::copy(&mut out, &mut std::io::sink());
+            });
+        }
+        let line = line_rx.recv_timeout(START_TIMEOUT).unwrap_or_default();
+        let Ok(addr) = line.trim().parse::<SocketAddr>() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CliError::Bench(format!(
+                "the {} server process printed {:?} instead of its address within {START_TIMEOUT:?}",
+                target.name(),
+                line.trim()
+            )));
         };
         Ok(Self { child, addr })
     }
