@@ -34,7 +34,7 @@ const MAX_CONNECTIONS: usize = 4096;
 /// Most streams a shape may keep open on one connection: the node's default
 /// `grpc.max_concurrent_streams`, so that no shape queues calls in the client for one server
 /// and not the other.
-const MAX_STREAMS: usize = 1024;
+pub(super) const MAX_STREAMS: usize = 1024;
 /// A call unanswered for this long is counted as an error (and the load moves on).
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -301,31 +301,38 @@ pub async fn load(
             while start.elapsed() < until {
                 k = (k + 1) % calls.bodies.len();
                 let sent = monotonic_now();
-                let result = tokio::time::timeout(CALL_TIMEOUT, calls.call(&connection, k))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(CallError::Status(format!(
-                            "no answer within {CALL_TIMEOUT:?}"
-                        )))
-                    });
-                let done = sent.duration_since(start) + sent.elapsed();
-                if !(measured_from..until).contains(&done) {
-                    continue;
-                }
+                let (result, timed_out) =
+                    match tokio::time::timeout(CALL_TIMEOUT, calls.call(&connection, k)).await {
+                        Ok(result) => (result, false),
+                        Err(_) => (
+                            Err(CallError::Status(format!(
+                                "no answer within {CALL_TIMEOUT:?}"
+                            ))),
+                            true,
+                        ),
+                    };
+                let latency_us = u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX);
+                let measured = (measured_from..until).contains(&start.elapsed());
                 match result {
-                    Ok(()) => {
+                    Ok(()) if measured => {
                         round.calls += 1;
-                        let us = sent.elapsed().as_micros();
-                        round
-                            .latencies_us
-                            .push(u32::try_from(us).unwrap_or(u32::MAX));
+                        round.latencies_us.push(latency_us);
                     }
+                    Ok(()) => {}
                     Err(e) => {
                         let connection_failed = matches!(e, CallError::Connection(_));
-                        if round.errors == 0 {
-                            round.first_error = Some(e.to_string());
+                        // A dead connection is reported even in the warm-up: nothing after it
+                        // will be measured on this stream.
+                        if measured || connection_failed {
+                            if round.errors == 0 {
+                                round.first_error = Some(e.to_string());
+                            }
+                            round.errors += 1;
+                            // A call given up on is the tail too: it shows in the maximum.
+                            if timed_out {
+                                round.latencies_us.push(latency_us);
+                            }
                         }
-                        round.errors += 1;
                         if connection_failed {
                             break;
                         }

@@ -101,11 +101,16 @@ pub async fn serve(
             config.cluster.seed_dns = String::new();
             config.limiter.state_path = String::new();
             config.rules.path = String::new();
+            // As many streams per connection as a bench shape may open, so that no shape
+            // queues calls in the client for the node and not for the no-op (which has no cap).
+            config.grpc.max_concurrent_streams = super::load::MAX_STREAMS as u32;
             let bound = crate::service::bind(&config)
                 .await
                 .map_err(|e| CliError::Bench(e.to_string()))?;
-            // The gRPC address, then the admin HTTP one (for /metrics).
-            println!("{}\n{}", bound.grpc_addr(), bound.http_addr());
+            // The gRPC address, then the admin HTTP one (for /metrics), in one write so that
+            // a reader never sees the first line alone.
+            let addresses = format!("{}\n{}\n", bound.grpc_addr(), bound.http_addr());
+            print!("{addresses}");
             crate::service::run(config, bound, stop)
                 .await
                 .map_err(|e| CliError::Bench(e.to_string()))
