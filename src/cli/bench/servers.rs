@@ -28,6 +28,14 @@ impl Target {
             Self::Limitmesh => "limitmesh",
         }
     }
+
+    /// How `--serve` spells it.
+    fn name_arg(self) -> &'static str {
+        match self {
+            Self::Noop => "noop",
+            Self::Limitmesh => "limitmesh",
+        }
+    }
 }
 
 fn bench_error(what: &str) -> impl Fn(std::io::Error) -> CliError + '_ {
@@ -170,15 +178,6 @@ impl ServerProcess {
             )));
         };
         Ok(Self { child, addr })
-    }
-}
-
-impl Target {
-    fn name_arg(self) -> &'static str {
-        match self {
-            Self::Noop => "noop",
-            Self::Limitmesh => "limitmesh",
-        }
     }
 }
 
