@@ -17,9 +17,11 @@
 pub mod calibrator;
 mod cluster;
 mod hlc;
+mod now;
 
 pub use cluster::ClusterClock;
 pub use hlc::{HLC_MAX_PHYSICAL_MS, Hlc, HlcError, HlcTimestamp};
+pub use now::Now;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

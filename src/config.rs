@@ -10,6 +10,7 @@
 //! parser's spans), the variable for the environment.
 
 mod base64;
+mod components;
 pub mod demo;
 mod load;
 mod validate;
@@ -18,7 +19,6 @@ mod validate;
 mod tests;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -26,9 +26,6 @@ use thiserror::Error;
 pub use self::base64::Base64Error;
 pub use self::demo::{DEMO_CONFIG_TOML, DEMO_RULES_NAME, DEMO_RULES_YAML};
 pub use self::load::{ENV_PREFIX, Origin};
-use crate::crdt::Arbitration;
-use crate::limiter::{LimiterConfig, PartitionPolicy, Policy, TableFullPolicy};
-use crate::rules::{LoadOptions, RulesSource};
 
 /// Length of a cluster key, in bytes.
 pub const CLUSTER_KEY_BYTES: usize = 32;
@@ -247,7 +244,7 @@ pub struct LimiterSettings {
 
 impl Default for LimiterSettings {
     fn default() -> Self {
-        let core = LimiterConfig::default();
+        let core = crate::limiter::LimiterConfig::default();
         Self {
             max_keys: core.max_keys,
             when_table_full: TableFullPolicyName::Deny,
@@ -389,48 +386,6 @@ impl Config {
     /// [`Config::load`] validates with the real origins.
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate::validate(self, &load::Provenance::default())
-    }
-
-    /// The core limiter's configuration.
-    pub fn limiter_config(&self) -> LimiterConfig {
-        let l = &self.limiter;
-        LimiterConfig {
-            max_keys: l.max_keys,
-            policy: Policy::DemandShare(match l.partition_policy {
-                PartitionPolicyName::Strict => PartitionPolicy::Strict,
-                PartitionPolicyName::Available => PartitionPolicy::Available,
-            }),
-            arbitration: match l.arbitration {
-                ArbitrationName::VectorDominance => Arbitration::VectorDominance,
-                ArbitrationName::MaxTimestamp => Arbitration::MaxTimestamp,
-            },
-            onset_ms: l.onset_ms,
-            expected_hold_ms: l.expected_hold_ms,
-            max_clock_drift_ms: l.max_clock_drift_ms,
-            when_full: match l.when_table_full {
-                TableFullPolicyName::Deny => TableFullPolicy::Deny,
-                TableFullPolicyName::Error => TableFullPolicy::Error,
-            },
-            ..LimiterConfig::default()
-        }
-    }
-
-    /// Where the rules come from: `rules.path`, or the embedded demo rules.
-    pub fn rules_source(&self) -> RulesSource {
-        if self.rules.path.is_empty() {
-            RulesSource::Embedded {
-                name: DEMO_RULES_NAME,
-                text: DEMO_RULES_YAML,
-            }
-        } else {
-            RulesSource::Path(PathBuf::from(&self.rules.path))
-        }
-    }
-
-    pub fn rules_load_options(&self) -> LoadOptions {
-        LoadOptions {
-            default_buckets: self.limiter.default_buckets,
-        }
     }
 
     /// The address peers reach this node at.

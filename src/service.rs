@@ -18,13 +18,14 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{mpsc, watch};
 
 use crate::admin::{self, AdminState};
-use crate::clock::{Clock, OffsetSystemClock, SystemClock};
+use crate::clock::{Clock, OffsetSystemClock};
 use crate::config::{Config, ConfigError};
-use crate::gossip::wire::{Keyring, WireError};
-use crate::limiter::{KeyHasher, Limiter, OriginId};
+use crate::gossip::wire::WireError;
 use crate::metrics::Metrics;
-use crate::node::{ClusterCollector, ClusterView, MemberState, Node, NodeError, NodeParams};
-use crate::rpc::{self, HealthHandle, MemberInfo, MembersSource, RpcContext, ServeOptions};
+use crate::node::{
+    ClusterCollector, ClusterView, MemberState, Node, NodeBuilder, NodeError, NodeKeys,
+};
+use crate::rpc::{self, HealthHandle, MemberInfo, MembersSource, RpcContext};
 use crate::rules::{RulesError, RulesHandle};
 
 /// Resolves on SIGTERM or SIGINT: what stops a node process.
@@ -100,8 +101,7 @@ pub struct Bound {
     pub grpc: TcpListener,
     pub http: TcpListener,
     pub gossip: UdpSocket,
-    keyring: Keyring,
-    hasher: KeyHasher,
+    keys: NodeKeys,
     rules: RulesHandle,
     clock_offset_ms: i64,
 }
@@ -129,7 +129,7 @@ fn unspecified() -> SocketAddr {
 pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
     config.validate()?;
     let clock_offset_ms = clock_offset_from_env()?;
-    let (keyring, hasher) = keys(config)?;
+    let keys = keys(config)?;
     let rules = RulesHandle::load(config.rules_source(), config.rules_load_options())?;
     let tcp = |what, addr| async move {
         TcpListener::bind(addr)
@@ -149,8 +149,7 @@ pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
         grpc,
         http,
         gossip,
-        keyring,
-        hasher,
+        keys,
         rules,
         clock_offset_ms,
     })
@@ -182,14 +181,12 @@ impl MembersSource for ViewMembers {
     }
 }
 
-/// The datagram keyring and the window-naming secret.
+/// The datagram keyring and the window-naming secret ([`NodeKeys::from_secrets`]).
 ///
-/// Windows are named with a secret derived from the *last* key of the ring: adding a new key in
-/// front (rotation) keeps every window's name, so counts survive a rolling key change; retiring
-/// the last key renames the windows once. Without configured keys, a node with peers must have
-/// been allowed `insecure` (its keys derive from the cluster id, which is not a secret), and a
-/// node without peers draws a random key no one else needs to know.
-fn keys(config: &Config) -> Result<(Keyring, KeyHasher), ServiceError> {
+/// Without configured keys, a node with peers must have been allowed `insecure` (its keys
+/// derive from the cluster id, which is not a secret), and a node without peers draws a random
+/// key no one else needs to know.
+fn keys(config: &Config) -> Result<NodeKeys, ServiceError> {
     let mut secrets = config.cluster_keys()?;
     if secrets.is_empty() {
         let secret = if config.cluster.has_peers() {
@@ -209,8 +206,7 @@ fn keys(config: &Config) -> Result<(Keyring, KeyHasher), ServiceError> {
         };
         secrets.push(secret);
     }
-    let hasher = KeyHasher::from_secret(secrets.last().map_or(&[][..], |k| &k[..]));
-    Ok((Keyring::new(&secrets)?, hasher))
+    Ok(NodeKeys::from_secrets(&secrets)?)
 }
 
 /// Serves until `shutdown` resolves, then shuts down gracefully.
@@ -227,18 +223,34 @@ pub async fn run(
             "{CLOCK_OFFSET_ENV} is set: this node's wall clock is moved on purpose"
         );
     }
-    let clock = Arc::new(SystemClock::new(OffsetSystemClock {
-        offset_ms: bound.clock_offset_ms,
-    }));
-    let limiter = Arc::new(Limiter::new(
+    let mut advertise = config.advertise_addr()?;
+    if advertise.port() == 0 || advertise.ip().is_unspecified() {
+        // A node without peers may bind anywhere; it advertises what it got.
+        advertise = gossip_addr;
+    }
+    let mut params = config.node_params(node_id, advertise)?;
+    for seed in &config.cluster.seeds {
+        match tokio::net::lookup_host(seed.as_str()).await {
+            Ok(addrs) => params.seeds.extend(addrs),
+            Err(e) => tracing::warn!(%seed, error = %e, "cannot resolve seed; will rely on others"),
+        }
+    }
+    let state_path = params.state_path.clone();
+    let core = NodeBuilder::new(
+        params,
         config.limiter_config(),
-        OriginId(node_id.as_u128()),
-        bound.hasher,
-    ));
-    let state_path = (!config.limiter.state_path.is_empty())
-        .then(|| std::path::PathBuf::from(&config.limiter.state_path));
+        bound.keys,
+        OffsetSystemClock {
+            offset_ms: bound.clock_offset_ms,
+        },
+    )
+    .build()?;
+    let (clock, limiter, view) = (
+        core.clock().clone(),
+        core.limiter().clone(),
+        core.view().clone(),
+    );
     let rules = Arc::new(bound.rules);
-    let view = Arc::new(ClusterView::default());
     let mut metrics = Metrics::new();
     metrics
         .registry
@@ -250,35 +262,6 @@ pub async fn run(
     metrics.set_rules_loaded(current.domain_count(), current.rule_count());
     let metrics = Arc::new(metrics);
 
-    let mut advertise = config.advertise_addr()?;
-    if advertise.port() == 0 || advertise.ip().is_unspecified() {
-        // A node without peers may bind anywhere; it advertises what it got.
-        advertise = gossip_addr;
-    }
-    let mut params = NodeParams::new(
-        node_id,
-        advertise,
-        u64::from_le_bytes(node_id.as_bytes()[..8].try_into().unwrap_or([0; 8])),
-    );
-    params.cluster_id = config.cluster.cluster_id.clone();
-    params.gossip_interval = Duration::from_millis(config.cluster.gossip_interval_ms);
-    params.anti_entropy_interval = Duration::from_millis(config.cluster.anti_entropy_interval_ms);
-    params.max_packet_size = config.cluster.max_packet_size as usize;
-    params.expect_peers = config.cluster.has_peers();
-    // Without keys anyone can forge datagrams (`cluster.insecure`): send registers only to
-    // addresses that have shown they receive them, so that nobody can aim the cluster at a
-    // victim.
-    params.verify_return_route =
-        config.cluster.has_peers() && config.cluster_keys().is_ok_and(|k| k.is_empty());
-    params.warmup_timeout = Duration::from_millis(config.cluster.warmup_timeout_ms);
-    params.state_path = state_path.clone();
-    for seed in &config.cluster.seeds {
-        match tokio::net::lookup_host(seed.as_str()).await {
-            Ok(addrs) => params.seeds.extend(addrs),
-            Err(e) => tracing::warn!(%seed, error = %e, "cannot resolve seed; will rely on others"),
-        }
-    }
-
     // The servers stop first; the node loop last, so that its final round carries everything
     // they admitted.
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -289,14 +272,7 @@ pub async fn run(
 
     // The cluster node.
     let (commands, command_rx) = mpsc::channel(8);
-    let node = Node::new(
-        params,
-        Arc::new(bound.gossip),
-        clock.clone(),
-        limiter.clone(),
-        Arc::new(bound.keyring),
-        view.clone(),
-    )?;
+    let node = Node::new(core, Arc::new(bound.gossip));
     let node_task = tokio::spawn(node.run(command_rx, stopped(node_stop_rx)));
     if !config.cluster.seed_dns.is_empty() {
         tokio::spawn(crate::discovery::resolve_seeds_periodically(
@@ -329,7 +305,7 @@ pub async fn run(
     };
     let grpc_addr = bound.grpc.local_addr().unwrap_or_else(|_| unspecified());
     let incoming = rpc::tcp_incoming(bound.grpc);
-    let serve_options = ServeOptions::from_config(&config.grpc);
+    let serve_options = config.serve_options();
     let rate_limit_headers = serve_options.rate_limit_headers;
     let grpc_task = tokio::spawn(rpc::serve_with_options(
         incoming,

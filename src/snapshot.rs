@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use crate::gossip::message::{MessageError, decode_batch, encode_batch};
-use crate::limiter::{Limiter, MergeReport, OriginId};
+use crate::limiter::{Batch, Limiter, MergeReport, OriginId};
 
 const MAGIC: &[u8; 8] = b"LMSTATE\x01";
 /// Largest body written; bodies are read under the message decoder's own limit.
@@ -103,38 +103,79 @@ pub fn save(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<usize, Snapsh
     Ok(written)
 }
 
-/// Loads the saved registers, logging what came of it. A file that cannot be loaded is set
-/// aside (`<path>.corrupt`) and the node starts without it: a node that cannot start is worse
-/// than one whose peers' state arrives before it serves (warm-up). Called once the node runs
-/// on cluster time, so that what is expired or from the future is judged on the cluster's
-/// clock rather than on a wall clock that may be off.
-pub fn restore(limiter: &Limiter, path: &Path, now_ms: u64) {
-    match load(limiter, path, now_ms) {
-        Ok(report) => tracing::info!(
-            path = %path.display(),
+/// Registers read from a snapshot file and not merged yet: a node reads its file when it
+/// starts and merges it once it runs on cluster time, so that what is expired or from the
+/// future is judged on the cluster's clock rather than on a wall clock that may be off.
+#[derive(Debug, Default)]
+pub struct Saved {
+    path: PathBuf,
+    batches: Vec<Batch>,
+}
+
+impl Saved {
+    /// How many registers the file held.
+    pub fn registers(&self) -> u64 {
+        self.batches.iter().map(|b| b.updates.len() as u64).sum()
+    }
+
+    /// Merges the registers into `limiter` through the same checks as a peer's.
+    pub fn merge_into(&self, limiter: &Limiter, now_ms: u64) -> LoadReport {
+        let mut report = LoadReport {
+            read: self.registers(),
+            ..LoadReport::default()
+        };
+        for batch in &self.batches {
+            report.merge.add(&limiter.merge(batch, now_ms));
+        }
+        report
+    }
+
+    /// [`Saved::merge_into`], logging what came of it.
+    pub fn restore(&self, limiter: &Limiter, now_ms: u64) {
+        let report = self.merge_into(limiter, now_ms);
+        tracing::info!(
+            path = %self.path.display(),
             read = report.read,
             kept = report.merge.changed(),
             expired = report.merge.expired,
             "loaded the registers saved at the last stop"
-        ),
-        Err(e) => {
-            let aside = set_aside(path);
-            tracing::error!(
-                error = %e,
-                moved_to = ?aside.as_ref().map(|p| p.display().to_string()),
-                "cannot load the saved registers; starting without them"
-            );
-        }
+        );
     }
 }
 
-/// Merges the registers saved in `path` into `limiter`. A missing file is an empty snapshot
-/// (the first start); anything else that is wrong with it is an error naming it, and nothing
-/// is merged.
+/// Reads the saved registers, logging what is wrong. A file that cannot be read is set aside
+/// (`<path>.corrupt`) and the node starts without it: a node that cannot start is worse than
+/// one whose peers' state arrives before it serves (warm-up).
+pub fn read_or_set_aside(path: &Path) -> Saved {
+    read(path).unwrap_or_else(|e| {
+        let aside = set_aside(path);
+        tracing::error!(
+            error = %e,
+            moved_to = ?aside.as_ref().map(|p| p.display().to_string()),
+            "cannot load the saved registers; starting without them"
+        );
+        Saved {
+            path: path.to_owned(),
+            batches: Vec::new(),
+        }
+    })
+}
+
+/// Merges the registers saved in `path` into `limiter`: [`read`], then [`Saved::merge_into`].
 pub fn load(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<LoadReport, SnapshotError> {
+    Ok(read(path)?.merge_into(limiter, now_ms))
+}
+
+/// Reads the registers saved in `path`. A missing file is an empty snapshot (the first start);
+/// anything else that is wrong with it is an error naming it, and nothing is read.
+pub fn read(path: &Path) -> Result<Saved, SnapshotError> {
+    let empty = || Saved {
+        path: path.to_owned(),
+        batches: Vec::new(),
+    };
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LoadReport::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(empty()),
         Err(source) => {
             return Err(SnapshotError::Io {
                 path: path.to_owned(),
@@ -152,8 +193,7 @@ pub fn load(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<LoadReport, S
             path: path.to_owned(),
         });
     };
-    // Parse everything before merging anything: a corrupt file changes nothing.
-    let mut batches = Vec::new();
+    let mut saved = empty();
     while !rest.is_empty() {
         let offset = bytes.len() - rest.len();
         let Some((len, tail)) = rest.split_first_chunk::<4>() else {
@@ -169,16 +209,10 @@ pub fn load(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<LoadReport, S
         let (body, tail) = tail.split_at(len);
         let (batch, _rejects) =
             decode_batch(body, OriginId(0)).map_err(|e| corrupt(offset + 4, e.to_string()))?;
-        batches.push(batch);
+        saved.batches.push(batch);
         rest = tail;
     }
-    let mut report = LoadReport::default();
-    for batch in &batches {
-        report.read += batch.updates.len() as u64;
-        let merged = limiter.merge(batch, now_ms);
-        report.merge.add(&merged);
-    }
-    Ok(report)
+    Ok(saved)
 }
 
 #[cfg(test)]

@@ -5,12 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use limitmesh::clock::{Clock, SystemClock};
+use limitmesh::clock::{Clock, OffsetSystemClock, SystemClock};
 use limitmesh::gossip::wire::Keyring;
-use limitmesh::limiter::{
-    CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
-};
-use limitmesh::node::{ClusterView, Node, NodeParams};
+use limitmesh::limiter::{CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig};
+use limitmesh::node::{ClusterView, Node, NodeBuilder, NodeKeys, NodeParams};
 use limitmesh::window::WindowSpec;
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
@@ -23,28 +21,27 @@ struct Running {
     task: tokio::task::JoinHandle<()>,
 }
 
-async fn start(i: u128, seeds: Vec<SocketAddr>, keyring: &Arc<Keyring>) -> Running {
+async fn start(i: u128, seeds: Vec<SocketAddr>, keyring: [u8; 32]) -> Running {
     let socket = Arc::new(UdpSocket::bind("127.0.0.1:0").await.unwrap());
     let addr = socket.local_addr().unwrap();
     let node_id = uuid::Uuid::from_u128(0x1000 + i);
-    let limiter = Arc::new(Limiter::new(
-        LimiterConfig::default(),
-        OriginId(node_id.as_u128()),
-        KeyHasher::from_secret(b"cluster test"),
-    ));
-    let view = Arc::new(ClusterView::default());
     let mut params = NodeParams::new(node_id, addr, i as u64);
     params.seeds = seeds;
     params.cluster_id = "udp-test".into();
-    let node = Node::new(
+    let keys = NodeKeys {
+        keyring: Keyring::new(&[keyring]).unwrap(),
+        hasher: KeyHasher::from_secret(b"cluster test"),
+    };
+    let core = NodeBuilder::new(
         params,
-        socket,
-        Arc::new(SystemClock::system()),
-        limiter.clone(),
-        keyring.clone(),
-        view.clone(),
+        LimiterConfig::default(),
+        keys,
+        OffsetSystemClock::default(),
     )
+    .build()
     .unwrap();
+    let (limiter, view) = (core.limiter().clone(), core.view().clone());
+    let node = Node::new(core, socket);
     let (stop, stopped) = oneshot::channel::<()>();
     let (_tx, rx) = mpsc::channel(1);
     let task = tokio::spawn(async move {
@@ -65,12 +62,12 @@ async fn start(i: u128, seeds: Vec<SocketAddr>, keyring: &Arc<Keyring>) -> Runni
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_form_a_cluster_and_share_a_limit() {
-    let keyring = Arc::new(Keyring::new(&[[7u8; 32]]).unwrap());
-    let first = start(1, vec![], &keyring).await;
+    let keyring = [7u8; 32];
+    let first = start(1, vec![], keyring).await;
     let seed = first.addr;
     let mut nodes = vec![first];
     for i in 2..=3 {
-        nodes.push(start(i, vec![seed], &keyring).await);
+        nodes.push(start(i, vec![seed], keyring).await);
     }
 
     // Formation: bounded wait until every node sees two live peers.

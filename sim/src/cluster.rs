@@ -15,9 +15,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use limitmesh::clock::{Clock, ClusterClock};
 use limitmesh::gossip::wire::Keyring;
 use limitmesh::limiter::{
-    CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId, Policy,
+    CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, Policy,
 };
-use limitmesh::node::{ClusterView, Node, NodeParams, WireSnapshot};
+use limitmesh::node::{ClusterView, Node, NodeBuilder, NodeKeys, NodeParams, WireSnapshot};
 use limitmesh::window::WindowSpec;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -255,36 +255,33 @@ async fn host_main(
     if let Some(old) = lock(&shared.view).take() {
         lock(&shared.past_wire).push(old.wire.snapshot());
     }
-    let clock = Arc::new(ClusterClock::new(SimClock::new(shared.clock.clone())));
-    let limiter = Arc::new(Limiter::new(
-        LimiterConfig {
-            policy: cfg.policy,
-            ..LimiterConfig::default()
-        },
-        OriginId(node_id.as_u128()),
-        KeyHasher::from_secret(b"simulated cluster"),
-    ));
-    let view = Arc::new(ClusterView::default());
-    *lock(&shared.limiter) = Some(limiter.clone());
-    *lock(&shared.cluster_clock) = Some(clock.clone());
-    *lock(&shared.view) = Some(view.clone());
-
     let mut params = NodeParams::new(node_id, advertise, rng.random());
     params.cluster_id = "sim".into();
     params.gossip_interval = Duration::from_millis(cfg.gossip_interval_ms);
     params.seeds = (0..cfg.nodes.min(2))
         .map(|s| SocketAddr::new(turmoil::lookup(host_name(s)), PORT))
         .collect();
-    let keyring = Arc::new(Keyring::new(&[[42u8; 32]])?);
-    let socket = Arc::new(SimSocket::new(socket, shared.net.clone(), rng.random()));
-    let node = Node::new(
+    let keys = NodeKeys {
+        keyring: Keyring::new(&[[42u8; 32]])?,
+        hasher: KeyHasher::from_secret(b"simulated cluster"),
+    };
+    let limiter_config = LimiterConfig {
+        policy: cfg.policy,
+        ..LimiterConfig::default()
+    };
+    let core = NodeBuilder::new(
         params,
-        socket,
-        clock.clone(),
-        limiter.clone(),
-        keyring,
-        view,
-    )?;
+        limiter_config,
+        keys,
+        SimClock::new(shared.clock.clone()),
+    )
+    .build()?;
+    let (clock, limiter) = (core.clock().clone(), core.limiter().clone());
+    *lock(&shared.limiter) = Some(limiter.clone());
+    *lock(&shared.cluster_clock) = Some(clock.clone());
+    *lock(&shared.view) = Some(core.view().clone());
+    let socket = Arc::new(SimSocket::new(socket, shared.net.clone(), rng.random()));
+    let node = Node::new(core, socket);
     let (_commands, rx) = mpsc::channel(1);
     let work = drive(i, cfg, limiter, clock, recorder, rng);
     tokio::join!(node.run(rx, std::future::pending()), work);

@@ -10,13 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use limitmesh::clock::{Clock, ClusterClock};
+use limitmesh::clock::Clock;
 use limitmesh::gossip::wire::{Destination, Keyring, Kind, Sealer, cluster_tag};
-use limitmesh::limiter::{
-    CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
-};
+use limitmesh::limiter::{CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig};
 use limitmesh::membership::{Membership, NodeId};
-use limitmesh::node::{ClusterView, Node, NodeParams};
+use limitmesh::node::{Node, NodeBuilder, NodeKeys, NodeParams};
 use limitmesh::window::WindowSpec;
 use limitmesh_sim::clock::{ClockControl, SimClock};
 use limitmesh_sim::net::{NetFaults, SimSocket};
@@ -50,15 +48,6 @@ async fn node_main(
     let udp = turmoil::net::UdpSocket::bind(("0.0.0.0", PORT)).await?;
     let advertise = SocketAddr::new(turmoil::lookup(host(i)), PORT);
     let node_id = uuid::Uuid::from_u128(0xA3u128 << 64 | i as u128);
-    let clock = Arc::new(ClusterClock::new(SimClock::new(Arc::new(
-        ClockControl::default(),
-    ))));
-    let limiter = Arc::new(Limiter::new(
-        LimiterConfig::default(),
-        OriginId(node_id.as_u128()),
-        KeyHasher::from_secret(&KEY),
-    ));
-    limiters.lock().unwrap()[i] = Some(limiter.clone());
     let mut params = NodeParams::new(node_id, advertise, SEED ^ i as u64);
     params.cluster_id = CLUSTER.into();
     params.verify_return_route = verify;
@@ -66,15 +55,16 @@ async fn node_main(
         .filter(|s| *s != i)
         .map(|s| SocketAddr::new(turmoil::lookup(host(s)), PORT))
         .collect();
+    let keys = NodeKeys {
+        keyring: Keyring::new(&[KEY])?,
+        hasher: KeyHasher::from_secret(&KEY),
+    };
+    let time = SimClock::new(Arc::new(ClockControl::default()));
+    let core = NodeBuilder::new(params, LimiterConfig::default(), keys, time).build()?;
+    let (clock, limiter) = (core.clock().clone(), core.limiter().clone());
+    limiters.lock().unwrap()[i] = Some(limiter.clone());
     let socket = Arc::new(SimSocket::new(udp, Arc::new(NetFaults::default()), SEED));
-    let node = Node::new(
-        params,
-        socket,
-        clock.clone(),
-        limiter.clone(),
-        Arc::new(Keyring::new(&[KEY])?),
-        Arc::new(ClusterView::default()),
-    )?;
+    let node = Node::new(core, socket);
     // Traffic on 100 keys, so that every node has registers to push.
     let work = async move {
         let limit = Limit {

@@ -8,11 +8,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use limitmesh::clock::{Clock, ClusterClock};
+use limitmesh::clock::Clock;
 use limitmesh::gossip::wire::Keyring;
-use limitmesh::limiter::{KeyHasher, Limiter, LimiterConfig, OriginId};
+use limitmesh::limiter::{KeyHasher, Limiter, LimiterConfig};
 use limitmesh::metrics::Metrics;
-use limitmesh::node::{ClusterView, Node, NodeParams};
+use limitmesh::node::{Node, NodeBuilder, NodeKeys, NodeParams};
 use limitmesh::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use limitmesh::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use limitmesh::proto::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -53,30 +53,25 @@ async fn node_main(i: usize, limiters: Arc<Mutex<Vec<Option<Arc<Limiter>>>>>) ->
     let udp = turmoil::net::UdpSocket::bind(("0.0.0.0", GOSSIP_PORT)).await?;
     let advertise = SocketAddr::new(turmoil::lookup(host(i)), GOSSIP_PORT);
     let node_id = uuid::Uuid::from_u128(0x51u128 << 64 | i as u128);
-    let clock = Arc::new(ClusterClock::new(SimClock::new(Arc::new(
-        ClockControl::default(),
-    ))));
-    let limiter = Arc::new(Limiter::new(
-        LimiterConfig::default(),
-        OriginId(node_id.as_u128()),
-        KeyHasher::from_secret(b"grpc simulation"),
-    ));
-    limiters.lock().unwrap()[i] = Some(limiter.clone());
-    let view = Arc::new(ClusterView::default());
     let mut params = NodeParams::new(node_id, advertise, SEED ^ i as u64);
     params.cluster_id = "grpc-sim".into();
     params.seeds = (0..2)
         .map(|s| SocketAddr::new(turmoil::lookup(host(s)), GOSSIP_PORT))
         .collect();
+    let keys = NodeKeys {
+        keyring: Keyring::new(&[[9u8; 32]])?,
+        hasher: KeyHasher::from_secret(b"grpc simulation"),
+    };
+    let time = SimClock::new(Arc::new(ClockControl::default()));
+    let core = NodeBuilder::new(params, LimiterConfig::default(), keys, time).build()?;
+    let (clock, limiter, view) = (
+        core.clock().clone(),
+        core.limiter().clone(),
+        core.view().clone(),
+    );
+    limiters.lock().unwrap()[i] = Some(limiter.clone());
     let socket = Arc::new(SimSocket::new(udp, Arc::new(NetFaults::default()), SEED));
-    let node = Node::new(
-        params,
-        socket,
-        clock.clone(),
-        limiter.clone(),
-        Arc::new(Keyring::new(&[[9u8; 32]])?),
-        view.clone(),
-    )?;
+    let node = Node::new(core, socket);
     let rules = RuleSet::parse("sim-rules.yaml", RULES, LoadOptions::default())?;
     let ctx = RpcContext {
         limiter,

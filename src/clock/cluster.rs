@@ -82,7 +82,7 @@ impl<S: TimeSource> ClusterClock<S> {
         self.source.wall_ms()
     }
 
-    /// The monotonic clock, suspends included (as of the last [`ClusterClock::own_gap`]).
+    /// The monotonic clock, suspends included (as of the last [`ClusterClock::account_suspend`]).
     pub fn mono_ms(&self) -> u64 {
         self.source
             .mono_ms()
@@ -119,11 +119,13 @@ impl<S: TimeSource> ClusterClock<S> {
         );
     }
 
-    /// This node's wall clock minus its monotonic clock, now; counts the steps the wall clock
-    /// took since the last call (the node loop calls it every round).
-    pub fn own_gap(&self) -> i64 {
-        self.account_suspend();
-        let now = gap_of(self.wall_ms(), self.mono_ms());
+    /// This node's wall clock minus its monotonic clock at a reading of both ([`Now`], taken
+    /// after [`ClusterClock::account_suspend`]); counts the steps the wall clock took since the
+    /// last call (the node core calls it every round).
+    ///
+    /// [`Now`]: super::Now
+    pub fn own_gap(&self, wall_ms: u64, mono_ms: u64) -> i64 {
+        let now = gap_of(wall_ms, mono_ms);
         let before = self.last_gap.swap(now, Ordering::Relaxed);
         let moved = now.saturating_sub(before);
         if moved <= -STEP_MS {
@@ -223,6 +225,12 @@ mod tests {
         }
     }
 
+    /// The gap at a fresh reading, as the node core takes it once a round.
+    fn gap_now(c: &ClusterClock<Arc<Split>>) -> i64 {
+        let now = super::super::Now::read_at(c, tokio::time::Instant::now());
+        c.own_gap(now.wall_ms, now.mono_ms)
+    }
+
     fn split(wall: u64, mono: u64) -> Arc<Split> {
         Arc::new(Split {
             wall: AtomicU64::new(wall),
@@ -240,11 +248,11 @@ mod tests {
         s.wall.fetch_add(5_000, Ordering::Relaxed);
         s.mono.fetch_add(10, Ordering::Relaxed);
         assert_eq!(c.now_ms(), 1_700_000_000_010);
-        assert_eq!(c.own_gap(), 1_700_000_000_000 - 5_000 + 4_990);
+        assert_eq!(gap_now(&c), 1_700_000_000_000 - 5_000 + 4_990);
         assert_eq!(c.forward_steps(), 1);
         // And back by 8 s: counted as a rollback, cluster time untouched.
         s.wall.fetch_sub(8_000, Ordering::Relaxed);
-        c.own_gap();
+        gap_now(&c);
         assert_eq!((c.rollbacks(), c.deepest_rollback_ms()), (1, 8_000));
         assert_eq!(c.now_ms(), 1_700_000_000_010);
     }
@@ -298,14 +306,14 @@ mod tests {
         s.suspended.store(7_000, Ordering::Relaxed); // suspended before this process began
         let c = ClusterClock::new(s.clone());
         assert_eq!(c.now_ms(), 1_000_000);
-        let (gap, base) = (c.own_gap(), c.base());
+        let (gap, base) = (gap_now(&c), c.base());
         assert_eq!(gap, base, "wall and cluster time agree at start");
         // Suspended 90 s: the wall clock and the suspend counter move on, the monotonic
         // clock does not.
         s.wall.fetch_add(90_000, Ordering::Relaxed);
         s.suspended.fetch_add(90_000, Ordering::Relaxed);
         assert_eq!(c.now_ms(), 1_000_000, "not accounted before the round");
-        assert_eq!(c.own_gap(), gap, "no wall step seen: it was a suspend");
+        assert_eq!(gap_now(&c), gap, "no wall step seen: it was a suspend");
         assert_eq!(c.now_ms(), 1_090_000);
         assert_eq!(c.base(), base, "the calibrator's view is unchanged");
         assert_eq!((c.rollbacks(), c.forward_steps()), (0, 0));

@@ -4,7 +4,9 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 
 use super::*;
-use crate::rules::{Lookup, RuleLimit, RuleSet};
+use crate::crdt::Arbitration;
+use crate::limiter::{LimiterConfig, PartitionPolicy, Policy};
+use crate::rules::{LoadOptions, Lookup, RuleLimit, RuleSet, RulesSource};
 
 const FILE: &str = "node.toml";
 const KEY_ONES: &str = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=";
@@ -250,6 +252,63 @@ fn the_default_limiter_config_maps_to_the_core_defaults() {
             expected.max_clock_drift_ms
         )
     );
+}
+
+#[test]
+fn the_default_grpc_section_is_the_servers_default() {
+    assert_eq!(
+        Config::default().serve_options(),
+        crate::rpc::ServeOptions::default()
+    );
+    let c = parse_ok(
+        "[grpc]\nrequest_timeout_ms = 7\nmax_concurrent_streams = 9\nrate_limit_headers = \"draft-03\"\n",
+        &[],
+    );
+    let options = c.serve_options();
+    assert_eq!(options.request_timeout, std::time::Duration::from_millis(7));
+    assert_eq!(options.max_concurrent_streams, 9);
+    assert_eq!(
+        options.rate_limit_headers,
+        crate::rpc::RateLimitHeaders::Draft03
+    );
+}
+
+#[test]
+fn node_params_carry_the_cluster_section() {
+    let id = uuid::Uuid::from_u128(7);
+    let addr: SocketAddr = "10.0.0.1:7946".parse().unwrap();
+    let c = parse_ok(
+        &format!(
+            "[cluster]\nseeds = [\"10.0.0.2:7946\"]\ncluster_id = \"blue\"\ngossip_interval_ms = 100\n\
+             anti_entropy_interval_ms = 900\nmax_packet_size = 1200\nwarmup_timeout_ms = 2000\n\
+             keys = [\"{KEY_ONES}\"]\n[limiter]\nstate_path = \"/var/lib/limitmesh/state\"\n"
+        ),
+        &[],
+    );
+    let p = c.node_params(id, addr).unwrap();
+    assert_eq!((p.node_id, p.advertise), (id, addr));
+    assert_eq!(p.cluster_id, "blue");
+    assert_eq!(p.gossip_interval, std::time::Duration::from_millis(100));
+    assert_eq!(
+        p.anti_entropy_interval,
+        std::time::Duration::from_millis(900)
+    );
+    assert_eq!(p.max_packet_size, 1200);
+    assert_eq!(p.warmup_timeout, std::time::Duration::from_secs(2));
+    assert!(p.expect_peers);
+    assert!(!p.verify_return_route, "keys are set");
+    assert!(p.seeds.is_empty(), "seed names are resolved by the caller");
+    assert_eq!(
+        p.state_path.as_deref(),
+        Some(std::path::Path::new("/var/lib/limitmesh/state"))
+    );
+    let insecure = parse_ok(
+        "[cluster]\nseeds = [\"10.0.0.2:7946\"]\ninsecure = true\n",
+        &[],
+    );
+    let p = insecure.node_params(id, addr).unwrap();
+    assert!(p.verify_return_route, "anyone can forge datagrams");
+    assert_eq!(p.state_path, None);
 }
 
 // ---- file errors ----

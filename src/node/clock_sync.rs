@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 use crate::clock::calibrator::{self, Calibrator, Steer};
-use crate::clock::{ClusterClock, TimeSource};
+use crate::clock::{ClusterClock, Now, TimeSource};
 
 /// What the node publishes about its clock (metrics, `members`, `inspect`).
 #[derive(Debug, Default)]
@@ -97,12 +97,13 @@ impl ClockSync {
     pub fn round<T: TimeSource>(
         &mut self,
         clock: &ClusterClock<T>,
+        now: &Now,
         peers: &[u128],
         warming: bool,
         stats: &ClockStats,
     ) {
-        let own = clock.own_gap();
-        let mono = clock.mono_ms();
+        let own = clock.own_gap(now.wall_ms, now.mono_ms);
+        let mono = now.mono_ms;
         let reference = self.calibrator.reference(own, peers.iter().copied());
         let heard_peers = peers.iter().any(|p| self.calibrator.estimate(*p).is_some());
         let first_contact = heard_peers && !self.steered_by_peers;

@@ -15,6 +15,16 @@ pub enum MemberState {
     Down,
 }
 
+impl From<foca::State> for MemberState {
+    fn from(state: foca::State) -> Self {
+        match state {
+            foca::State::Alive => MemberState::Alive,
+            foca::State::Suspect => MemberState::Suspect,
+            foca::State::Down => MemberState::Down,
+        }
+    }
+}
+
 impl MemberState {
     pub fn as_str(self) -> &'static str {
         match self {

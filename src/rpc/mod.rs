@@ -125,22 +125,13 @@ pub struct ServeOptions {
     pub rate_limit_headers: RateLimitHeaders,
 }
 
+/// The defaults of `[grpc]` in the node configuration (a test there holds them equal).
 impl Default for ServeOptions {
     fn default() -> Self {
-        let grpc = crate::config::GrpcConfig::default();
-        Self::from_config(&grpc)
-    }
-}
-
-impl ServeOptions {
-    pub fn from_config(grpc: &crate::config::GrpcConfig) -> Self {
         Self {
-            request_timeout: Duration::from_millis(grpc.request_timeout_ms),
-            max_concurrent_streams: grpc.max_concurrent_streams,
-            rate_limit_headers: match grpc.rate_limit_headers {
-                crate::config::RateLimitHeadersName::None => RateLimitHeaders::None,
-                crate::config::RateLimitHeadersName::Draft03 => RateLimitHeaders::Draft03,
-            },
+            request_timeout: Duration::from_millis(50),
+            max_concurrent_streams: 1024,
+            rate_limit_headers: RateLimitHeaders::None,
         }
     }
 }

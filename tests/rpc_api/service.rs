@@ -227,7 +227,7 @@ async fn the_embedded_demo_config_and_rules_serve_a_node() {
     }
     assert_eq!(allowed, 10, "the demo allows 10 per second per client");
     assert_eq!(
-        ServeOptions::from_config(&config.grpc).rate_limit_headers,
+        config.serve_options().rate_limit_headers,
         RateLimitHeaders::None
     );
     let _ = stop.send(());

@@ -1,0 +1,390 @@
+//! The node's protocol as a plain state machine: no socket, no runtime, no clock of its own.
+//!
+//! A driver feeds it inputs, each with the time it happened ([`Now`]): a datagram and the
+//! address it came from ([`NodeCore::on_datagram`]), a wake-up at the time it asked for
+//! ([`NodeCore::on_wake`]), a command ([`NodeCore::on_command`]), the end
+//! ([`NodeCore::leave`]). After each input it takes the sealed datagrams to send
+//! ([`NodeCore::take_outgoing`]) and sleeps until [`NodeCore::next_wake`]. The tokio loop
+//! (`driver.rs`), the simulators and the unit tests are such drivers.
+//!
+//! What it does with them is split by concern: `receive.rs` (one datagram),
+//! `dissemination.rs` (summary rounds, anti-entropy, bootstrap pushes), `liveness.rs` (whose
+//! demand counts), `warmup.rs` (when a starting node may admit), `clock_sync.rs` (cluster
+//! time). This file holds the state and the inputs.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+
+use super::clock_sync::ClockSync;
+use super::liveness::Liveness;
+use super::outbox::{Outbox, Outgoing};
+use super::return_route::ReturnRoute;
+use super::timers::{Periodic, Timers};
+use super::view::{ClusterView, MemberInfo, MemberState};
+use super::warmup::{Warmup, WarmupEnd};
+use super::{Command, NodeError, NodeParams};
+use crate::clock::{ClusterClock, Now, TimeSource};
+use crate::gossip::wire::{Destination, Keyring, Kind, Opener, Sealer, cluster_tag};
+use crate::limiter::{Limiter, OriginId};
+use crate::membership::{MemberEvent, Membership, NodeId, REJOIN_INTERVAL};
+use crate::snapshot::Saved;
+
+/// A node's protocol state. See the module documentation.
+pub struct NodeCore<T> {
+    pub(super) params: NodeParams,
+    /// Cluster time, which this node steers (`clock_sync.rs`).
+    pub(super) clock: Arc<ClusterClock<T>>,
+    pub(super) limiter: Arc<Limiter>,
+    pub(super) keyring: Arc<Keyring>,
+    pub(super) view: Arc<ClusterView>,
+    pub(super) membership: Membership,
+    pub(super) outbox: Outbox,
+    pub(super) opener: Opener,
+    pub(super) clock_sync: ClockSync,
+    pub(super) liveness: Liveness,
+    /// Which addresses have shown they receive what this node sends, when that must be
+    /// checked (`verify_return_route`).
+    pub(super) return_route: Option<ReturnRoute>,
+    pub(super) timers: Timers,
+    pub(super) discovered: Vec<SocketAddr>,
+    pub(super) rng: StdRng,
+    pub(super) boot_ms: u64,
+    /// Where the next periodic anti-entropy page starts in the local snapshot.
+    pub(super) anti_entropy_cursor: usize,
+    /// New keys refused for a full table, as of the last GC pass (logged when it grows).
+    pub(super) table_full_seen: u64,
+    /// Until the node holds the cluster's state.
+    pub(super) warmup: Option<Warmup>,
+    /// Registers saved at the last stop, merged once the node runs on cluster time.
+    pub(super) saved: Option<Saved>,
+}
+
+impl<T> std::fmt::Debug for NodeCore<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCore")
+            .field("id", &self.params.node_id)
+            .field("advertise", &self.params.advertise)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a node core runs on besides its parameters.
+#[derive(Debug)]
+pub struct CoreParts<T> {
+    pub clock: Arc<ClusterClock<T>>,
+    pub limiter: Arc<Limiter>,
+    pub keyring: Arc<Keyring>,
+    pub view: Arc<ClusterView>,
+    /// Registers saved at the last stop (`limiter.state_path`), already read.
+    pub saved: Option<Saved>,
+}
+
+impl<T: TimeSource> NodeCore<T> {
+    pub fn new(params: NodeParams, parts: CoreParts<T>, now: Now) -> Result<Self, NodeError> {
+        let CoreParts {
+            clock,
+            limiter,
+            keyring,
+            view,
+            saved,
+        } = parts;
+        let max_body = params
+            .max_packet_size
+            .checked_sub(crate::gossip::wire::OVERHEAD)
+            .filter(|b| *b >= 256)
+            .ok_or(NodeError::PacketTooSmall(params.max_packet_size))?;
+        let identity = NodeId::new(params.node_id, params.advertise, now.cluster_ms);
+        let warmup = (params.expect_peers || !params.seeds.is_empty()).then(|| {
+            // Until further notice: the warm-up ends on the monotonic clock
+            // (`update_readiness`), not when the wall clock, which can step, reaches a time.
+            limiter.set_warming_until(u64::MAX);
+            Warmup::new(now.at)
+        });
+        let mut rng = StdRng::seed_from_u64(params.rng_seed ^ 0x5EED_A11E);
+        let return_route = params
+            .verify_return_route
+            .then(|| ReturnRoute::new(rng.random()));
+        let tag = cluster_tag(&params.cluster_id);
+        let sender = params.node_id.as_u128();
+        let timers = Timers::new(
+            now.at,
+            [
+                params.gossip_interval,
+                params.anti_entropy_interval,
+                REJOIN_INTERVAL,
+                params.gc_interval,
+            ],
+        );
+        let mut core = Self {
+            membership: Membership::new(identity, max_body, params.rng_seed),
+            outbox: Outbox::new(
+                Sealer::new(tag, sender, params.max_packet_size),
+                keyring.clone(),
+            ),
+            opener: Opener::new(tag, params.max_packet_size, sender),
+            rng,
+            clock_sync: ClockSync::new(limiter.config().max_clock_drift_ms, clock.base()),
+            liveness: Liveness::new(params.silence_threshold, params.join_grace),
+            timers,
+            discovered: Vec::new(),
+            boot_ms: now.cluster_ms,
+            anti_entropy_cursor: 0,
+            table_full_seen: 0,
+            warmup,
+            saved,
+            return_route,
+            params,
+            clock,
+            limiter,
+            keyring,
+            view,
+        };
+        if core.warmup.is_none() {
+            // No peers to wait for: this node's clock is cluster time already.
+            if let Some(saved) = core.saved.take() {
+                saved.restore(&core.limiter, now.cluster_ms);
+            }
+            core.view.set_ready();
+        }
+        core.publish();
+        Ok(core)
+    }
+
+    /// This node's identity in the cluster.
+    pub fn identity(&self) -> &NodeId {
+        self.membership.identity()
+    }
+
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.limiter
+    }
+
+    pub fn view(&self) -> &Arc<ClusterView> {
+        &self.view
+    }
+
+    pub fn clock(&self) -> &Arc<ClusterClock<T>> {
+        &self.clock
+    }
+
+    /// Whether the node holds the cluster's state (it is past its warm-up).
+    pub fn is_ready(&self) -> bool {
+        self.warmup.is_none()
+    }
+
+    /// When the core next needs [`NodeCore::on_wake`].
+    pub fn next_wake(&self) -> Instant {
+        let periodic = self.timers.next();
+        self.membership
+            .next_timer()
+            .map_or(periodic, |m| m.min(periodic))
+    }
+
+    /// Sealed datagrams to send, in the order they were made.
+    pub fn take_outgoing(&mut self) -> Vec<Outgoing> {
+        self.outbox.take()
+    }
+
+    /// Runs whatever is due at `now`: SWIM's timers first, then the periodic work in
+    /// [`Periodic`] order.
+    pub fn on_wake(&mut self, now: Now) {
+        if self.membership.next_timer().is_some_and(|t| t <= now.at) {
+            self.membership.fire_due(now.at);
+            self.settle(now);
+        }
+        for due in self.timers.take_due(now.at) {
+            match due {
+                Periodic::SummaryRound => self.summary_round(now),
+                Periodic::AntiEntropy => self.periodic_anti_entropy(now),
+                Periodic::Rejoin => {
+                    let seeds = self.seeds();
+                    let route = self.return_route.as_ref();
+                    self.membership.announce_to_absent(
+                        &seeds,
+                        |down| route.is_none_or(|r| r.is_verified(down)),
+                        now.at,
+                    );
+                }
+                Periodic::CollectGarbage => self.collect_garbage(now),
+            }
+            self.settle(now);
+        }
+    }
+
+    pub fn on_command(&mut self, now: Now, command: Command) {
+        match command {
+            Command::DiscoveredSeeds(seeds) => self.discovered = seeds,
+        }
+        self.settle(now);
+    }
+
+    /// The node stops: what it admitted since the last round goes out, then it leaves the
+    /// cluster. Its peers keep its registers (and relay them) for as long as their windows
+    /// live. A node still warming up stays so: the final round must not open admission after
+    /// the drain.
+    pub fn leave(&mut self, now: Now) {
+        self.warmup = None;
+        self.summary_round(now);
+        self.settle(now);
+        self.membership.leave(now.at);
+        self.settle(now);
+        tracing::info!(id = %self.params.node_id, "left the cluster");
+    }
+
+    /// Seals what membership queued and reacts to its events. Runs after every input.
+    pub(super) fn settle(&mut self, now: Now) {
+        for (to, data) in self.membership.take_outbox() {
+            self.outbox
+                .seal(Kind::Membership, now.wall_ms, &data, destination(&to));
+        }
+        let events = self.membership.take_events();
+        if events.is_empty() {
+            return;
+        }
+        for event in &events {
+            tracing::debug!(?event, "membership");
+            if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
+                self.liveness.joined(id.node.as_u128(), now.at);
+                if let Some(w) = &mut self.warmup {
+                    w.member_changed(now.at);
+                }
+                self.queue_bootstrap(now, destination(id));
+            }
+        }
+        let members = self.membership.members();
+        let ids = self.liveness.set_members(&members);
+        self.clock_sync.retain(|s| ids.contains(&s));
+        if let Some(route) = &mut self.return_route {
+            let addrs = members.iter().map(|m| m.addr).collect();
+            route.retain(&ids, &addrs);
+        }
+        self.update_live(now);
+        self.publish();
+    }
+
+    /// The member list, for the API, the admin endpoint and metrics.
+    pub(super) fn publish(&self) {
+        let me = self.membership.identity();
+        let fences = self.clock_sync.fences();
+        let mut members = vec![MemberInfo {
+            id: me.node,
+            addr: me.addr,
+            state: MemberState::Alive,
+            is_self: true,
+            boot_ms: self.boot_ms,
+            clock_offset_ms: Some(
+                self.view
+                    .clock
+                    .offset_ms
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
+            clock_fenced: fences.own,
+        }];
+        for (_, (id, state)) in self.membership.states() {
+            members.push(MemberInfo {
+                id: id.node,
+                addr: id.addr,
+                state: MemberState::from(state),
+                is_self: false,
+                boot_ms: id.boot_ms,
+                clock_offset_ms: self.clock_sync.offset_of(id.node.as_u128()),
+                clock_fenced: fences.peers.contains(&id.node.as_u128()),
+            });
+        }
+        self.view.publish(members);
+    }
+
+    /// Tells the limiter who is live (see `liveness.rs`) and whose clock is cut off.
+    pub(super) fn update_live(&mut self, now: Now) {
+        let members = self.membership.members();
+        let fences = self.clock_sync.fences();
+        let silent = self.liveness.silent(&members, fences, now.at);
+        self.limiter
+            .set_clock_fenced(fences.own || !fences.peers.is_empty());
+        self.limiter.set_view(
+            members.len() - silent.len() + 1,
+            &silent,
+            self.liveness.largest_count(),
+            now.cluster_ms,
+        );
+    }
+
+    /// Ends the warm-up once the node holds the cluster's state (see `warmup.rs`).
+    pub(super) fn update_readiness(&mut self, now: Now) {
+        let Some(w) = &self.warmup else {
+            return;
+        };
+        let members: Vec<u128> = self
+            .membership
+            .members()
+            .iter()
+            .map(|m| m.node.as_u128())
+            .collect();
+        // Two rounds for the members' pushes to land, and their join grace, after which this
+        // node counts them live (and so shares the limit with them).
+        let settle = (2 * self.params.gossip_interval).max(self.params.join_grace);
+        let clocks = self.clock_sync.has_estimates(members.iter().copied());
+        match w.end(now.at, &members, clocks, settle, self.params.warmup_timeout) {
+            None => return,
+            Some(WarmupEnd::HoldsState { waited }) => tracing::info!(
+                members = members.len(),
+                waited_ms = waited.as_millis() as u64,
+                "ready: holds the cluster's state"
+            ),
+            Some(WarmupEnd::TimedOut { waited }) => tracing::warn!(
+                members = members.len(),
+                waited_ms = waited.as_millis() as u64,
+                "ready without the state or the clock of every member: the warm-up timed out"
+            ),
+        }
+        self.warmup = None;
+        if let Some(saved) = self.saved.take() {
+            saved.restore(&self.limiter, now.cluster_ms);
+        }
+        self.limiter.set_warming_until(0);
+        self.view.set_ready();
+    }
+
+    /// One GC pass, and a warning (at most one per pass) when new keys met a full table.
+    fn collect_garbage(&mut self, now: Now) {
+        self.limiter.gc(now.cluster_ms, self.params.gc_budget);
+        let stats = self.limiter.stats();
+        if stats.refused_table_full > self.table_full_seen {
+            tracing::warn!(
+                refused = stats.refused_table_full - self.table_full_seen,
+                max_keys = stats.max_keys,
+                policy = ?self.limiter.config().when_full,
+                "key table full: every window in it still counts something, so new keys were \
+                 refused (raise limiter.max_keys, or see limiter.when_table_full)"
+            );
+            self.table_full_seen = stats.refused_table_full;
+        }
+    }
+
+    /// Static and discovered seeds, this node excluded.
+    fn seeds(&self) -> Vec<SocketAddr> {
+        let mut s: BTreeSet<SocketAddr> = self.params.seeds.iter().copied().collect();
+        s.extend(self.discovered.iter().copied());
+        s.remove(&self.params.advertise);
+        s.into_iter().collect()
+    }
+
+    /// This node's origin in the CRDT.
+    pub fn origin(&self) -> OriginId {
+        self.limiter.origin()
+    }
+}
+
+/// Where datagrams for member `id` go: bound to its boot id, unless it is a seed known only by
+/// its address.
+pub(super) fn destination(id: &NodeId) -> Destination {
+    Destination {
+        addr: id.addr,
+        node: (!id.node.is_nil()).then(|| id.node.as_u128()),
+    }
+}

@@ -1,0 +1,180 @@
+//! How registers travel: summary rounds, periodic anti-entropy and bootstrap pushes.
+//!
+//! - **Summary rounds** (every `gossip_interval`, 200 ms by default): the registers that changed
+//!   since the last round (plus, once, those of the round before, against a single lost
+//!   datagram) go to every live member directly. For full replication that is the
+//!   bandwidth-optimal scheme, and every register reaches every peer within one round and one
+//!   network latency. Members that get no register this round get a heartbeat.
+//! - **Bootstrap pushes**: when a member comes up or is renamed (a restart), this node pushes it
+//!   its own live registers and those of origins that are gone, so a new or restarted node
+//!   holds the live state within a round trip.
+//! - **Anti-entropy**: every `anti_entropy_interval` this node pushes its registers to one
+//!   member, a page at a time, repairing what losses left behind.
+//!
+//! Every register and heartbeat body starts with how many members this node counts, and, where
+//! return routability is checked, the cookies (`return_route.rs`).
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+
+use rand::RngExt;
+
+use super::core::{NodeCore, destination};
+use super::return_route;
+use crate::clock::{Clock, Now, TimeSource};
+use crate::gossip::message::{empty_batch_body, encode_batch, members_count};
+use crate::gossip::wire::{Destination, Kind};
+use crate::limiter::{Batch, OriginId};
+
+impl<T: TimeSource> NodeCore<T> {
+    /// One summary round: steer cluster time, update who is live and whether the warm-up is
+    /// over, then send what changed to every live member and a heartbeat to members that would
+    /// otherwise hear nothing from this node this round.
+    pub(super) fn summary_round(&mut self, mut now: Now) {
+        let peers: Vec<u128> = self
+            .membership
+            .members()
+            .iter()
+            .map(|m| m.node.as_u128())
+            .collect();
+        self.clock_sync.round(
+            &self.clock,
+            &now,
+            &peers,
+            self.warmup.is_some(),
+            &self.view.clock,
+        );
+        // Steering moved cluster time: the one second reading of an input.
+        now.cluster_ms = self.clock.now_ms();
+        // The member list carries clock offsets and cut-offs, which move every round.
+        self.publish();
+        self.update_live(now);
+        self.update_readiness(now);
+        let peers: Vec<Destination> = self.membership.members().iter().map(destination).collect();
+        let batch = self.limiter.collect_changed(now.cluster_ms);
+        self.view
+            .wire
+            .summary_rounds
+            .fetch_add(1, Ordering::Relaxed);
+        if peers.is_empty() {
+            return;
+        }
+        // Registers go only where they can be received (see `return_route.rs`); the others
+        // get a heartbeat, as does everyone in a round with nothing to send.
+        let (receiving, unverified): (Vec<Destination>, Vec<Destination>) =
+            peers.into_iter().partition(|p| self.may_push_to(p.addr));
+        let heartbeats = match batch {
+            Some(batch) if !batch.updates.is_empty() => {
+                self.view.wire.summary_register_sends.fetch_add(
+                    (batch.updates.len() * receiving.len()) as u64,
+                    Ordering::Relaxed,
+                );
+                self.send_batch(now, Kind::Summary, &batch, &receiving);
+                unverified
+            }
+            _ => receiving.into_iter().chain(unverified).collect(),
+        };
+        for peer in heartbeats {
+            if let Some(route) = &mut self.return_route
+                && !route.is_verified(peer.addr)
+                && !route.may_probe(peer.addr)
+            {
+                continue;
+            }
+            let body = self.body_prefix(peer);
+            self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, peer);
+        }
+    }
+
+    /// Whether registers may be sent to `addr`: always, unless return routability is checked
+    /// and `addr` has not shown it receives.
+    fn may_push_to(&self, addr: std::net::SocketAddr) -> bool {
+        self.return_route
+            .as_ref()
+            .is_none_or(|route| route.is_verified(addr))
+    }
+
+    /// The front of every register and heartbeat body to `to`: the members count, and the
+    /// cookies when return routability is checked.
+    fn body_prefix(&self, to: Destination) -> Vec<u8> {
+        let mut prefix = members_count::encode(self.membership.num_members() + 1);
+        if let Some(route) = &self.return_route {
+            prefix.extend_from_slice(&route.cookies(to.addr, to.node));
+        }
+        prefix
+    }
+
+    /// This node's registers to one member picked at random, a page at a time.
+    pub(super) fn periodic_anti_entropy(&mut self, now: Now) {
+        let members = self.membership.members();
+        if members.is_empty() {
+            return;
+        }
+        let to = destination(&members[self.rng.random_range(0..members.len())]);
+        if !self.may_push_to(to.addr) {
+            return;
+        }
+        let mut own = self.limiter.snapshot_local(now.cluster_ms);
+        let page = self.params.anti_entropy_page.max(1);
+        if own.updates.len() > page {
+            let start = self.anti_entropy_cursor % own.updates.len();
+            own.updates.rotate_left(start);
+            own.updates.truncate(page);
+            self.anti_entropy_cursor = start + page;
+        }
+        self.send_batch(now, Kind::AntiEntropy, &own, &[to]);
+    }
+
+    /// Queues for `to` this node's live registers and those of origins that are no longer
+    /// members (they cannot push their own).
+    pub(super) fn queue_bootstrap(&mut self, now: Now, to: Destination) {
+        if let Some(route) = &mut self.return_route
+            && !route.is_verified(to.addr)
+        {
+            // Pushed once the address has shown it receives: a forged announce must not turn
+            // this node into an amplifier.
+            route.defer_bootstrap(to.addr);
+            return;
+        }
+        let mut live: BTreeSet<OriginId> = self
+            .membership
+            .members()
+            .iter()
+            .map(|m| OriginId(m.node.as_u128()))
+            .collect();
+        live.insert(self.limiter.origin());
+        let own = self.limiter.snapshot_local(now.cluster_ms);
+        let relayed = self.limiter.relay(now.cluster_ms, |o| !live.contains(&o));
+        if own.updates.is_empty() && relayed.is_empty() {
+            // Nothing to push, said all the same: the newcomer waits for word from every
+            // member before it serves (see `warmup.rs`).
+            let mut body = self.body_prefix(to);
+            body.extend_from_slice(&empty_batch_body());
+            self.outbox.seal(Kind::AntiEntropy, now.wall_ms, &body, to);
+            return;
+        }
+        self.send_batch(now, Kind::AntiEntropy, &own, &[to]);
+        for batch in relayed {
+            self.send_batch(now, Kind::AntiEntropy, &batch, &[to]);
+        }
+    }
+
+    /// Encodes `batch` into as many bodies as it takes and seals each for every peer.
+    fn send_batch(&mut self, now: Now, kind: Kind, batch: &Batch, peers: &[Destination]) {
+        if batch.updates.is_empty() {
+            return;
+        }
+        let prefix_len = members_count::MAX_LEN + return_route::COOKIES_LEN;
+        let max_batch = self.outbox.max_body().saturating_sub(prefix_len);
+        let Ok(bodies) = encode_batch(batch, self.limiter.origin(), max_batch) else {
+            return;
+        };
+        for batch_body in &bodies {
+            for peer in peers {
+                let mut body = self.body_prefix(*peer);
+                body.extend_from_slice(batch_body);
+                self.outbox.seal(kind, now.wall_ms, &body, *peer);
+            }
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The tokio driver of a node core: a datagram socket (real UDP, or turmoil's), a sleep until
+//! the core's next wake-up, a command channel and a shutdown signal, in one `select!` with
+//! `biased;` (no hidden randomness). Each turn reads the time once, hands the core one input,
+//! and sends what it sealed.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::core::NodeCore;
+use super::{Command, Outgoing};
+use crate::clock::{Now, TimeSource};
+use crate::transport::Datagram;
+
+/// A node core on a socket, ready to [`Node::run`].
+pub struct Node<S, T> {
+    core: NodeCore<T>,
+    socket: Arc<S>,
+}
+
+impl<S, T> std::fmt::Debug for Node<S, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("core", &self.core).finish()
+    }
+}
+
+impl<S: Datagram, T: TimeSource> Node<S, T> {
+    pub fn new(core: NodeCore<T>, socket: Arc<S>) -> Self {
+        Self { core, socket }
+    }
+
+    pub fn core(&self) -> &NodeCore<T> {
+        &self.core
+    }
+
+    /// Runs until `shutdown` resolves, then leaves the cluster gracefully.
+    pub async fn run(
+        mut self,
+        mut commands: mpsc::Receiver<Command>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let mut buf = vec![0u8; self.core.params.max_packet_size + 1];
+        let mut commands_open = true;
+        loop {
+            let wake = self.core.next_wake();
+            tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                r = self.socket.recv_from(&mut buf) => {
+                    if let Ok((n, from)) = r {
+                        let len = n.min(buf.len());
+                        let now = Now::read(&self.core.clock);
+                        self.core.on_datagram(now, &mut buf[..len], from);
+                    }
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    self.core.on_wake(Now::read(&self.core.clock));
+                }
+                cmd = commands.recv(), if commands_open => match cmd {
+                    Some(command) => self.core.on_command(Now::read(&self.core.clock), command),
+                    None => commands_open = false,
+                },
+            }
+            self.send().await;
+        }
+        self.core.leave(Now::read(&self.core.clock));
+        self.send().await;
+    }
+
+    async fn send(&mut self) {
+        for Outgoing { kind, to, datagram } in self.core.take_outgoing() {
+            match self.socket.send_to(&datagram, to).await {
+                Ok(_) => self.core.view.wire.sent(kind, datagram.len()),
+                Err(e) => {
+                    self.core
+                        .view
+                        .wire
+                        .send_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(%to, error = %e, "send failed");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! A node's cluster parameters.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// Cluster parameters of one node.
+#[derive(Debug, Clone)]
+pub struct NodeParams {
+    /// This process's boot id; also the limiter's origin.
+    pub node_id: uuid::Uuid,
+    /// The address peers reach this node's socket at.
+    pub advertise: SocketAddr,
+    pub seeds: Vec<SocketAddr>,
+    pub cluster_id: String,
+    pub gossip_interval: Duration,
+    pub anti_entropy_interval: Duration,
+    pub max_packet_size: usize,
+    pub gc_interval: Duration,
+    /// Windows examined per GC pass.
+    pub gc_budget: usize,
+    /// Registers one periodic anti-entropy push carries at most; larger tables are pushed a
+    /// page at a time, round-robin.
+    pub anti_entropy_page: usize,
+    /// Clock offsets beyond this are logged and counted (half the smallest bucket in use).
+    pub offset_warn_ms: u64,
+    /// A member not heard from for this long stops counting as live for admission (its
+    /// demand leaves the shares and, under the strict policy, this side's scale shrinks),
+    /// long before SWIM declares it down.
+    pub silence_threshold: Duration,
+    /// A member that just joined (or restarted, or came back from a partition) counts as live
+    /// only this long after it appeared: until its registers can have arrived, its demand is
+    /// unknown, and counting it live would hand this side its share before knowing it.
+    pub join_grace: Duration,
+    /// Seeds the node's randomness (SWIM probe order, anti-entropy targets).
+    pub rng_seed: u64,
+    /// The node has peers (seeds, or a DNS name that will give some) even if none is known
+    /// yet: it then admits nothing until it holds the cluster's state. Static seeds imply it.
+    pub expect_peers: bool,
+    /// The longest a node with peers waits for the cluster's state before it serves anyway
+    /// (the first node of a fleet, or one whose seeds are all down).
+    pub warmup_timeout: Duration,
+    /// Send registers only to addresses that have echoed this node's cookie (see
+    /// `return_route.rs`): for clusters whose datagrams anyone can forge (`cluster.insecure`).
+    /// Every node of a cluster must agree: it adds 16 bytes to register and heartbeat bodies.
+    pub verify_return_route: bool,
+    /// Registers saved at the last stop (`limiter.state_path`), loaded once the node runs on
+    /// cluster time: at once without peers, at the end of the warm-up with them.
+    pub state_path: Option<std::path::PathBuf>,
+}
+
+impl NodeParams {
+    pub fn new(node_id: uuid::Uuid, advertise: SocketAddr, rng_seed: u64) -> Self {
+        Self {
+            node_id,
+            advertise,
+            seeds: Vec::new(),
+            cluster_id: "limitmesh".to_owned(),
+            gossip_interval: Duration::from_millis(200),
+            anti_entropy_interval: Duration::from_secs(5),
+            max_packet_size: 1400,
+            gc_interval: Duration::from_secs(1),
+            gc_budget: 10_000,
+            anti_entropy_page: 4_096,
+            offset_warn_ms: 50,
+            silence_threshold: Duration::from_millis(800),
+            join_grace: Duration::from_millis(500),
+            rng_seed,
+            expect_peers: false,
+            warmup_timeout: Duration::from_secs(5),
+            verify_return_route: false,
+            state_path: None,
+        }
+    }
+}

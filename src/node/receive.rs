@@ -1,0 +1,120 @@
+//! One incoming datagram: opened, counted, and handed to membership, the clock or the limiter.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+use super::core::{NodeCore, destination};
+use crate::clock::{Now, TimeSource};
+use crate::gossip::message::{decode_batch, members_count};
+use crate::gossip::wire::{DropReason, Kind, OVERHEAD};
+use crate::limiter::OriginId;
+
+impl<T: TimeSource> NodeCore<T> {
+    /// A datagram arrived from `from`. It is opened in place. Whatever is wrong with it is
+    /// counted by reason and dropped; nothing a sender puts in a datagram stops the node.
+    pub fn on_datagram(&mut self, now: Now, datagram: &mut [u8], from: SocketAddr) {
+        self.receive(now, datagram, from);
+        self.settle(now);
+    }
+
+    fn receive(&mut self, now: Now, datagram: &mut [u8], from: SocketAddr) {
+        let opened = match self.opener.open(&self.keyring, datagram, now.cluster_ms) {
+            Ok(o) => o,
+            Err(reason) => {
+                self.view.wire.dropped(reason);
+                return;
+            }
+        };
+        let header = opened.header;
+        if let Some(route) = &mut self.return_route {
+            route.heard_from(from);
+        }
+        self.view
+            .wire
+            .received(header.kind, opened.body.len() + OVERHEAD);
+        if header.kind != Kind::Membership {
+            // Only registers and heartbeats count as hearing a member: a member that sends this
+            // node SWIM traffic but no state (it holds this node as down, or its state is lost
+            // on the way) leaves this node blind to its admissions, which is what silence is.
+            self.liveness.heard(header.sender, now.at);
+            // A member's bootstrap push goes out before anything else it sends this node, so any
+            // register or heartbeat says the push has been sent; except where return
+            // routability is checked: there heartbeats come first, and the push (which every
+            // member opens with an anti-entropy datagram, empty or not) only once this node's
+            // address is verified.
+            let pushed = header.kind == Kind::AntiEntropy || self.return_route.is_none();
+            if pushed && let Some(w) = &mut self.warmup {
+                w.heard_state_of(header.sender);
+            }
+        }
+        // Only a member's own datagrams, bound to this node and from its address (and, where
+        // anyone can forge datagrams, from an address that has shown it receives), steer this
+        // node's clock: a datagram that merely opens could name any sender.
+        let steers = header.addressed
+            && self.liveness.address_of(header.sender) == Some(from)
+            && self
+                .return_route
+                .as_ref()
+                .is_none_or(|r| r.is_verified(from));
+        if steers {
+            self.clock_sync
+                .observe(header.sender, header.sent_ms, now.mono_ms);
+        }
+        if let Some(offset) = self.clock_sync.offset_of(header.sender)
+            && offset.unsigned_abs() > self.params.offset_warn_ms
+        {
+            self.view
+                .wire
+                .clock_offset_warnings
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(sender = %uuid::Uuid::from_u128(header.sender), offset_ms = offset, "peer clock offset");
+        }
+        if header.kind == Kind::Membership {
+            if self.membership.handle_data(opened.body, now.at).is_err() {
+                self.view
+                    .wire
+                    .membership_errors
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        // Heartbeats and registers start with how many members their sender counts.
+        let Some((count, rest)) = members_count::decode(opened.body) else {
+            self.view.wire.dropped(DropReason::Malformed);
+            return;
+        };
+        self.liveness.counted(header.sender, count);
+        let rest = match &mut self.return_route {
+            None => rest,
+            Some(route) => {
+                let member = self
+                    .membership
+                    .member_at(from)
+                    .filter(|m| m.node.as_u128() == header.sender);
+                let Some((rest, newly)) =
+                    route.observe(rest, from, member.as_ref().map(|m| m.node.as_u128()))
+                else {
+                    self.view.wire.dropped(DropReason::Malformed);
+                    return;
+                };
+                if newly
+                    && route.take_bootstrap(from)
+                    && let Some(m) = member
+                {
+                    self.queue_bootstrap(now, destination(&m));
+                }
+                rest
+            }
+        };
+        if header.kind == Kind::Heartbeat {
+            return;
+        }
+        match decode_batch(rest, OriginId(header.sender)) {
+            Ok((batch, rejects)) => {
+                let report = self.limiter.merge(&batch, now.cluster_ms);
+                self.view.wire.merged(&report, rejects.bad_shape);
+            }
+            Err(_) => self.view.wire.dropped(DropReason::Malformed),
+        }
+    }
+}

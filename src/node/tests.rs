@@ -1,0 +1,393 @@
+//! The node core driven by hand: no socket, no runtime. A small network delivers every
+//! datagram at once (or drops what a test says), and time moves a millisecond at a time.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::*;
+use crate::clock::{Clock, ManualClock, Now, monotonic_now};
+use crate::gossip::wire::{Keyring, Kind};
+use crate::limiter::{CheckItem, CheckRequest, KeyHasher, Limit, LimiterConfig, OriginId};
+use crate::window::WindowSpec;
+
+const T0: u64 = 1_700_000_000_000;
+
+fn addr(i: usize) -> SocketAddr {
+    format!("10.0.0.{}:7946", i + 1).parse().unwrap()
+}
+
+fn keys() -> NodeKeys {
+    NodeKeys {
+        keyring: Keyring::new(&[[5u8; 32]]).unwrap(),
+        hasher: KeyHasher::from_secret(b"core tests"),
+    }
+}
+
+fn limit() -> Limit {
+    Limit {
+        limit: 1_000,
+        window: WindowSpec::with_default_buckets(10_000).unwrap(),
+    }
+}
+
+/// Every node on one manual clock; datagrams delivered in the millisecond they are sent.
+struct Net {
+    t0: Instant,
+    time: ManualClock,
+    nodes: Vec<Option<NodeCore<ManualClock>>>,
+    /// Every datagram sent, by the node that sent it.
+    sent: Vec<Vec<Outgoing>>,
+    /// `cut[i]`: node i's datagrams are lost, both ways.
+    cut: Vec<bool>,
+    /// Datagrams of this kind are lost.
+    lose: Option<Kind>,
+}
+
+impl Net {
+    fn new() -> Self {
+        Self {
+            t0: monotonic_now(),
+            time: ManualClock::new(T0),
+            nodes: Vec::new(),
+            sent: Vec::new(),
+            cut: Vec::new(),
+            lose: None,
+        }
+    }
+
+    fn at(&self) -> Instant {
+        self.t0 + Duration::from_millis(self.time.now_ms() - T0)
+    }
+
+    fn params(&self, i: usize, id: u128, seeds: &[usize]) -> NodeParams {
+        let mut p = NodeParams::new(uuid::Uuid::from_u128(id), addr(i), id as u64);
+        p.seeds = seeds.iter().map(|s| addr(*s)).collect();
+        p
+    }
+
+    /// Boots node `i` (again, if it ran before) with boot id `id`, seeded with `seeds`.
+    fn boot(&mut self, i: usize, id: u128, seeds: &[usize]) {
+        self.boot_with(self.params(i, id, seeds));
+    }
+
+    fn boot_with(&mut self, params: NodeParams) {
+        let i = (0..16).position(|i| addr(i) == params.advertise).unwrap();
+        let core = NodeBuilder::new(params, LimiterConfig::default(), keys(), self.time.clone())
+            .build_at(self.at())
+            .unwrap();
+        if self.nodes.len() <= i {
+            self.nodes.resize_with(i + 1, || None);
+            self.sent.resize_with(i + 1, Vec::new);
+            self.cut.resize(i + 1, false);
+        }
+        self.nodes[i] = Some(core);
+        self.deliver();
+    }
+
+    fn node(&self, i: usize) -> &NodeCore<ManualClock> {
+        self.nodes[i].as_ref().unwrap()
+    }
+
+    fn now(&self, i: usize) -> Now {
+        Now::read_at(self.node(i).clock(), self.at())
+    }
+
+    /// Moves time on `ms` milliseconds, waking each node when it asked to be.
+    fn run_ms(&mut self, ms: u64) {
+        for _ in 0..ms {
+            self.time.advance(1);
+            for i in 0..self.nodes.len() {
+                if self.nodes[i]
+                    .as_ref()
+                    .is_some_and(|n| n.next_wake() <= self.at())
+                {
+                    let now = self.now(i);
+                    self.nodes[i].as_mut().unwrap().on_wake(now);
+                }
+            }
+            self.deliver();
+        }
+    }
+
+    /// Delivers what every node sent until the network is quiet.
+    fn deliver(&mut self) {
+        for _ in 0..64 {
+            let mut any = false;
+            for from in 0..self.nodes.len() {
+                let Some(node) = self.nodes[from].as_mut() else {
+                    continue;
+                };
+                for out in node.take_outgoing() {
+                    any = true;
+                    self.sent[from].push(out.clone());
+                    let Some(to) = (0..self.nodes.len()).find(|j| addr(*j) == out.to) else {
+                        continue;
+                    };
+                    let lost = self.cut[from] || self.cut[to] || self.lose == Some(out.kind);
+                    if lost || self.nodes[to].is_none() {
+                        continue;
+                    }
+                    let now = self.now(to);
+                    let mut datagram = out.datagram;
+                    self.nodes[to]
+                        .as_mut()
+                        .unwrap()
+                        .on_datagram(now, &mut datagram, addr(from));
+                }
+            }
+            if !any {
+                return;
+            }
+        }
+        panic!("the network never went quiet");
+    }
+
+    fn members(&self, i: usize) -> usize {
+        self.node(i).membership.num_members()
+    }
+
+    fn admit(&self, i: usize, key: &[u8], n: usize) {
+        let item = [CheckItem {
+            key,
+            limit: limit(),
+            cost: 1,
+        }];
+        let req = CheckRequest {
+            items: &item,
+            dry_run: false,
+        };
+        for _ in 0..n {
+            assert!(
+                self.node(i)
+                    .limiter()
+                    .check(&req, self.now(i).cluster_ms)
+                    .unwrap()
+                    .allowed
+            );
+        }
+    }
+
+    /// What node `i` knows `origin` admitted on `key`.
+    fn seen(&self, i: usize, key: &[u8], origin: u128) -> f64 {
+        let node = self.node(i);
+        node.limiter()
+            .inspect(key, &limit(), self.now(i).cluster_ms)
+            .map_or(0.0, |ins| {
+                ins.origins
+                    .iter()
+                    .filter(|o| o.origin == OriginId(origin))
+                    .map(|o| o.admitted)
+                    .sum()
+            })
+    }
+
+    fn sent_kind(&self, i: usize, kind: Kind) -> usize {
+        self.sent[i].iter().filter(|o| o.kind == kind).count()
+    }
+}
+
+/// Three nodes, two seeded by the first, formed and past their warm-ups.
+fn formed() -> Net {
+    let mut net = Net::new();
+    net.boot(0, 1, &[]);
+    net.boot(1, 2, &[0]);
+    net.boot(2, 3, &[0]);
+    net.run_ms(3_000);
+    for i in 0..3 {
+        assert_eq!(net.members(i), 2, "node {i} sees both others");
+        assert!(net.node(i).is_ready(), "node {i} is past its warm-up");
+    }
+    net
+}
+
+#[test]
+fn nodes_join_through_a_seed_and_end_their_warm_up() {
+    let mut net = Net::new();
+    net.boot(0, 1, &[]);
+    assert!(net.node(0).is_ready(), "no peers: ready at once");
+    net.boot(1, 2, &[0]);
+    assert!(
+        !net.node(1).is_ready(),
+        "a node with seeds waits for their state"
+    );
+    assert!(!net.node(1).view().is_ready());
+    net.run_ms(3_000);
+    assert_eq!((net.members(0), net.members(1)), (1, 1));
+    assert!(net.node(1).is_ready());
+    assert!(net.node(1).view().is_ready());
+    let members = net.node(0).view().members();
+    assert_eq!(members.len(), 2);
+    assert!(members.iter().any(|m| m.addr == addr(1) && !m.is_self));
+}
+
+#[test]
+fn a_summary_round_carries_admissions_to_every_member() {
+    let mut net = formed();
+    let before = net.sent_kind(0, Kind::Summary);
+    net.admit(0, b"tenant=1", 40);
+    assert_eq!(net.seen(1, b"tenant=1", 1), 0.0, "not before a round");
+    net.run_ms(200);
+    assert_eq!(
+        net.sent_kind(0, Kind::Summary) - before,
+        2,
+        "one summary datagram to each member"
+    );
+    assert_eq!(net.seen(1, b"tenant=1", 1), 40.0);
+    assert_eq!(net.seen(2, b"tenant=1", 1), 40.0);
+    // A quiet round sends heartbeats, not summaries.
+    let (summaries, heartbeats) = (
+        net.sent_kind(0, Kind::Summary),
+        net.sent_kind(0, Kind::Heartbeat),
+    );
+    net.run_ms(600);
+    assert!(
+        net.sent_kind(0, Kind::Summary) - summaries <= 2,
+        "the resend of the last change only"
+    );
+    assert!(net.sent_kind(0, Kind::Heartbeat) > heartbeats);
+}
+
+#[test]
+fn periodic_anti_entropy_pushes_a_page_at_a_time() {
+    let mut net = Net::new();
+    let mut p = net.params(0, 1, &[]);
+    p.anti_entropy_page = 2;
+    p.anti_entropy_interval = Duration::from_millis(1_000);
+    net.boot_with(p);
+    for k in 0..5 {
+        net.admit(0, format!("k{k}").as_bytes(), 1);
+    }
+    net.run_ms(1_000);
+    // Node 1 joins while every anti-entropy datagram is lost: the bootstrap push and the first
+    // page (at 2 s) never arrive, and the summary rounds carry only what changes.
+    net.lose = Some(Kind::AntiEntropy);
+    net.boot(1, 2, &[0]);
+    net.run_ms(1_500);
+    let holds = |net: &Net| {
+        (0..5)
+            .filter(|k| net.seen(1, format!("k{k}").as_bytes(), 1) == 1.0)
+            .count()
+    };
+    assert_eq!(net.members(1), 1);
+    assert_eq!(holds(&net), 0);
+    net.lose = None;
+    // One page a second, two registers each, round-robin over the five.
+    for expected in [2, 4, 5] {
+        let pushes = net.sent_kind(0, Kind::AntiEntropy);
+        net.run_ms(1_000);
+        assert_eq!(net.sent_kind(0, Kind::AntiEntropy) - pushes, 1);
+        assert_eq!(holds(&net), expected);
+    }
+}
+
+#[test]
+fn a_silent_member_stops_counting_as_live_long_before_swim_says_down() {
+    let mut net = formed();
+    assert_eq!(net.node(0).limiter().view().0, 3);
+    net.cut[2] = true;
+    net.run_ms(1_200);
+    assert_eq!(
+        net.node(0).limiter().view().0,
+        2,
+        "silence threshold 800 ms: node 2 no longer shares the limit"
+    );
+    assert_eq!(net.members(0), 2, "SWIM still holds it");
+    net.cut[2] = false;
+    net.run_ms(1_200);
+    assert_eq!(net.node(0).limiter().view().0, 3);
+}
+
+#[test]
+fn a_restarted_member_is_renamed_and_gets_the_cluster_state() {
+    let mut net = formed();
+    net.admit(0, b"day", 7);
+    net.run_ms(400);
+    assert_eq!(net.seen(1, b"day", 1), 7.0);
+    // Node 1 restarts: a new boot id at the same address.
+    net.boot(1, 22, &[0]);
+    assert_eq!(net.seen(1, b"day", 1), 0.0);
+    net.run_ms(3_000);
+    assert!(net.node(1).is_ready());
+    assert_eq!(
+        net.seen(1, b"day", 1),
+        7.0,
+        "pushed when node 0 saw the rename"
+    );
+    let at_1 = net.node(0).membership.member_at(addr(1)).unwrap();
+    assert_eq!(at_1.node, uuid::Uuid::from_u128(22));
+    assert_eq!(net.members(0), 2);
+}
+
+#[test]
+fn a_node_that_leaves_sends_its_last_admissions_and_is_counted_out() {
+    let mut net = formed();
+    net.admit(2, b"last", 9);
+    let now = net.now(2);
+    net.nodes[2].as_mut().unwrap().leave(now);
+    net.deliver();
+    net.nodes[2] = None;
+    assert_eq!(net.seen(0, b"last", 3), 9.0, "the final round went out");
+    net.run_ms(100);
+    assert_eq!(net.members(0), 1, "it left: no suspicion needed");
+    assert_eq!(net.node(0).limiter().view().0, 2);
+}
+
+#[test]
+fn bad_datagrams_are_dropped_and_counted_by_reason() {
+    let mut net = formed();
+    let from = addr(1);
+    let now = net.now(0);
+    let node = net.nodes[0].as_mut().unwrap();
+    let stats = node.view().clone();
+    let before = stats.wire.snapshot().dropped;
+    node.on_datagram(now, &mut [], from);
+    node.on_datagram(now, &mut [0u8; 10], from);
+    node.on_datagram(now, &mut [0xAB; 200], from);
+    node.on_datagram(now, &mut vec![0u8; 5_000], from);
+    let after = stats.wire.snapshot().dropped;
+    let grew = |reason: &str| after.get(reason).unwrap_or(&0) - before.get(reason).unwrap_or(&0);
+    assert_eq!(grew("too_short"), 2);
+    assert_eq!(grew("bad_magic"), 1);
+    assert_eq!(grew("oversized"), 1);
+}
+
+#[test]
+fn a_replayed_datagram_is_dropped_and_changes_nothing() {
+    let mut net = formed();
+    net.admit(0, b"x", 3);
+    net.run_ms(200);
+    assert_eq!(net.seen(1, b"x", 1), 3.0);
+    let summary = net.sent[0]
+        .iter()
+        .rev()
+        .find(|o| o.kind == Kind::Summary && o.to == addr(1))
+        .unwrap()
+        .clone();
+    net.admit(0, b"x", 2);
+    net.run_ms(200);
+    assert_eq!(net.seen(1, b"x", 1), 5.0);
+    let dropped = |net: &Net| {
+        net.node(1)
+            .view()
+            .wire
+            .snapshot()
+            .dropped
+            .get("replayed")
+            .copied()
+    };
+    let before = dropped(&net).unwrap_or(0);
+    let now = net.now(1);
+    let mut replay = summary.datagram;
+    net.nodes[1]
+        .as_mut()
+        .unwrap()
+        .on_datagram(now, &mut replay, addr(0));
+    assert_eq!(dropped(&net), Some(before + 1));
+    assert_eq!(
+        net.seen(1, b"x", 1),
+        5.0,
+        "the old register did not come back"
+    );
+}
