@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use limitmesh::clock::{Clock, HlcTimestamp, SystemClock};
+use limitmesh::clock::{Clock, SystemClock};
+use limitmesh::crdt::HlcTimestamp;
 use limitmesh::crdt::{Arbitration, Register, Replica};
 use limitmesh::limiter::{CheckItem, CheckRequest};
 use limitmesh::window::WindowSpec;

@@ -11,16 +11,16 @@
 //! Guarantees that live here:
 //! - cluster time never goes backwards while a node serves, whatever its wall clock does;
 //! - [`RollbackGuard`] never returns less than it already returned, for tests and tools that
-//!   want a plain monotone wall clock;
-//! - [`Hlc`] stamps replica registers with a hybrid logical clock that stays monotone.
+//!   want a plain monotone wall clock.
+//!
+//! The hybrid logical clock that stamps registers is part of the CRDT (`crdt::Hlc`): it is
+//! handed the time like the rest of the core.
 
 pub mod calibrator;
 mod cluster;
-mod hlc;
 mod now;
 
 pub use cluster::ClusterClock;
-pub use hlc::{HLC_MAX_PHYSICAL_MS, Hlc, HlcError, HlcTimestamp};
 pub use now::Now;
 
 use std::sync::Arc;
@@ -326,6 +326,50 @@ mod tests {
         for r in readers {
             r.join().unwrap();
         }
+    }
+
+    /// A wall clock stepped back must not put counts into a bucket that already passed: the
+    /// rollback guard holds time, so the count lands in the current bucket and expires with it.
+    #[test]
+    fn a_rollback_never_counts_into_a_past_bucket() {
+        use crate::limiter::{
+            CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,
+        };
+        use crate::window::WindowSpec;
+        const T0: u64 = 1_700_000_000_000;
+        let limiter = Limiter::new(
+            LimiterConfig::default(),
+            OriginId(1),
+            KeyHasher::from_secret(b"rollback"),
+        );
+        let limit = Limit {
+            limit: 10,
+            window: WindowSpec::with_default_buckets(1_000).unwrap(),
+        };
+        let check = |cost: u32, now: u64| {
+            let item = [CheckItem {
+                key: b"k",
+                limit,
+                cost,
+            }];
+            let req = CheckRequest {
+                items: &item,
+                dry_run: false,
+            };
+            limiter.check(&req, now).unwrap().allowed
+        };
+        let raw = ManualClock::new(T0 + 550);
+        let clock = RollbackGuard::new(raw.clone());
+        assert!(check(4, clock.now_ms()));
+        raw.set(T0 - 5_000); // five seconds back
+        let now = clock.now_ms();
+        assert_eq!(now, T0 + 550);
+        assert!(check(6, now));
+        assert_eq!(clock.rollbacks(), 1);
+        // Had the 6 gone to T0 - 5000 they would be gone already: all 10 are in the bucket of
+        // T0 + 500, which leaves the window at T0 + 1500.
+        assert!(!check(1, T0 + 1_499));
+        assert!(check(1, T0 + 1_600));
     }
 
     #[test]

@@ -28,13 +28,11 @@ pub mod admin;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod crdt;
 pub mod discovery;
 pub mod envoy_json;
 #[doc(hidden)]
 pub mod fuzz_targets;
 pub mod gossip;
-pub mod limiter;
 pub mod membership;
 pub mod metrics;
 pub mod node;
@@ -44,4 +42,5 @@ pub mod rules;
 pub mod service;
 pub mod snapshot;
 pub mod transport;
-pub mod window;
+
+pub use limitmesh_core::{crdt, limiter, window};

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use limitmesh::clock::HlcTimestamp;
+use limitmesh::crdt::HlcTimestamp;
 use limitmesh::crdt::Register;
 use limitmesh::fuzz_targets::{FUZZ_CLUSTER, FUZZ_KEY, FUZZ_NOW_MS, FUZZ_RECEIVER, TARGETS};
 use limitmesh::gossip::message::{encode_batch, members_count};

@@ -6,7 +6,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use limitmesh::clock::HlcTimestamp;
+use limitmesh::crdt::HlcTimestamp;
 use limitmesh::crdt::Register;
 use limitmesh::limiter::{
     Batch, CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig, OriginId,

@@ -2,7 +2,7 @@
 //! the SWIM decoder. Random bytes and mutations of genuine datagrams, on fixed seeds: nothing
 //! may panic, and every rejection must be one of the counted reasons.
 
-use limitmesh::clock::HlcTimestamp;
+use limitmesh::crdt::HlcTimestamp;
 use limitmesh::crdt::Register;
 use limitmesh::gossip::message::{decode_batch, encode_batch};
 use limitmesh::gossip::wire::{

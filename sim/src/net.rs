@@ -55,6 +55,7 @@ impl NetFaults {
     }
 }
 
+#[derive(Debug)]
 pub struct SimSocket {
     socket: turmoil::net::UdpSocket,
     faults: std::sync::Arc<NetFaults>,

@@ -9,7 +9,7 @@ use bincode::config::{Configuration, Limit, LittleEndian, Varint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::clock::HlcTimestamp;
+use crate::crdt::HlcTimestamp;
 use crate::crdt::Register;
 use crate::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
 use crate::window::{EstimateMode, MAX_BUCKETS, WindowSpec};

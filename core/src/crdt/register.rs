@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 
 use super::counts::Counts;
-use crate::clock::HlcTimestamp;
+use crate::crdt::HlcTimestamp;
 use crate::window::WindowSpec;
 
 /// An origin's contribution to a window, as the origin last emitted it.

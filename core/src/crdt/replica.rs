@@ -12,7 +12,7 @@
 
 use std::cmp::Ordering;
 
-use crate::clock::HlcTimestamp;
+use crate::crdt::HlcTimestamp;
 use crate::window::{MAX_BUCKETS, WindowSpec};
 
 use super::counts::{Counts, pack_into, words_for};

@@ -48,8 +48,8 @@ use self::bound_cache::BoundKey;
 use self::state::WindowState;
 use self::sync::SyncState;
 use self::table::KeyTable;
-use crate::clock::Hlc;
 use crate::crdt::Arbitration;
+use crate::crdt::Hlc;
 use crate::window::{Admit, AgeProfile, WindowSpec};
 
 /// The longest `retry_after_ms` a node that is warming up gives (it cannot tell exactly when

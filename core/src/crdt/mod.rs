@@ -9,9 +9,13 @@
 //! same registers hold the same state whatever the order, duplication or loss on the way
 //! (`tests.rs` checks these laws as properties).
 //!
+//! Registers are stamped by a hybrid logical clock ([`Hlc`]), which `max-timestamp`
+//! arbitration orders by.
+//!
 //! A restarted node is a new origin, so its old register simply ages out of the window.
 
 mod counts;
+mod hlc;
 mod register;
 mod replica;
 mod version;
@@ -20,6 +24,7 @@ mod version;
 mod tests;
 
 pub use counts::Counts;
+pub use hlc::{HLC_MAX_PHYSICAL_MS, Hlc, HlcError, HlcTimestamp};
 pub use register::{Arbitration, Register, RegisterRef};
 pub use replica::{MergeOutcome, Origin, Replica};
 pub use version::VersionVector;

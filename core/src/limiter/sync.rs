@@ -11,7 +11,7 @@ use super::origin::{OriginId, OriginTable};
 use super::state::WindowState;
 use super::view::ExpectedSize;
 use super::{KeyId, Limit, Limiter};
-use crate::clock::Hlc;
+use crate::crdt::Hlc;
 use crate::crdt::{MergeOutcome, Register, Replica};
 use crate::window::{EstimateMode, RingSnapshot, WindowSpec};
 
@@ -147,7 +147,7 @@ fn register_of(
     spec: &WindowSpec,
     now_ms: u64,
     version: u64,
-    hlc: crate::clock::HlcTimestamp,
+    hlc: crate::crdt::HlcTimestamp,
 ) -> Register {
     let by_age = snap.admitted.by_age();
     let used = by_age.iter().rposition(|c| *c > 0).map_or(0, |i| i + 1);

@@ -4,7 +4,7 @@ use proptest::prelude::*;
 use proptest::test_runner::Config;
 
 use super::*;
-use crate::clock::HlcTimestamp;
+use crate::crdt::HlcTimestamp;
 use crate::window::WindowSpec;
 
 fn spec() -> WindowSpec {
