@@ -9,10 +9,10 @@
 //! Errors name where the bad value came from: `file:line` for the file (from the TOML
 //! parser's spans), the variable for the environment.
 
-mod base64;
 mod components;
 pub mod demo;
 mod load;
+mod provenance;
 mod validate;
 
 #[cfg(test)]
@@ -23,9 +23,9 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-pub use self::base64::Base64Error;
 pub use self::demo::{DEMO_CONFIG_TOML, DEMO_RULES_NAME, DEMO_RULES_YAML};
-pub use self::load::{ENV_PREFIX, Origin};
+pub use self::load::ENV_PREFIX;
+pub use self::provenance::SetIn;
 
 /// Length of a cluster key, in bytes.
 pub const CLUSTER_KEY_BYTES: usize = 32;
@@ -323,12 +323,12 @@ pub enum ConfigError {
     /// A `LIMITMESH__` variable that names no setting or holds a bad value.
     #[error("environment variable {var}: {message}")]
     Env { var: String, message: String },
-    /// A value out of range, or settings that contradict each other. `origin` is where the
+    /// A value out of range, or settings that contradict each other. `set_in` is where the
     /// value came from.
-    #[error("{origin}: {field}: {message}")]
+    #[error("{set_in}: {field}: {message}")]
     Invalid {
         field: &'static str,
-        origin: Origin,
+        set_in: SetIn,
         message: String,
     },
     #[error("{file}:{line}: {message}")]
@@ -382,20 +382,20 @@ impl Config {
         load::parse(file, text, env)
     }
 
-    /// Checks ranges and cross-field rules. Values are attributed to [`Origin::Default`];
-    /// [`Config::load`] validates with the real origins.
+    /// Checks ranges and cross-field rules. Values are reported as [`SetIn::Default`];
+    /// [`Config::load`] validates knowing where each value was set.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        validate::validate(self, &load::Provenance::default())
+        validate::validate(self, &provenance::Provenance::default())
     }
 
     /// The address peers reach this node at.
     pub fn advertise_addr(&self) -> Result<SocketAddr, ConfigError> {
-        validate::advertise_addr(self, &load::Provenance::default())
+        validate::advertise_addr(self, &provenance::Provenance::default())
     }
 
     /// The keyring, primary key first: `cluster.keys`, or the lines of `cluster.key_file`.
     /// Empty when neither is set.
     pub fn cluster_keys(&self) -> Result<Vec<[u8; CLUSTER_KEY_BYTES]>, ConfigError> {
-        validate::cluster_keys(self, &load::Provenance::default())
+        validate::cluster_keys(self, &provenance::Provenance::default())
     }
 }

@@ -26,7 +26,7 @@ use crate::node::{
     ClusterCollector, ClusterView, MemberState, Node, NodeBuilder, NodeError, NodeKeys,
 };
 use crate::rpc::{self, HealthHandle, MemberInfo, MembersSource, RpcContext};
-use crate::rules::{RulesError, RulesHandle};
+use crate::rules::{Reload, RulesError, RulesHandle};
 
 /// Resolves on SIGTERM or SIGINT: what stops a node process.
 pub async fn termination() {
@@ -285,11 +285,17 @@ pub async fn run(
 
     // Rules reloading.
     if !config.rules.path.is_empty() {
+        let metrics = metrics.clone();
         tokio::spawn(crate::rules::watch(
             rules.clone(),
-            metrics.clone(),
             Duration::from_millis(config.rules.reload_interval_ms),
-            None,
+            move |reload| match reload {
+                Reload::Loaded(set) => {
+                    metrics.record_rules_reload(true);
+                    metrics.set_rules_loaded(set.domain_count(), set.rule_count());
+                }
+                Reload::Failed => metrics.record_rules_reload(false),
+            },
             stopped(stop_rx.clone()),
         ));
     }

@@ -3,54 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::fmt;
 
+use super::provenance::Provenance;
 use super::{Config, ConfigError, validate};
 
 /// Prefix of the environment variables that override settings.
 pub const ENV_PREFIX: &str = "LIMITMESH__";
-
-/// Where a setting's value came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
-    Default,
-    File { file: String, line: usize },
-    Env { var: String },
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Origin::Default => f.write_str("default value"),
-            Origin::File { file, line } => write!(f, "{file}:{line}"),
-            Origin::Env { var } => write!(f, "environment variable {var}"),
-        }
-    }
-}
-
-/// The origin of each setting that was set, by `section.key`.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Provenance {
-    file: String,
-    file_lines: BTreeMap<String, usize>,
-    env_vars: BTreeMap<String, String>,
-}
-
-impl Provenance {
-    /// Where `section.key` was set; the environment wins over the file.
-    pub fn origin(&self, field: &str) -> Origin {
-        if let Some(var) = self.env_vars.get(field) {
-            Origin::Env { var: var.clone() }
-        } else if let Some(line) = self.file_lines.get(field) {
-            Origin::File {
-                file: self.file.clone(),
-                line: *line,
-            }
-        } else {
-            Origin::Default
-        }
-    }
-}
 
 /// 1-based line and column of byte `offset` in `text`.
 fn line_column(text: &str, offset: usize) -> (usize, usize) {

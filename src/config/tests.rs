@@ -1,4 +1,4 @@
-//! Node configuration: defaults, TOML, environment overrides, validation and its origins.
+//! Node configuration: defaults, TOML, environment overrides, validation, and where each value was set.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -41,23 +41,23 @@ fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-/// Asserts an `Invalid` error about `field`, from `origin`.
-fn assert_invalid(err: &ConfigError, field: &str, origin: &Origin) {
+/// Asserts an `Invalid` error about `field`, set in `set_in`.
+fn assert_invalid(err: &ConfigError, field: &str, set_in: &SetIn) {
     let ConfigError::Invalid {
         field: f,
-        origin: o,
+        set_in: o,
         ..
     } = err
     else {
         panic!("expected a validation error, got: {err}");
     };
     assert_eq!(*f, field, "{err}");
-    assert_eq!(o, origin, "{err}");
+    assert_eq!(o, set_in, "{err}");
     assert!(err.to_string().contains(field), "{err}");
 }
 
-fn at_line(line: usize) -> Origin {
-    Origin::File {
+fn at_line(line: usize) -> SetIn {
+    SetIn::File {
         file: FILE.to_owned(),
         line,
     }
@@ -483,7 +483,7 @@ fn seeds_without_keys_need_insecure_and_the_error_names_cluster_keys() {
     assert_invalid(
         &from_env,
         "cluster.keys",
-        &Origin::Env {
+        &SetIn::Env {
             var: "LIMITMESH__CLUSTER__SEED_DNS".to_owned(),
         },
     );
@@ -523,6 +523,20 @@ fn keys_must_be_strict_base64_of_32_bytes() {
     assert!(short.to_string().contains("key 2"), "{short}");
     let garbage = parse_err("[cluster]\nkeys = [\"not base64!\"]\n", &[]);
     assert_invalid(&garbage, "cluster.keys", &at_line(2));
+    // Near-miss spellings of a good key: non-zero bits after the last byte, no padding,
+    // whitespace, the URL-safe alphabet (32 bytes of 0xff are `/…/8=` in the standard one).
+    let last = KEY_ONES.len() - 2;
+    let near_misses = [
+        format!("{}F=", &KEY_ONES[..last]),
+        KEY_ONES.trim_end_matches('=').to_owned(),
+        format!(" {KEY_ONES}"),
+        format!("{}8=", "_".repeat(42)),
+    ];
+    for key in near_misses {
+        let err = parse_err(&format!("[cluster]\nkeys = [\"{key}\"]\n"), &[]);
+        assert_invalid(&err, "cluster.keys", &at_line(2));
+        assert!(err.to_string().contains("not base64"), "{key}: {err}");
+    }
     let both = parse_err(
         &format!("[cluster]\nkeys = [\"{KEY_ONES}\"]\nkey_file = \"/k\"\n"),
         &[],
@@ -565,7 +579,7 @@ fn key_file_lines_are_read_and_a_bad_line_is_named() {
 }
 
 #[test]
-fn ranges_are_checked_and_errors_point_at_their_origin() {
+fn ranges_are_checked_and_errors_point_where_the_value_was_set() {
     let cases: &[(&str, &str, usize)] = &[
         (
             "[grpc]\nrequest_timeout_ms = 0\n",
@@ -644,7 +658,7 @@ fn ranges_are_checked_and_errors_point_at_their_origin() {
     assert_invalid(
         &from_env,
         "limiter.default_buckets",
-        &Origin::Env {
+        &SetIn::Env {
             var: "LIMITMESH__LIMITER__DEFAULT_BUCKETS".to_owned(),
         },
     );
@@ -660,12 +674,12 @@ fn ranges_are_checked_and_errors_point_at_their_origin() {
 }
 
 #[test]
-fn validate_on_a_built_config_reports_default_origins() {
+fn validate_on_a_built_config_reports_default_values() {
     let mut c = Config::default();
     c.grpc.request_timeout_ms = 0;
     assert_invalid(
         &c.validate().unwrap_err(),
         "grpc.request_timeout_ms",
-        &Origin::Default,
+        &SetIn::Default,
     );
 }

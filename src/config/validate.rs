@@ -2,8 +2,10 @@
 
 use std::net::SocketAddr;
 
-use super::load::Provenance;
-use super::{CLUSTER_KEY_BYTES, Config, ConfigError, base64};
+use super::provenance::Provenance;
+use base64::Engine as _;
+
+use super::{CLUSTER_KEY_BYTES, Config, ConfigError};
 use crate::window::{EstimateMode, MAX_BUCKETS, WindowSpec};
 
 /// Most bytes in a cluster id (it travels in every datagram header).
@@ -20,7 +22,7 @@ fn invalid(
     invalid_because_of(field, field, provenance, message)
 }
 
-/// An error about `field` caused by the value of `cause` (whose origin is reported).
+/// An error about `field` caused by the value of `cause` (where it was set is reported).
 fn invalid_because_of(
     field: &'static str,
     cause: &str,
@@ -29,7 +31,7 @@ fn invalid_because_of(
 ) -> ConfigError {
     ConfigError::Invalid {
         field,
-        origin: provenance.origin(cause),
+        set_in: provenance.set_in(cause),
         message: message.into(),
     }
 }
@@ -199,7 +201,12 @@ pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigErro
 }
 
 fn decode_key(text: &str) -> Result<[u8; CLUSTER_KEY_BYTES], String> {
-    let bytes = base64::decode(text).map_err(|e| format!("not base64: {e}"))?;
+    // The standard engine is strict: padding required, no whitespace, and the bits padding
+    // leaves over must be zero, so a key that decodes has exactly the bytes an operator
+    // generated, never a near-miss spelling.
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("not base64: {e}"))?;
     <[u8; CLUSTER_KEY_BYTES]>::try_from(bytes.as_slice()).map_err(|_| {
         format!(
             "decodes to {} bytes; a key is {CLUSTER_KEY_BYTES}",
@@ -210,7 +217,7 @@ fn decode_key(text: &str) -> Result<[u8; CLUSTER_KEY_BYTES], String> {
 
 pub(crate) fn advertise_addr(config: &Config, p: &Provenance) -> Result<SocketAddr, ConfigError> {
     let cluster = &config.cluster;
-    // The field whose value is the address (for the error's origin).
+    // The field whose value is the address (for where the error says it was set).
     let (addr, field) = if cluster.advertise.is_empty() {
         (cluster.bind, "cluster.bind")
     } else {

@@ -13,7 +13,6 @@ use arc_swap::ArcSwap;
 
 use super::source::Fingerprint;
 use super::{LoadOptions, RuleSet, RulesError, RulesSource};
-use crate::metrics::Metrics;
 
 /// The rules in force, shared by every request handler.
 #[derive(Debug)]
@@ -83,30 +82,35 @@ pub struct WatchReport {
     pub failures: u64,
 }
 
+/// How a reload went, for whoever counts reloads.
+#[derive(Debug, Clone, Copy)]
+pub enum Reload<'a> {
+    /// These rules are now in force.
+    Loaded(&'a RuleSet),
+    /// The files did not load; the rules in force stay.
+    Failed,
+}
+
 /// Polls the source of `handle` every `interval` and reloads when a file's length or
 /// modification time changes, or files appear or disappear, since the rules in force were read.
-/// Each reload is logged and counted in `metrics`, a failure with its exact error; the gauges
-/// of rules in force are set at the start and after each reload. A failed reload is retried only after the
-/// files change again, so one bad edit logs one error.
+/// Each reload is logged, a failure with its exact error, and handed to `on_reload`. A failed
+/// reload is retried only after the files change again, so one bad edit logs one error.
 ///
-/// Runs until `shutdown` completes or, if given, `max_polls` polls are done.
+/// Runs until `shutdown` completes.
 pub async fn watch(
     handle: Arc<RulesHandle>,
-    metrics: Arc<Metrics>,
     interval: Duration,
-    max_polls: Option<u64>,
+    mut on_reload: impl FnMut(Reload<'_>),
     shutdown: impl Future<Output = ()>,
 ) -> WatchReport {
     let mut report = WatchReport::default();
     let mut last = handle.loaded_from();
-    let set = handle.current();
-    metrics.set_rules_loaded(set.domain_count(), set.rule_count());
     let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(1)));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick completes at once: the first poll comes one interval from now.
     ticks.tick().await;
     tokio::pin!(shutdown);
-    while max_polls.is_none_or(|max| report.polls < max) {
+    loop {
         tokio::select! {
             biased;
             () = &mut shutdown => break,
@@ -123,24 +127,23 @@ pub async fn watch(
         match outcome {
             Ok(Ok(set)) => {
                 report.reloads += 1;
-                metrics.record_rules_reload(true);
-                metrics.set_rules_loaded(set.domain_count(), set.rule_count());
                 tracing::info!(
                     source = %handle.source().describe(),
                     domains = set.domain_count(),
                     rules = set.rule_count(),
                     "rules reloaded"
                 );
+                on_reload(Reload::Loaded(&set));
             }
             Ok(Err(error)) => {
                 report.failures += 1;
-                metrics.record_rules_reload(false);
                 tracing::error!(%error, "rules reload failed; the previous rules stay in force");
+                on_reload(Reload::Failed);
             }
             Err(join) => {
                 report.failures += 1;
-                metrics.record_rules_reload(false);
                 tracing::error!(error = %join, "rules reload task failed; the previous rules stay in force");
+                on_reload(Reload::Failed);
             }
         }
     }

@@ -38,7 +38,7 @@ mod tests;
 use std::collections::BTreeMap;
 
 pub use error::RulesError;
-pub use handle::{RulesHandle, WatchReport, watch};
+pub use handle::{Reload, RulesHandle, WatchReport, watch};
 pub use key::{DescriptorEntry, descriptor_key, descriptor_key_len, plain_key, plain_key_len};
 pub use source::{MAX_FILE_BYTES, MAX_FILES, RulesSource};
 pub use tree::{Match, Pattern, Rule, RuleLimit};

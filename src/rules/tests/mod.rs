@@ -7,11 +7,10 @@ mod reload;
 
 pub(super) use std::path::PathBuf;
 pub(super) use std::sync::Arc;
-pub(super) use std::sync::atomic::{AtomicU32, Ordering};
+pub(super) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub(super) use std::time::{Duration, SystemTime};
 
 pub(super) use super::*;
-pub(super) use crate::metrics::Metrics;
 pub(super) use crate::window::WindowError;
 
 pub(super) const FILE: &str = "rules.yaml";
