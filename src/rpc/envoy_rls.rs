@@ -43,9 +43,9 @@ impl RateLimitService for RateLimitServiceImpl {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let req = request.into_inner();
         let rules = self.ctx.rules.current();
-        let query =
-            convert::envoy_request(&req).map_err(|e| self.ctx.invalid(&rules, &req.domain, e))?;
-        let outcome = self.ctx.decide(&rules, &query)?;
+        let tally = self.ctx.tally(&rules, &req.domain);
+        let query = convert::envoy_request(&req).map_err(|e| tally.invalid(e))?;
+        let outcome = self.ctx.decide(&rules, &query, &tally)?;
         Ok(Response::new(convert::envoy_response(
             &outcome,
             self.headers,

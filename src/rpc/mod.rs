@@ -2,18 +2,24 @@
 //! limit service (`envoy.service.ratelimit.v3.RateLimitService`), health (`grpc.health.v1`)
 //! and server reflection, on any stream of incoming connections.
 //!
-//! Both APIs decide the same way (`decide.rs`): the request is checked and resolved against
-//! the rules with nothing consumed, then the limiter is asked. Conversions
-//! between protobuf and domain types live in `convert.rs` only. Time is read from the
-//! context's clock, once per request.
+//! Both APIs decide a request the same way, in four steps, each in one place:
+//!
+//! 1. `convert/`: protobuf → a [`request::Request`] in domain terms, checked in form;
+//! 2. `plan.rs`: resolved against the rules, keys built, costs checked, nothing consumed;
+//! 3. `execute.rs`: the limiter asked, at one reading of the context's clock;
+//! 4. `tally.rs`: every outcome counted (verdicts, invalid requests, refusals), then
+//!    `convert/` again for the response.
 
 mod convert;
-mod decide;
 mod envoy_rls;
+mod execute;
 mod health;
 mod invalid;
 mod members;
 mod own_api;
+mod plan;
+mod request;
+mod tally;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,15 +31,17 @@ use tokio_stream::Stream;
 use tonic::Status;
 use tonic::transport::server::Connected;
 
-pub use self::decide::MAX_DESCRIPTORS;
 pub use self::envoy_rls::{RateLimitHeaders, RateLimitServiceImpl};
+use self::execute::Outcome;
 pub use self::health::HealthHandle;
 pub use self::invalid::InvalidRequest;
 pub use self::members::{MemberInfo, MemberState, MembersSource, SingleNode};
 pub use self::own_api::{MAX_BATCH_CHECKS, RateLimiterService};
+pub use self::request::MAX_DESCRIPTORS;
+use self::tally::Tally;
 use crate::clock::Clock;
-use crate::limiter::{CheckError, Limiter};
-use crate::metrics::{DecisionResult, Metrics};
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::limitmesh::v1::rate_limiter_server::RateLimiterServer;
 use crate::rules::{RuleSet, RulesHandle};
@@ -58,51 +66,24 @@ impl std::fmt::Debug for RpcContext {
 }
 
 impl RpcContext {
-    /// Plans and executes `req`, counting the outcome (or the refusal) in metrics.
+    /// Counts the outcomes of a request under `domain`.
+    pub(crate) fn tally<'a>(&'a self, rules: &RuleSet, domain: &'a str) -> Tally<'a> {
+        Tally::new(&self.metrics, rules, domain)
+    }
+
+    /// Plans and executes `req`, counting the outcome (or the refusal) in `tally`.
     pub(crate) fn decide<'r, 'q>(
         &self,
         rules: &'r RuleSet,
-        req: &decide::Request<'q>,
-    ) -> Result<decide::Outcome<'r, 'q>, Status> {
-        let planned = decide::plan(rules, req).map_err(|e| self.invalid(rules, req.domain, e))?;
+        req: &request::Request<'q>,
+        tally: &Tally<'_>,
+    ) -> Result<Outcome<'r, 'q>, Status> {
+        let planned = plan::plan(rules, req).map_err(|e| tally.invalid(e))?;
         let now_ms = self.clock.now_ms();
-        let outcome = decide::execute(&self.limiter, planned, req.dry_run, now_ms)
-            .map_err(|e| self.refused(rules, req.domain, e))?;
-        decide::record(
-            &self.metrics,
-            decide::domain_label(rules, req.domain),
-            &outcome,
-        );
+        let outcome = execute::execute(&self.limiter, planned, req.dry_run, now_ms)
+            .map_err(|e| tally.refused(e))?;
+        tally.decided(&outcome);
         Ok(outcome)
-    }
-
-    /// Counts an invalid request and turns it into INVALID_ARGUMENT.
-    pub(crate) fn invalid(&self, rules: &RuleSet, domain: &str, e: InvalidRequest) -> Status {
-        self.metrics.record_decisions(
-            decide::domain_label(rules, domain),
-            DecisionResult::Invalid,
-            1,
-        );
-        e.into()
-    }
-
-    /// Counts a request the limiter refused to evaluate and turns it into a status: a full key
-    /// table is RESOURCE_EXHAUSTED (retrying later can succeed); anything else the core finds
-    /// wrong with a request is INVALID_ARGUMENT.
-    pub(crate) fn refused(&self, rules: &RuleSet, domain: &str, e: CheckError) -> Status {
-        let label = decide::domain_label(rules, domain);
-        match e {
-            CheckError::KeyTableFull { .. } => {
-                self.metrics
-                    .record_decisions(label, DecisionResult::Refused, 1);
-                Status::resource_exhausted(e.to_string())
-            }
-            other => {
-                self.metrics
-                    .record_decisions(label, DecisionResult::Invalid, 1);
-                Status::invalid_argument(other.to_string())
-            }
-        }
     }
 }
 

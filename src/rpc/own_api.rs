@@ -3,7 +3,7 @@
 use tonic::{Request, Response, Status};
 
 use super::invalid::InvalidRequest;
-use super::{RpcContext, convert, decide};
+use super::{RpcContext, convert, execute, plan};
 use crate::proto::limitmesh::v1::rate_limiter_server::RateLimiter;
 use crate::proto::limitmesh::v1::{
     CheckBatchRequest, CheckBatchResponse, CheckRequest, CheckResponse, InspectRequest,
@@ -37,9 +37,10 @@ impl RateLimiter for RateLimiterService {
     ) -> Result<Response<CheckResponse>, Status> {
         let req = request.into_inner();
         let rules = self.ctx.rules.current();
-        let query = convert::own_check(&req, rules.default_buckets())
-            .map_err(|e| self.ctx.invalid(&rules, &req.domain, e))?;
-        let outcome = self.ctx.decide(&rules, &query)?;
+        let tally = self.ctx.tally(&rules, &req.domain);
+        let query =
+            convert::own_check(&req, rules.default_buckets()).map_err(|e| tally.invalid(e))?;
+        let outcome = self.ctx.decide(&rules, &query, &tally)?;
         Ok(Response::new(convert::own_check_response(&outcome)))
     }
 
@@ -60,17 +61,17 @@ impl RateLimiter for RateLimiterService {
                     req.checks.len()
                 ),
             );
-            return Err(self.ctx.invalid(&rules, "", e));
+            return Err(self.ctx.tally(&rules, "").invalid(e));
         }
         let mut planned = Vec::with_capacity(req.checks.len());
         let mut key_bytes = 0usize;
         for (i, check) in req.checks.iter().enumerate() {
             let prefix = format!("checks[{i}].");
+            let tally = self.ctx.tally(&rules, &check.domain);
             let query = convert::own_check(check, rules.default_buckets())
-                .map_err(|e| self.ctx.invalid(&rules, &check.domain, e.within(&prefix)))?;
-            let plan = decide::plan(&rules, &query)
-                .map_err(|e| self.ctx.invalid(&rules, &check.domain, e.within(&prefix)))?;
-            key_bytes += decide::planned_key_bytes(&plan);
+                .map_err(|e| tally.invalid(e.within(&prefix)))?;
+            let plan = plan::plan(&rules, &query).map_err(|e| tally.invalid(e.within(&prefix)))?;
+            key_bytes += plan::planned_key_bytes(&plan);
             if key_bytes > MAX_BATCH_KEY_BYTES {
                 let e = InvalidRequest::new(
                     format!("checks[{i}]"),
@@ -79,23 +80,20 @@ impl RateLimiter for RateLimiterService {
                          per batch is {MAX_BATCH_KEY_BYTES}"
                     ),
                 );
-                return Err(self.ctx.invalid(&rules, &check.domain, e));
+                return Err(tally.invalid(e));
             }
             planned.push((query, plan));
         }
         let now_ms = self.ctx.clock.now_ms();
         let mut results = Vec::with_capacity(planned.len());
         for (i, (query, plan)) in planned.into_iter().enumerate() {
-            let outcome =
-                decide::execute(&self.ctx.limiter, plan, query.dry_run, now_ms).map_err(|e| {
-                    let status = self.ctx.refused(&rules, query.domain, e);
+            let tally = self.ctx.tally(&rules, query.domain);
+            let outcome = execute::execute(&self.ctx.limiter, plan, query.dry_run, now_ms)
+                .map_err(|e| {
+                    let status = tally.refused(e);
                     Status::new(status.code(), format!("checks[{i}]: {}", status.message()))
                 })?;
-            decide::record(
-                &self.ctx.metrics,
-                decide::domain_label(&rules, query.domain),
-                &outcome,
-            );
+            tally.decided(&outcome);
             results.push(convert::own_check_response(&outcome));
         }
         Ok(Response::new(CheckBatchResponse { results }))
@@ -107,16 +105,16 @@ impl RateLimiter for RateLimiterService {
     ) -> Result<Response<InspectResponse>, Status> {
         let req = request.into_inner();
         let rules = self.ctx.rules.current();
-        let query = convert::own_inspect(&req, rules.default_buckets())
-            .map_err(|e| self.ctx.invalid(&rules, &req.domain, e))?;
-        let plan =
-            decide::plan(&rules, &query).map_err(|e| self.ctx.invalid(&rules, &req.domain, e))?;
+        let tally = self.ctx.tally(&rules, &req.domain);
+        let query =
+            convert::own_inspect(&req, rules.default_buckets()).map_err(|e| tally.invalid(e))?;
+        let plan = plan::plan(&rules, &query).map_err(|e| tally.invalid(e))?;
         let now_ms = self.ctx.clock.now_ms();
         let limiter = &self.ctx.limiter;
         let windows = plan
             .iter()
             .map(|planned| match planned {
-                decide::Planned::Limited(item) => {
+                plan::Planned::Limited(item) => {
                     let key_id = limiter.key_id(&item.key, &item.limit.window).to_string();
                     let inspection = limiter.inspect(&item.key, &item.limit, now_ms);
                     convert::own_window(planned, Some(key_id), inspection.as_ref())

@@ -11,10 +11,9 @@ use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
 use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
 use crate::rpc::RateLimitHeaders;
-use crate::rpc::decide::{
-    Applied, Cost, CostField, DescriptorQuery, LimitSource, LimitedItem, Outcome, Planned, Query,
-    Request, Verdict,
-};
+use crate::rpc::execute::{Outcome, Verdict};
+use crate::rpc::plan::{Applied, LimitedItem, Planned};
+use crate::rpc::request::{Cost, CostField, DescriptorQuery, LimitSource, Query, Request};
 use crate::rules::{RuleLimit, Unit};
 
 /// A descriptor override's unit. `envoy.type.v3.RateLimitUnit` has no WEEK; 7 is WEEK in the

@@ -9,8 +9,8 @@ use smallvec::SmallVec;
 
 pub(crate) use self::envoy::{envoy_request, envoy_response};
 pub(crate) use self::own::{own_check, own_check_response, own_inspect, own_member, own_window};
-use super::decide::MAX_DESCRIPTORS;
 use super::invalid::InvalidRequest;
+use super::request::MAX_DESCRIPTORS;
 use crate::rules::DescriptorEntry;
 
 /// Longest domain a request may name. Every key a request plans starts with its domain, so

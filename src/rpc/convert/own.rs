@@ -3,11 +3,10 @@
 use super::{InvalidRequest, check_descriptor_count, check_domain, entries};
 use crate::limiter::{Inspection, Limit};
 use crate::proto::limitmesh::v1 as own;
-use crate::rpc::decide::{
-    Applied, Cost, CostField, DescriptorQuery, LimitSource, Outcome, Planned, Query, Request,
-    Verdict,
-};
+use crate::rpc::execute::{Outcome, Verdict};
 use crate::rpc::members::{MemberInfo, MemberState};
+use crate::rpc::plan::{Applied, Planned};
+use crate::rpc::request::{Cost, CostField, DescriptorQuery, LimitSource, Query, Request};
 use crate::window::{EstimateMode, MAX_BUCKETS, WindowError, WindowSpec};
 
 /// An inline limit, checked; `buckets: 0` takes `default_buckets`.

@@ -1,93 +1,20 @@
-//! Deciding a request, in domain terms and the same way for both APIs.
-//!
-//! Two steps. [`plan`] resolves every descriptor to what limits it (a rule, a limit given in the
-//! request, or nothing), applies `replaces`, builds the counter keys and checks every cost; it
-//! touches no counter, so an invalid request is refused with nothing consumed. [`execute`]
-//! then asks the limiter:
-//!
-//! - every non-shadow descriptor in **one** check, so that they are admitted all together or
-//!   not at all;
-//! - descriptors whose cost is 0 (Envoy's "check without consuming") first, in one dry run of
-//!   one unit each: if one of them has no room, the request is refused and the others are only
-//!   dry-run too;
-//! - each shadow descriptor in its own check: it counts like its rule would, and never changes
-//!   the answer.
+//! Planning: every descriptor of a request (or its key) resolved to what limits it (a rule, a
+//! limit given in the request, or nothing), `replaces` applied, counter keys built and every
+//! cost checked. Planning touches no counter, so an invalid request is refused with nothing
+//! consumed.
 
 use std::collections::BTreeSet;
 
 use smallvec::SmallVec;
 
 use super::invalid::InvalidRequest;
-use crate::limiter::{
-    CheckError, CheckItem, CheckRequest, Limit, LimitStatus, Limiter, MAX_ITEMS_PER_CHECK,
-    MAX_KEY_BYTES,
-};
-use crate::metrics::{DecisionResult, Metrics, UNCONFIGURED_DOMAIN};
+use super::request::{Cost, CostField, LimitSource, Query, Request};
+use crate::limiter::{Limit, MAX_KEY_BYTES};
 use crate::rules::{
-    DescriptorEntry, Lookup, Rule, RuleLimit, RuleSet, Unit, descriptor_key, descriptor_key_len,
-    plain_key, plain_key_len,
+    Lookup, Rule, RuleLimit, RuleSet, Unit, descriptor_key, descriptor_key_len, plain_key,
+    plain_key_len,
 };
 use crate::window::{EstimateMode, WindowSpec};
-
-/// Most descriptors in one request (one limiter item each).
-pub const MAX_DESCRIPTORS: usize = MAX_ITEMS_PER_CHECK;
-
-/// What limits a descriptor, as the request asks.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum LimitSource<'q> {
-    /// The rules of the domain.
-    Rules,
-    /// A limit given in the request (own API), instead of the rules.
-    Inline { limit: Limit, name: &'q str },
-    /// Envoy's descriptor `limit`: replaces the rule's limit, and applies even where no rule
-    /// matches, as long as the domain has rules (as envoyproxy/ratelimit does).
-    Override { requests_per_unit: u32, unit: Unit },
-}
-
-/// How much of its limit a descriptor uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Cost {
-    Units(u64),
-    /// Check without consuming: does one more unit fit?
-    Peek,
-}
-
-/// Which request field a cost came from, for errors.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum CostField {
-    /// A field of the request (`hits`, `hits_addend`).
-    Request(&'static str),
-    /// A field of the descriptor (`descriptors[i].hits_addend`).
-    Descriptor(&'static str),
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct DescriptorQuery<'q> {
-    pub entries: SmallVec<[DescriptorEntry<'q>; 4]>,
-    pub source: LimitSource<'q>,
-    pub cost: Cost,
-    pub cost_field: CostField,
-}
-
-#[derive(Debug, Clone)]
-pub(crate) enum Query<'q> {
-    Descriptors(Vec<DescriptorQuery<'q>>),
-    /// A plain key under a limit given in the request.
-    Key {
-        key: &'q str,
-        limit: Limit,
-        name: &'q str,
-        cost: u64,
-    },
-}
-
-/// A request, validated in form by the API layer; `plan` validates the rest.
-#[derive(Debug, Clone)]
-pub(crate) struct Request<'q> {
-    pub domain: &'q str,
-    pub query: Query<'q>,
-    pub dry_run: bool,
-}
 
 /// Where an applied limit came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,30 +45,6 @@ pub(crate) enum Planned<'r, 'q> {
     /// The rule that applies is named in the `replaces` of another rule of the request.
     Replaced(&'r Rule),
     Limited(LimitedItem<'r, 'q>),
-}
-
-/// A planned item and, if limited, its status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Verdict<'r, 'q> {
-    pub planned: Planned<'r, 'q>,
-    pub status: Option<LimitStatus>,
-}
-
-impl Verdict<'_, '_> {
-    pub fn limited(&self) -> Option<(&LimitedItem<'_, '_>, &LimitStatus)> {
-        match (&self.planned, &self.status) {
-            (Planned::Limited(item), Some(status)) => Some((item, status)),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Outcome<'r, 'q> {
-    /// Every non-shadow limit allowed.
-    pub allowed: bool,
-    /// One per descriptor (or one for the key), in request order.
-    pub verdicts: Vec<Verdict<'r, 'q>>,
 }
 
 fn check_key_len(field: impl FnOnce() -> String, len: usize) -> Result<(), InvalidRequest> {
@@ -343,140 +246,4 @@ pub(crate) fn plan<'r, 'q>(
         }));
     }
     Ok(planned)
-}
-
-/// A peek is a dry run of one unit, and a dry run that fits reports what would remain after
-/// it; a check of 0 reports the room there is.
-fn peek_status(mut status: LimitStatus) -> LimitStatus {
-    if status.allowed {
-        status.remaining = status.remaining.saturating_add(1);
-    }
-    status
-}
-
-/// Runs a plan against the limiter at `now_ms` (see the module docs for the grouping).
-pub(crate) fn execute<'r, 'q>(
-    limiter: &Limiter,
-    planned: Vec<Planned<'r, 'q>>,
-    dry_run: bool,
-    now_ms: u64,
-) -> Result<Outcome<'r, 'q>, CheckError> {
-    let mut statuses: Vec<Option<LimitStatus>> = vec![None; planned.len()];
-    let mut peeks: SmallVec<[usize; 4]> = SmallVec::new();
-    let mut consuming: SmallVec<[usize; 4]> = SmallVec::new();
-    let mut shadows: SmallVec<[usize; 4]> = SmallVec::new();
-    for (i, p) in planned.iter().enumerate() {
-        if let Planned::Limited(item) = p {
-            match (item.shadow, item.peek) {
-                (true, _) => shadows.push(i),
-                (false, true) => peeks.push(i),
-                (false, false) => consuming.push(i),
-            }
-        }
-    }
-    let item = |i: usize| match &planned[i] {
-        Planned::Limited(l) => Some(CheckItem {
-            key: &l.key,
-            limit: l.limit,
-            cost: l.cost,
-        }),
-        _ => None,
-    };
-    let group = |indices: &[usize]| -> SmallVec<[CheckItem<'_>; 4]> {
-        indices.iter().filter_map(|&i| item(i)).collect()
-    };
-
-    let mut allowed = true;
-    if !peeks.is_empty() {
-        let items = group(&peeks);
-        let decision = limiter.check(
-            &CheckRequest {
-                items: &items,
-                dry_run: true,
-            },
-            now_ms,
-        )?;
-        allowed &= decision.allowed;
-        for (&i, status) in peeks.iter().zip(decision.limits) {
-            statuses[i] = Some(peek_status(status));
-        }
-    }
-    for &i in &shadows {
-        let items = group(&[i]);
-        let peek = matches!(&planned[i], Planned::Limited(l) if l.peek);
-        let decision = limiter.check(
-            &CheckRequest {
-                items: &items,
-                dry_run: dry_run || peek,
-            },
-            now_ms,
-        )?;
-        statuses[i] = decision
-            .limits
-            .first()
-            .map(|s| if peek { peek_status(*s) } else { *s });
-    }
-    if !consuming.is_empty() {
-        let items = group(&consuming);
-        let decision = limiter.check(
-            &CheckRequest {
-                items: &items,
-                dry_run: dry_run || !allowed,
-            },
-            now_ms,
-        )?;
-        allowed &= decision.allowed;
-        for (&i, status) in consuming.iter().zip(decision.limits) {
-            statuses[i] = Some(status);
-        }
-    }
-    let verdicts = planned
-        .into_iter()
-        .zip(statuses)
-        .map(|(planned, status)| Verdict { planned, status })
-        .collect();
-    Ok(Outcome { allowed, verdicts })
-}
-
-/// The `domain` label of metrics: only domains the rules define, so that requests cannot add
-/// series.
-pub(crate) fn domain_label<'a>(rules: &RuleSet, domain: &'a str) -> &'a str {
-    if rules.has_domain(domain) {
-        domain
-    } else {
-        UNCONFIGURED_DOMAIN
-    }
-}
-
-/// Counts each verdict of `outcome` under `domain` (a label from [`domain_label`]). A limited
-/// descriptor counts by its own verdict: one that had room counts as allowed even if another
-/// descriptor refused the request.
-pub(crate) fn record(metrics: &Metrics, domain: &str, outcome: &Outcome<'_, '_>) {
-    let mut counts = [0u64; 4];
-    let mut unmatched = 0;
-    for v in &outcome.verdicts {
-        let result = match (&v.planned, &v.status) {
-            (Planned::Limited(item), Some(status)) => match (item.shadow, status.allowed) {
-                (_, true) => 0,
-                (false, false) => 1,
-                (true, false) => 2,
-            },
-            (Planned::Unmatched, _) => {
-                unmatched += 1;
-                3
-            }
-            _ => 3,
-        };
-        counts[result] += 1;
-    }
-    let results = [
-        DecisionResult::Allowed,
-        DecisionResult::OverLimit,
-        DecisionResult::ShadowOverLimit,
-        DecisionResult::Unlimited,
-    ];
-    for (result, n) in results.into_iter().zip(counts) {
-        metrics.record_decisions(domain, result, n);
-    }
-    metrics.record_unmatched(domain, unmatched);
 }

@@ -1,0 +1,89 @@
+//! Every outcome of a request counted in one place: the verdict of each descriptor, an invalid
+//! request, a refusal. The `domain` label is worked out once per request.
+
+use tonic::Status;
+
+use super::execute::{Outcome, Verdict};
+use super::invalid::InvalidRequest;
+use super::plan::Planned;
+use crate::limiter::CheckError;
+use crate::metrics::{DecisionResult, Metrics, UNCONFIGURED_DOMAIN};
+use crate::rules::RuleSet;
+
+/// Counts the outcomes of one request under its domain.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tally<'a> {
+    metrics: &'a Metrics,
+    /// Only domains the rules define, so that requests cannot add series.
+    domain: &'a str,
+}
+
+impl<'a> Tally<'a> {
+    pub fn new(metrics: &'a Metrics, rules: &RuleSet, domain: &'a str) -> Self {
+        let domain = if rules.has_domain(domain) {
+            domain
+        } else {
+            UNCONFIGURED_DOMAIN
+        };
+        Self { metrics, domain }
+    }
+
+    /// Counts each verdict. A limited descriptor counts by its own verdict: one that had room
+    /// counts as allowed even if another descriptor refused the request.
+    pub fn decided(&self, outcome: &Outcome<'_, '_>) {
+        let mut counts = [
+            (DecisionResult::Allowed, 0),
+            (DecisionResult::OverLimit, 0),
+            (DecisionResult::ShadowOverLimit, 0),
+            (DecisionResult::Unlimited, 0),
+        ];
+        let mut unmatched = 0;
+        for verdict in &outcome.verdicts {
+            unmatched += u64::from(matches!(verdict.planned, Planned::Unmatched));
+            let result = result_of(verdict);
+            if let Some((_, n)) = counts.iter_mut().find(|(r, _)| *r == result) {
+                *n += 1;
+            }
+        }
+        for (result, n) in counts {
+            self.metrics.record_decisions(self.domain, result, n);
+        }
+        self.metrics.record_unmatched(self.domain, unmatched);
+    }
+
+    /// Counts an invalid request and turns it into INVALID_ARGUMENT.
+    pub fn invalid(&self, e: InvalidRequest) -> Status {
+        self.metrics
+            .record_decisions(self.domain, DecisionResult::Invalid, 1);
+        e.into()
+    }
+
+    /// Counts a request the limiter refused to evaluate and turns it into a status: a full key
+    /// table is RESOURCE_EXHAUSTED (retrying later can succeed); anything else the core finds
+    /// wrong with a request is INVALID_ARGUMENT.
+    pub fn refused(&self, e: CheckError) -> Status {
+        match e {
+            CheckError::KeyTableFull { .. } => {
+                self.metrics
+                    .record_decisions(self.domain, DecisionResult::Refused, 1);
+                Status::resource_exhausted(e.to_string())
+            }
+            other => {
+                self.metrics
+                    .record_decisions(self.domain, DecisionResult::Invalid, 1);
+                Status::invalid_argument(other.to_string())
+            }
+        }
+    }
+}
+
+fn result_of(verdict: &Verdict<'_, '_>) -> DecisionResult {
+    match (&verdict.planned, &verdict.status) {
+        (Planned::Limited(item), Some(status)) => match (item.shadow, status.allowed) {
+            (_, true) => DecisionResult::Allowed,
+            (false, false) => DecisionResult::OverLimit,
+            (true, false) => DecisionResult::ShadowOverLimit,
+        },
+        _ => DecisionResult::Unlimited,
+    }
+}
