@@ -343,7 +343,7 @@ mod tests {
             KeyHasher::from_secret(b"rollback"),
         );
         let limit = Limit {
-            limit: 10,
+            max: 10,
             window: WindowSpec::with_default_buckets(1_000).unwrap(),
         };
         let check = |cost: u32, now: u64| {

@@ -22,10 +22,8 @@ use crate::clock::{Clock, OffsetSystemClock};
 use crate::config::{Config, ConfigError};
 use crate::gossip::wire::WireError;
 use crate::metrics::Metrics;
-use crate::node::{
-    ClusterCollector, ClusterView, MemberState, Node, NodeBuilder, NodeError, NodeKeys,
-};
-use crate::rpc::{self, HealthHandle, MemberInfo, MembersSource, RpcContext};
+use crate::node::{ClusterCollector, Node, NodeBuilder, NodeError, NodeKeys};
+use crate::rpc::{self, HealthHandle, RpcContext};
 use crate::rules::{Reload, RulesError, RulesHandle};
 
 /// Resolves on SIGTERM or SIGINT: what stops a node process.
@@ -155,32 +153,6 @@ pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
     })
 }
 
-/// The members RPC, from a node's view of the cluster.
-#[derive(Debug)]
-pub struct ViewMembers(pub Arc<ClusterView>);
-
-impl MembersSource for ViewMembers {
-    fn members(&self) -> Vec<MemberInfo> {
-        self.0
-            .members()
-            .iter()
-            .map(|m| MemberInfo {
-                id: m.id.to_string(),
-                address: m.addr.to_string(),
-                state: match m.state {
-                    MemberState::Alive => rpc::MemberState::Alive,
-                    MemberState::Suspect => rpc::MemberState::Suspect,
-                    MemberState::Down => rpc::MemberState::Down,
-                },
-                is_self: m.is_self,
-                boot_ms: m.boot_ms,
-                clock_offset_ms: m.clock_offset_ms.unwrap_or(0),
-                clock_fenced: m.clock_fenced,
-            })
-            .collect()
-    }
-}
-
 /// The datagram keyring and the window-naming secret ([`NodeKeys::from_secrets`]).
 ///
 /// Without configured keys, a node with peers must have been allowed `insecure` (its keys
@@ -306,7 +278,7 @@ pub async fn run(
         limiter: limiter.clone(),
         rules: rules.clone(),
         clock: clock.clone() as Arc<dyn Clock>,
-        members: Arc::new(ViewMembers(view.clone())),
+        members: view.clone(),
         metrics: metrics.clone(),
     };
     let grpc_addr = bound.grpc.local_addr().unwrap_or_else(|_| unspecified());

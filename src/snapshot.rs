@@ -233,7 +233,7 @@ mod tests {
 
     fn day(limit: u32) -> Limit {
         Limit {
-            limit,
+            max: limit,
             window: WindowSpec::with_default_buckets(86_400_000).unwrap(),
         }
     }

@@ -68,7 +68,7 @@ fn checks_of_known_keys_on_the_allowed_path_allocate_nothing() {
         KeyHasher::from_secret(b"allocations"),
     );
     let limit = Limit {
-        limit: u32::MAX,
+        max: u32::MAX,
         window: WindowSpec::with_default_buckets(1_000).expect("valid window"),
     };
     let keys: Vec<String> = (0..1_000).map(|i| format!("tenant={i}")).collect();

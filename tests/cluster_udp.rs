@@ -84,7 +84,7 @@ async fn three_nodes_form_a_cluster_and_share_a_limit() {
 
     // One limit, 30 per 10 s, requested round-robin on all three nodes.
     let limit = Limit {
-        limit: 30,
+        max: 30,
         window: WindowSpec::with_default_buckets(10_000).unwrap(),
     };
     let clock = SystemClock::system();

@@ -60,7 +60,7 @@ fn bytes_per_active_key_with_five_origins() {
     let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let spec = WindowSpec::with_default_buckets(1_000).unwrap();
     let limit = [Limit {
-        limit: 1_000_000,
+        max: 1_000_000,
         window: spec,
     }];
     let keys: Vec<String> = (0..KEYS).map(|i| format!("tenant={i}")).collect();
@@ -141,7 +141,7 @@ fn a_million_keys_stay_within_max_keys() {
     const DISTINCT: usize = 1_000_000;
     let _turn = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let limit = Limit {
-        limit: 100,
+        max: 100,
         window: WindowSpec::with_default_buckets(1_000).unwrap(),
     };
     let limiter = Limiter::new(

@@ -8,7 +8,7 @@ pub const KEYS: usize = 10_000;
 /// A limit high enough that every check takes the allowed path.
 pub fn open_limit() -> Limit {
     Limit {
-        limit: u32::MAX,
+        max: u32::MAX,
         window: WindowSpec::with_default_buckets(1_000).expect("valid window"),
     }
 }

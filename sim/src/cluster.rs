@@ -116,7 +116,7 @@ impl SimConfig {
 
     pub fn main_limit(&self) -> Limit {
         Limit {
-            limit: self.limit,
+            max: self.limit,
             window: WindowSpec::new(self.window_ms, self.buckets, Default::default())
                 .unwrap_or_else(|_| WindowSpec::with_default_buckets(1_000).expect("valid")),
         }
@@ -125,14 +125,14 @@ impl SimConfig {
 
 fn convergence_limit() -> Limit {
     Limit {
-        limit: 1_000_000,
+        max: 1_000_000,
         window: WindowSpec::with_default_buckets(10_000).expect("valid"),
     }
 }
 
 fn probe_limit() -> Limit {
     Limit {
-        limit: u32::MAX,
+        max: u32::MAX,
         window: WindowSpec::with_default_buckets(60_000).expect("valid"),
     }
 }
@@ -307,7 +307,7 @@ async fn drive(
         .background
         .map_or(0.0, |(n, per_s)| n as f64 * per_s / 1_000.0);
     let background_limit = Limit {
-        limit: u32::MAX,
+        max: u32::MAX,
         window: main.window,
     };
     let check = |key: &[u8], limit: Limit| {

@@ -68,7 +68,7 @@ async fn node_main(
     // Traffic on 100 keys, so that every node has registers to push.
     let work = async move {
         let limit = Limit {
-            limit: 1_000,
+            max: 1_000,
             window: WindowSpec::with_default_buckets(10_000).expect("valid"),
         };
         loop {

@@ -20,7 +20,6 @@ use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use limitmesh::rpc::{HealthHandle, RpcContext};
 use limitmesh::rules::{LoadOptions, RuleSet, RulesHandle, RulesSource};
-use limitmesh::service::ViewMembers;
 use limitmesh_sim::clock::{ClockControl, SimClock};
 use limitmesh_sim::grpc;
 use limitmesh_sim::net::{NetFaults, SimSocket};
@@ -83,7 +82,7 @@ async fn node_main(i: usize, limiters: Arc<Mutex<Vec<Option<Arc<Limiter>>>>>) ->
             rules,
         )),
         clock: clock as Arc<dyn Clock>,
-        members: Arc::new(ViewMembers(view)),
+        members: view,
         metrics: Arc::new(Metrics::new()),
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", GRPC_PORT)).await?;
@@ -193,7 +192,9 @@ fn grpc_cluster_holds_the_limit_through_a_partition() {
         }
         if partitioned && !healed && t >= PARTITION_AT_MS + 1_500 {
             // Live as admission counts it: members heard from recently.
-            let live = limiters.lock().unwrap()[2].as_ref().map(|l| l.view().0);
+            let live = limiters.lock().unwrap()[2]
+                .as_ref()
+                .map(|l| l.member_counts().0);
             cut_off_live_min = cut_off_live_min.min(live.unwrap_or(usize::MAX));
         }
         if sim.step().expect("simulation runs") {

@@ -159,7 +159,7 @@ impl Collector for ClusterCollector {
                 }
             }
         }
-        let (live, expected) = self.limiter.view();
+        let (live, expected) = self.limiter.member_counts();
         gauge(
             e,
             "members_live",

@@ -306,7 +306,7 @@ impl<T: TimeSource> NodeCore<T> {
         let silent = self.liveness.silent(&members, fences, now.at);
         self.limiter
             .set_clock_fenced(fences.own || !fences.peers.is_empty());
-        self.limiter.set_view(
+        self.limiter.set_liveness(
             members.len() - silent.len() + 1,
             &silent,
             self.liveness.largest_count(),

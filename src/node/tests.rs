@@ -27,7 +27,7 @@ fn keys() -> NodeKeys {
 
 fn limit() -> Limit {
     Limit {
-        limit: 1_000,
+        max: 1_000,
         window: WindowSpec::with_default_buckets(10_000).unwrap(),
     }
 }
@@ -285,18 +285,18 @@ fn periodic_anti_entropy_pushes_a_page_at_a_time() {
 #[test]
 fn a_silent_member_stops_counting_as_live_long_before_swim_says_down() {
     let mut net = formed();
-    assert_eq!(net.node(0).limiter().view().0, 3);
+    assert_eq!(net.node(0).limiter().member_counts().0, 3);
     net.cut[2] = true;
     net.run_ms(1_200);
     assert_eq!(
-        net.node(0).limiter().view().0,
+        net.node(0).limiter().member_counts().0,
         2,
         "silence threshold 800 ms: node 2 no longer shares the limit"
     );
     assert_eq!(net.members(0), 2, "SWIM still holds it");
     net.cut[2] = false;
     net.run_ms(1_200);
-    assert_eq!(net.node(0).limiter().view().0, 3);
+    assert_eq!(net.node(0).limiter().member_counts().0, 3);
 }
 
 #[test]
@@ -331,7 +331,7 @@ fn a_node_that_leaves_sends_its_last_admissions_and_is_counted_out() {
     assert_eq!(net.seen(0, b"last", 3), 9.0, "the final round went out");
     net.run_ms(100);
     assert_eq!(net.members(0), 1, "it left: no suspicion needed");
-    assert_eq!(net.node(0).limiter().view().0, 2);
+    assert_eq!(net.node(0).limiter().member_counts().0, 2);
 }
 
 #[test]

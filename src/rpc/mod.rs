@@ -35,7 +35,7 @@ pub use self::envoy_rls::{RateLimitHeaders, RateLimitServiceImpl};
 use self::execute::Outcome;
 pub use self::health::HealthHandle;
 pub use self::invalid::InvalidRequest;
-pub use self::members::{MemberInfo, MemberState, MembersSource, SingleNode};
+pub use self::members::{MembersSource, SingleNode};
 pub use self::own_api::{MAX_BATCH_CHECKS, RateLimiterService};
 pub use self::request::MAX_DESCRIPTORS;
 use self::tally::Tally;

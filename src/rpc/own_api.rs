@@ -122,7 +122,7 @@ impl RateLimiter for RateLimiterService {
                 other => convert::own_window(other, None, None),
             })
             .collect();
-        let (live, expected) = limiter.view();
+        let (live, expected) = limiter.member_counts();
         Ok(Response::new(InspectResponse {
             windows,
             live_members: u32::try_from(live).unwrap_or(u32::MAX),
@@ -136,7 +136,7 @@ impl RateLimiter for RateLimiterService {
         &self,
         _request: Request<MembersRequest>,
     ) -> Result<Response<MembersResponse>, Status> {
-        let mut members = self.ctx.members.members();
+        let mut members = self.ctx.members.members().to_vec();
         members.sort_by(|a, b| b.is_self.cmp(&a.is_self).then_with(|| a.id.cmp(&b.id)));
         Ok(Response::new(MembersResponse {
             members: members.iter().map(convert::own_member).collect(),

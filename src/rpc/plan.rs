@@ -77,12 +77,12 @@ fn cost_units(
     if units == 0 {
         return Err(InvalidRequest::new(field(), "must be at least 1"));
     }
-    if limit.limit > 0 && units > u64::from(limit.limit) {
+    if limit.max > 0 && units > u64::from(limit.max) {
         return Err(InvalidRequest::new(
             field(),
             format!(
                 "{units} exceeds the limit of {} of {}, so it could never be allowed",
-                limit.limit,
+                limit.max,
                 what()
             ),
         ));
@@ -172,7 +172,7 @@ pub(crate) fn plan<'r, 'q>(
                     InvalidRequest::new(format!("descriptors[{i}].limit"), e.to_string())
                 })?;
                 let limit = Limit {
-                    limit: requests_per_unit,
+                    max: requests_per_unit,
                     window,
                 };
                 Some((

@@ -354,7 +354,7 @@ impl Builder<'_> {
                 requests_per_unit: requests.value,
                 unit,
                 limit: Limit {
-                    limit: requests.value,
+                    max: requests.value,
                     window,
                 },
             }

@@ -279,7 +279,7 @@ async fn own_members_lists_this_node() {
     };
     assert_eq!(
         (me.id.as_str(), me.address.as_str()),
-        ("node-a", "127.0.0.1:7946")
+        (NODE_A.to_string().as_str(), "127.0.0.1:7946")
     );
     assert!(me.is_self);
     assert_eq!(me.state, own::member::State::Alive as i32);

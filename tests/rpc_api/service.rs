@@ -186,7 +186,11 @@ async fn the_embedded_demo_config_and_rules_serve_a_node() {
         )),
         rules: Arc::new(rules),
         clock: Arc::new(ManualClock::new(T0)),
-        members: Arc::new(SingleNode::new("demo", config.cluster.bind.to_string(), T0)),
+        members: Arc::new(SingleNode::new(
+            uuid::Uuid::from_u128(0xde30),
+            config.cluster.bind,
+            T0,
+        )),
         metrics: Arc::new(Metrics::new()),
     };
     // The demo's own port may be taken on a test machine; the same services on port 0.

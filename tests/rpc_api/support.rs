@@ -30,6 +30,8 @@ pub(crate) use tonic::{Code as GrpcCode, Status};
 
 /// A whole second, so that windows start where tests expect.
 pub(crate) const T0: u64 = 1_700_000_000_000;
+/// The node the test servers say they are.
+pub(crate) const NODE_A: uuid::Uuid = uuid::Uuid::from_u128(0xa);
 /// Longest a request may run in these tests (a loaded debug build is slow; production is 50 ms).
 pub(crate) const TEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -98,7 +100,11 @@ impl TestServer {
                 set,
             )),
             clock: Arc::new(clock.clone()),
-            members: Arc::new(SingleNode::new("node-a", "127.0.0.1:7946", T0 - 5_000)),
+            members: Arc::new(SingleNode::new(
+                NODE_A,
+                "127.0.0.1:7946".parse().unwrap(),
+                T0 - 5_000,
+            )),
             metrics: Arc::clone(&metrics),
         };
         let health = HealthHandle::new();

@@ -26,5 +26,5 @@ mod tests;
 pub use counts::Counts;
 pub use hlc::{HLC_MAX_PHYSICAL_MS, Hlc, HlcError, HlcTimestamp};
 pub use register::{Arbitration, Register, RegisterRef};
-pub use replica::{MergeOutcome, Origin, Replica};
+pub use replica::{MergeOutcome, OriginIdx, Replica};
 pub use version::VersionVector;

@@ -19,8 +19,10 @@ use super::counts::{Counts, pack_into, words_for};
 use super::register::{Arbitration, RegisterRef};
 use super::version::VersionVector;
 
-/// Who wrote a register: an index into the node's table of origins.
-pub type Origin = u32;
+/// Who wrote a register: an origin (a node process boot, `limiter::OriginId`) interned as an
+/// index into the node's table of origins. Four bytes instead of sixteen in every register of
+/// every key.
+pub type OriginIdx = u32;
 
 const HEAD: usize = 8;
 /// Most counts a register holds (`B + 1`).
@@ -98,11 +100,11 @@ impl Replica {
         &self.words[i * w..(i + 1) * w]
     }
 
-    fn origin_at(&self, i: usize) -> Origin {
+    fn origin_at(&self, i: usize) -> OriginIdx {
         self.reg(i)[0]
     }
 
-    fn view(&self, i: usize) -> RegisterRef<'_> {
+    fn register_at(&self, i: usize) -> RegisterRef<'_> {
         let r = self.reg(i);
         let counts = &r[HEAD..];
         RegisterRef {
@@ -121,7 +123,7 @@ impl Replica {
         }
     }
 
-    fn find(&self, origin: Origin) -> Result<usize, usize> {
+    fn find(&self, origin: OriginIdx) -> Result<usize, usize> {
         let (mut lo, mut hi) = (0, self.len());
         while lo < hi {
             let mid = (lo + hi) / 2;
@@ -134,21 +136,21 @@ impl Replica {
         Err(lo)
     }
 
-    pub fn get(&self, origin: Origin) -> Option<RegisterRef<'_>> {
-        self.find(origin).ok().map(|i| self.view(i))
+    pub fn get(&self, origin: OriginIdx) -> Option<RegisterRef<'_>> {
+        self.find(origin).ok().map(|i| self.register_at(i))
     }
 
     /// Registers in origin order.
-    pub fn iter(&self) -> impl Iterator<Item = (Origin, RegisterRef<'_>)> + '_ {
-        (0..self.len()).map(|i| (self.origin_at(i), self.view(i)))
+    pub fn iter(&self) -> impl Iterator<Item = (OriginIdx, RegisterRef<'_>)> + '_ {
+        (0..self.len()).map(|i| (self.origin_at(i), self.register_at(i)))
     }
 
-    pub fn version_vector(&self) -> VersionVector<Origin> {
+    pub fn version_vector(&self) -> VersionVector<OriginIdx> {
         self.iter().map(|(o, r)| (o, r.version)).collect()
     }
 
     /// Writes one register in this replica's packing into `out` (exactly its words).
-    fn encode_into(&self, origin: Origin, reg: &RegisterRef<'_>, wide: bool, out: &mut [u32]) {
+    fn encode_into(&self, origin: OriginIdx, reg: &RegisterRef<'_>, wide: bool, out: &mut [u32]) {
         out[0] = origin;
         out[1] = reg.demand;
         out[2..4].copy_from_slice(&split(reg.version));
@@ -157,7 +159,7 @@ impl Replica {
         pack_into(reg.admitted.iter(), self.stride(), wide, &mut out[HEAD..]);
     }
 
-    fn encode(&self, origin: Origin, reg: &RegisterRef<'_>, wide: bool) -> Vec<u32> {
+    fn encode(&self, origin: OriginIdx, reg: &RegisterRef<'_>, wide: bool) -> Vec<u32> {
         let mut out = vec![0u32; HEAD + words_for(self.stride(), wide)];
         self.encode_into(origin, reg, wide, &mut out);
         out
@@ -169,7 +171,7 @@ impl Replica {
             return;
         }
         let regs: Vec<Vec<u32>> = (0..self.len())
-            .map(|i| self.encode(self.origin_at(i), &self.view(i), wide))
+            .map(|i| self.encode(self.origin_at(i), &self.register_at(i), wide))
             .collect();
         self.wide = wide;
         self.words = regs.concat().into_boxed_slice();
@@ -189,14 +191,14 @@ impl Replica {
     /// Merges one register from `origin`.
     pub fn merge_register(
         &mut self,
-        origin: Origin,
+        origin: OriginIdx,
         reg: RegisterRef<'_>,
         arbitration: Arbitration,
     ) -> MergeOutcome {
         let stride = self.stride();
         let found = self.find(origin);
         if let Ok(i) = found {
-            let held = self.view(i);
+            let held = self.register_at(i);
             let order = arbitration
                 .rank(reg.version, reg.hlc)
                 .cmp(&arbitration.rank(held.version, held.hlc))
@@ -249,7 +251,7 @@ impl Replica {
     /// replica holds, so the summary can be dropped without reading its buckets. O(origins).
     pub fn dominates(
         &self,
-        summary: impl IntoIterator<Item = (Origin, u64, HlcTimestamp)>,
+        summary: impl IntoIterator<Item = (OriginIdx, u64, HlcTimestamp)>,
         arbitration: Arbitration,
     ) -> bool {
         summary.into_iter().all(|(origin, version, hlc)| {
@@ -267,11 +269,11 @@ impl Replica {
     }
 
     /// Keeps the registers for which `keep` holds.
-    fn retain(&mut self, keep: impl Fn(Origin, &RegisterRef<'_>) -> bool) -> usize {
+    fn retain(&mut self, keep: impl Fn(OriginIdx, &RegisterRef<'_>) -> bool) -> usize {
         let before = self.len();
         let w = self.reg_words();
         let kept: Vec<u32> = (0..before)
-            .filter(|i| keep(self.origin_at(*i), &self.view(*i)))
+            .filter(|i| keep(self.origin_at(*i), &self.register_at(*i)))
             .flat_map(|i| self.words[i * w..(i + 1) * w].iter().copied())
             .collect();
         self.words = kept.into_boxed_slice();
@@ -288,7 +290,7 @@ impl Replica {
     }
 
     /// Removes one origin's register (its owner is gone for good).
-    pub fn remove(&mut self, origin: Origin) -> bool {
+    pub fn remove(&mut self, origin: OriginIdx) -> bool {
         self.find(origin).is_ok() && self.retain(|o, _| o != origin) == 1
     }
 

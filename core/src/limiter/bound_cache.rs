@@ -8,7 +8,8 @@
 //! - the limit value and the estimate mode: part of the cache's key, so a check under another
 //!   limit (an Envoy `limit` override, an inline limit, a reloaded rule) never uses it;
 //! - the bucket: part of the key;
-//! - the membership view: its generation is part of the key;
+//! - the liveness (who is live, `N_expected`, who is silent or cut off): its generation is
+//!   part of the key;
 //! - the remote registers: a merge invalidates the cache ([`BoundCache::invalidate`]);
 //! - the cost: the bound is computed for a cost of 1, and the allowance only grows with cost;
 //! - the local ring and the passing of time within the bucket: both only loosen the bound
@@ -17,7 +18,7 @@
 //!
 //! The key and the bound do not fit in one 64-bit word, so they live in two, guarded as a
 //! sequence lock: `head = seq (31) | mode (1) | limit (32)` and
-//! `body = epoch tag (16) | view generation (16) | bound (32)`. A writer makes `seq` odd,
+//! `body = epoch tag (16) | liveness generation (16) | bound (32)`. A writer makes `seq` odd,
 //! writes `body`, and makes it even again; a reader accepts a pair only if `head` read the same
 //! even value before and after `body`. Invalidation moves `seq` on by 2, clearing `body` in
 //! between when no writer is storing, and otherwise leaving that writer to find `seq` moved and
@@ -51,7 +52,7 @@ impl BoundKey {
         mode | u64::from(self.limit)
     }
 
-    /// The key's part of `body`: epoch tag and view generation.
+    /// The key's part of `body`: epoch tag and liveness generation.
     fn body_key(&self) -> u64 {
         ((self.epoch & 0xFFFF) << 48) | (u64::from(self.generation) << 32)
     }
@@ -199,7 +200,7 @@ mod tests {
         assert_eq!(
             cache.get(&BoundKey { generation: 8, ..k }),
             None,
-            "another view"
+            "another liveness"
         );
     }
 

@@ -109,11 +109,11 @@ pub(crate) fn validate(req: &CheckRequest<'_>) -> Result<(), CheckError> {
             return Err(CheckError::ZeroCost { index });
         }
         // A limit of 0 blocks everything; that is a verdict, not a malformed request.
-        if item.limit.limit > 0 && item.cost > item.limit.limit {
+        if item.limit.max > 0 && item.cost > item.limit.max {
             return Err(CheckError::CostExceedsLimit {
                 index,
                 cost: item.cost,
-                limit: item.limit.limit,
+                limit: item.limit.max,
             });
         }
     }

@@ -18,10 +18,11 @@ impl std::fmt::Display for KeyId {
     }
 }
 
-/// A limit on one key: at most `limit` requests in any sliding `window`.
+/// A limit on one key: at most `max` hits (requests, or units of cost) in any sliding
+/// `window`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limit {
-    pub limit: u32,
+    pub max: u32,
     pub window: WindowSpec,
 }
 

@@ -17,12 +17,13 @@ mod admission;
 mod bound_cache;
 mod decision;
 mod dirty;
+mod expected_size;
+mod inspection;
 mod key;
 mod origin;
+mod replication;
 mod state;
-mod sync;
 mod table;
-mod view;
 
 #[cfg(test)]
 mod tests;
@@ -38,15 +39,16 @@ pub use admission::{
 pub use decision::{
     CheckError, CheckItem, CheckRequest, Decision, LimitStatus, MAX_ITEMS_PER_CHECK, MAX_KEY_BYTES,
 };
+pub use expected_size::ExpectedSize;
+pub use inspection::{Inspection, OriginUsage};
 pub use key::{KeyHasher, KeyId, KeyIdHashBuilder, Limit};
 pub use origin::OriginId;
-pub use sync::{Batch, Inspection, MergeReport, OriginUsage, RegisterUpdate};
+pub use replication::{Batch, MergeReport, RegisterUpdate};
 pub use table::GcReport;
-pub use view::ExpectedSize;
 
 use self::bound_cache::BoundKey;
+use self::replication::ReplicationState;
 use self::state::WindowState;
-use self::sync::SyncState;
 use self::table::KeyTable;
 use crate::crdt::Arbitration;
 use crate::crdt::Hlc;
@@ -136,13 +138,13 @@ pub struct Limiter {
     /// A clock beyond the tolerance cuts a member (or this node) off: the strict policy's
     /// scale then applies whatever the partition policy (see [`Limiter::set_clock_fenced`]).
     clock_fenced: AtomicBool,
-    /// Bumped after every change of the view; part of every cached bound.
-    view_generation: AtomicU32,
+    /// Bumped after every change of the liveness; part of every cached bound.
+    liveness_generation: AtomicU32,
     /// Until this time (ms) the node does not hold the cluster's state yet and admits nothing;
     /// 0 once it does (see [`Limiter::set_warming_until`]).
     warming_until_ms: AtomicU64,
     dirty: dirty::DirtyQueue,
-    sync: Mutex<SyncState>,
+    sync: Mutex<ReplicationState>,
 }
 
 /// One limit's evaluation, before consuming.
@@ -180,7 +182,7 @@ impl Limiter {
     /// [`Limiter::collect_changed`] must be called periodically (the gossip loop does): it
     /// drains the queue of windows changed since the last emission.
     pub fn new(config: LimiterConfig, origin: OriginId, hasher: KeyHasher) -> Self {
-        let sync = SyncState::new(
+        let sync = ReplicationState::new(
             Hlc::new(config.max_clock_drift_ms),
             ExpectedSize::new(config.expected_hold_ms),
         );
@@ -193,7 +195,7 @@ impl Limiter {
             expected: AtomicUsize::new(1),
             silent_origins: arc_swap::ArcSwapOption::empty(),
             clock_fenced: AtomicBool::new(false),
-            view_generation: AtomicU32::new(0),
+            liveness_generation: AtomicU32::new(0),
             warming_until_ms: AtomicU64::new(0),
             dirty: dirty::DirtyQueue::default(),
             sync: Mutex::new(sync),
@@ -214,13 +216,13 @@ impl Limiter {
 
     /// Says whether this node, or a member, is cut off for a clock beyond
     /// `max_clock_drift_ms`. The cut-off members are also among the silent ones of
-    /// [`Limiter::set_view`] (all of them, when it is this node's clock): that takes their
+    /// [`Limiter::set_liveness`] (all of them, when it is this node's clock): that takes their
     /// demand out of the shares. This makes the scale `live / N_expected` of the `strict`
     /// policy apply even under `available`, on both sides, so that the node with the wrong
     /// clock and the others together stay within the limit.
     pub fn set_clock_fenced(&self, fenced: bool) {
         if self.clock_fenced.swap(fenced, Ordering::Relaxed) != fenced {
-            self.view_generation.fetch_add(1, Ordering::Release);
+            self.liveness_generation.fetch_add(1, Ordering::Release);
         }
     }
 
@@ -230,7 +232,7 @@ impl Limiter {
     }
 
     /// Live members (this node included) and `N_expected`, as last set.
-    pub fn view(&self) -> (usize, usize) {
+    pub fn member_counts(&self) -> (usize, usize) {
         (
             self.live.load(Ordering::Relaxed),
             self.expected.load(Ordering::Relaxed),
@@ -240,7 +242,7 @@ impl Limiter {
     /// Tells the limiter how many members are live, this node included. Call it on every
     /// membership change and periodically, so that `N_expected` can age.
     pub fn set_members(&self, live: usize, now_ms: u64) {
-        self.set_view(live, &[], 0, now_ms);
+        self.set_liveness(live, &[], 0, now_ms);
     }
 
     /// Tells the limiter how many members are live (this node included) and which members
@@ -254,7 +256,7 @@ impl Limiter {
     /// `peers_count` is the largest number of members any peer says it counts (itself
     /// included): a member this node cannot hear at all, and that SWIM has therefore declared
     /// down here, is still expected as long as its peers count it.
-    pub fn set_view(&self, live: usize, silent: &[OriginId], peers_count: usize, now_ms: u64) {
+    pub fn set_liveness(&self, live: usize, silent: &[OriginId], peers_count: usize, now_ms: u64) {
         let mut sync = self.lock_sync();
         let mut idx: Vec<state::OriginIdx> = silent
             .iter()
@@ -278,7 +280,7 @@ impl Limiter {
 
     fn update_view(
         &self,
-        sync: &mut SyncState,
+        sync: &mut ReplicationState,
         live: usize,
         members: usize,
         now_ms: u64,
@@ -287,19 +289,19 @@ impl Limiter {
         sync.expected.observe(members, now_ms);
         let expected = sync.expected.expected(now_ms);
         let live = live.clamp(1, expected);
-        let counts_changed = (live, expected) != self.view();
+        let counts_changed = (live, expected) != self.member_counts();
         if counts_changed {
             self.live.store(live, Ordering::Relaxed);
             self.expected.store(expected, Ordering::Relaxed);
         }
         if counts_changed || set_changed {
             // After the values: a reader that sees the new generation sees the new values.
-            self.view_generation.fetch_add(1, Ordering::Release);
+            self.liveness_generation.fetch_add(1, Ordering::Release);
         }
     }
 
     fn generation(&self) -> u16 {
-        self.view_generation.load(Ordering::Acquire) as u16
+        self.liveness_generation.load(Ordering::Acquire) as u16
     }
 
     pub fn stats(&self) -> LimiterStats {
@@ -401,7 +403,7 @@ impl Limiter {
         // Read before anything the bound depends on (see `set_members`).
         let bound_key = BoundKey {
             epoch: limit.window.epoch(now_ms),
-            limit: limit.limit,
+            limit: limit.max,
             mode: limit.window.mode(),
             generation: self.generation(),
         };
@@ -414,7 +416,7 @@ impl Limiter {
                 self.record(id, state, epoch, item.cost, true);
                 let status = LimitStatus {
                     allowed: true,
-                    limit: limit.limit,
+                    limit: limit.max,
                     // A lower bound: the cached bound is conservative.
                     remaining: u64::from(bound - now_holds),
                     reset_after_ms: limit.window.expiry_ms(epoch).saturating_sub(now_ms),
@@ -515,9 +517,9 @@ impl Limiter {
                 let first = spec.epoch_start_ms(local.epoch.saturating_sub(age) + 1);
                 now_ms < first.saturating_add(self.config.onset_ms)
             });
-        let (live, expected) = self.view();
+        let (live, expected) = self.member_counts();
         let inputs = admission::Inputs {
-            limit: f64::from(limit.limit),
+            limit: f64::from(limit.max),
             cost: f64::from(cost),
             local_admitted: local.admitted,
             local_offered: local.offered,
@@ -587,7 +589,7 @@ impl Limiter {
         };
         LimitStatus {
             allowed: fits,
-            limit: e.limit.limit,
+            limit: e.limit.max,
             remaining,
             reset_after_ms,
             retry_after_ms,
@@ -604,7 +606,7 @@ impl Limiter {
         global.absorb(&e.state.remote_usage(spec, now_ms).admitted);
         let cost = f64::from(e.cost);
         let local_target = (e.allowance - cost).max(0.0);
-        let global_target = f64::from(e.limit.limit) - cost;
+        let global_target = f64::from(e.limit.max) - cost;
         let never = spec.window_ms() + spec.bucket_ms();
         let local_wait = local
             .drain_time_ms(spec, now_ms, local_target)
@@ -615,7 +617,7 @@ impl Limiter {
         local_wait.max(global_wait).max(1)
     }
 
-    fn lock_sync(&self) -> std::sync::MutexGuard<'_, SyncState> {
+    fn lock_sync(&self) -> std::sync::MutexGuard<'_, ReplicationState> {
         self.sync.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -637,7 +639,7 @@ fn refused_whole(req: &CheckRequest<'_>, retry_after_ms: u64) -> Decision {
         .iter()
         .map(|item| LimitStatus {
             allowed: false,
-            limit: item.limit.limit,
+            limit: item.limit.max,
             remaining: 0,
             reset_after_ms: retry_after_ms,
             retry_after_ms,

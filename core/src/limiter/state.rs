@@ -8,9 +8,7 @@ use super::bound_cache::BoundCache;
 use crate::crdt::Replica;
 use crate::window::{AgeProfile, LocalRing, RingSnapshot, WindowSpec};
 
-/// Interned origin: an index into the limiter's origin table. Four bytes instead of sixteen in
-/// every register of every key.
-pub(crate) type OriginIdx = u32;
+pub(crate) use crate::crdt::OriginIdx;
 
 /// A window's state. The hot path reads `ring` and `remote` without taking any lock; the ring
 /// is written with CAS, and `remote` is replaced whole (copy on write) by the merge path.

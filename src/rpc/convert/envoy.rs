@@ -111,7 +111,7 @@ fn envoy_current_limit(item: &LimitedItem<'_, '_>) -> RateLimit {
                 envoy_unit(*unit),
                 rule.name.clone().unwrap_or_default(),
             ),
-            RuleLimit::Unlimited => (item.limit.limit, EnvoyUnit::Unknown, String::new()),
+            RuleLimit::Unlimited => (item.limit.max, EnvoyUnit::Unknown, String::new()),
         },
         Applied::Override {
             requests_per_unit,
@@ -122,7 +122,7 @@ fn envoy_current_limit(item: &LimitedItem<'_, '_>) -> RateLimit {
                 .into_iter()
                 .find(|u| u.window_ms() == item.limit.window.window_ms())
                 .map_or(EnvoyUnit::Unknown, envoy_unit);
-            (item.limit.limit, unit, (*name).to_owned())
+            (item.limit.max, unit, (*name).to_owned())
         }
     };
     RateLimit {

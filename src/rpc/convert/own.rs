@@ -2,9 +2,9 @@
 
 use super::{InvalidRequest, check_descriptor_count, check_domain, entries};
 use crate::limiter::{Inspection, Limit};
+use crate::node::{MemberInfo, MemberState};
 use crate::proto::limitmesh::v1 as own;
 use crate::rpc::execute::{Outcome, Verdict};
-use crate::rpc::members::{MemberInfo, MemberState};
 use crate::rpc::plan::{Applied, Planned};
 use crate::rpc::request::{Cost, CostField, DescriptorQuery, LimitSource, Query, Request};
 use crate::window::{EstimateMode, MAX_BUCKETS, WindowError, WindowSpec};
@@ -41,7 +41,7 @@ fn inline_limit(limit: &own::Limit, default_buckets: u16) -> Result<Limit, Inval
         InvalidRequest::new(field, e.to_string())
     })?;
     Ok(Limit {
-        limit: limit.requests,
+        max: limit.requests,
         window,
     })
 }
@@ -237,7 +237,7 @@ pub(crate) fn own_window(
             unlimited: false,
             rule: applied_label(&item.applied),
             shadow: item.shadow,
-            limit: item.limit.limit,
+            limit: item.limit.max,
             window_ms: item.limit.window.window_ms(),
             found: inspection.is_some(),
             key_id: key_id.unwrap_or_default(),
@@ -269,12 +269,12 @@ pub(crate) fn own_member(m: &MemberInfo) -> own::Member {
         MemberState::Down => own::member::State::Down,
     };
     own::Member {
-        id: m.id.clone(),
-        address: m.address.clone(),
+        id: m.id.to_string(),
+        address: m.addr.to_string(),
         state: state as i32,
         is_self: m.is_self,
         boot_ms: m.boot_ms,
-        clock_offset_ms: m.clock_offset_ms,
+        clock_offset_ms: m.clock_offset_ms.unwrap_or(0),
         clock_fenced: m.clock_fenced,
     }
 }

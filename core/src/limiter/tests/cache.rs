@@ -8,7 +8,7 @@ use super::*;
 
 fn per(window_ms: u64, limit: u32, mode: EstimateMode) -> Limit {
     Limit {
-        limit,
+        max: limit,
         window: WindowSpec::new(window_ms, 10, mode).unwrap(),
     }
 }
@@ -125,7 +125,7 @@ proptest! {
         );
         let peer = limiter_with(LimiterConfig::default(), 2);
         let per_minute = Limit {
-            limit: 300,
+            max: 300,
             window: WindowSpec::with_default_buckets(60_000).unwrap(),
         };
         let mut rules = [second_in(40, false), second_in(40, false)];
@@ -140,7 +140,7 @@ proptest! {
                     let limits: &[Limit] = if *both { &two } else { &one };
                     let key = format!("k{key}");
                     // A cost above the limit is an invalid request, not a decision.
-                    let cost = (*cost).min(limit.limit);
+                    let cost = (*cost).min(limit.max);
                     let a = check(&on, &key, limits, cost, now);
                     let b = check(&off, &key, limits, cost, now);
                     prop_assert_eq!(a.allowed, b.allowed, "op {} {:?}", i, op);
@@ -180,7 +180,7 @@ fn a_clock_cut_off_applies_at_once_to_a_cached_bound_even_under_available() {
             },
             3,
         );
-        l.set_view(3, &[OriginId(8), OriginId(9)], 5, T0);
+        l.set_liveness(3, &[OriginId(8), OriginId(9)], 5, T0);
         let start = T0 + 1_000;
         let mut t = start;
         // Two seconds: the first is the onset (a third at most), the second steady.

@@ -9,7 +9,7 @@ const T0: u64 = 1_700_000_000_000;
 
 fn second(limit: u32) -> Limit {
     Limit {
-        limit,
+        max: limit,
         window: WindowSpec::with_default_buckets(1_000).unwrap(),
     }
 }
@@ -99,7 +99,7 @@ fn the_window_slides() {
 fn exact_mode_counts_whole_buckets_only() {
     let l = limiter();
     let lim = [Limit {
-        limit: 10,
+        max: 10,
         window: WindowSpec::new(1_000, 10, EstimateMode::Exact).unwrap(),
     }];
     assert_eq!(admitted_in(&l, "k", &lim, 10, T0 + 50), 10);
@@ -120,7 +120,7 @@ fn several_limits_are_all_or_nothing() {
     let l = limiter();
     let per_second = second(3);
     let per_minute = Limit {
-        limit: 5,
+        max: 5,
         window: WindowSpec::with_default_buckets(60_000).unwrap(),
     };
     let both = [per_minute, per_second];
@@ -364,7 +364,7 @@ fn strict_partition_scales_the_side() {
     let l = limiter();
     l.set_members(5, T0);
     l.set_members(2, T0 + 1);
-    assert_eq!(l.view(), (2, 5));
+    assert_eq!(l.member_counts(), (2, 5));
     let lim = [second(100)];
     // Steady load (one request every 10 ms, so no surge): after onset, with no demand from the
     // other member of its side, this node gets 2/5 of the limit over the window.
@@ -376,7 +376,7 @@ fn strict_partition_scales_the_side() {
     assert_eq!(steady(&l), 40);
     l.set_members(2, T0 + 60_001);
     assert_eq!(
-        l.view(),
+        l.member_counts(),
         (2, 2),
         "after the hold period the expectation follows membership"
     );
@@ -524,7 +524,7 @@ fn a_fast_peer_does_not_make_a_correct_node_look_fast() {
     // A runs 8 s fast, B is right, D runs 4 s slow. B hears A; D must still accept B's
     // registers (a minute window, so that only the clock stamps are in question).
     let minute = [Limit {
-        limit: 100,
+        max: 100,
         window: WindowSpec::with_default_buckets(60_000).unwrap(),
     }];
     let (a, b, d) = (

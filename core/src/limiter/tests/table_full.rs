@@ -5,7 +5,7 @@ use super::*;
 
 fn minute(limit: u32) -> Limit {
     Limit {
-        limit,
+        max: limit,
         window: WindowSpec::with_default_buckets(60_000).unwrap(),
     }
 }

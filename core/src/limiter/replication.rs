@@ -1,21 +1,20 @@
 //! The limiter's cluster side: emitting this node's registers, merging peers' registers,
-//! serving anti-entropy, and explaining a window (inspect).
+//! serving anti-entropy.
 //!
-//! Everything here runs under one lock (`SyncState`), off the check path. It is the only writer
-//! of remote replica state, which the check path reads lock-free.
+//! Everything here runs under one lock (`ReplicationState`), off the check path. It is the
+//! only writer of remote replica state, which the check path reads lock-free.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::expected_size::ExpectedSize;
 use super::origin::{OriginId, OriginTable};
-use super::state::WindowState;
-use super::view::ExpectedSize;
-use super::{KeyId, Limit, Limiter};
+use super::{KeyId, Limiter};
 use crate::crdt::Hlc;
 use crate::crdt::{MergeOutcome, Register, Replica};
 use crate::window::{EstimateMode, RingSnapshot, WindowSpec};
 
-pub(crate) struct SyncState {
+pub(crate) struct ReplicationState {
     hlc: Hlc,
     /// This origin's emission counter: every batch it emits gets the next value.
     version: u64,
@@ -23,15 +22,25 @@ pub(crate) struct SyncState {
     pub expected: ExpectedSize,
 }
 
-impl std::fmt::Debug for SyncState {
+impl std::fmt::Debug for ReplicationState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SyncState")
+        f.debug_struct("ReplicationState")
             .field("version", &self.version)
             .finish_non_exhaustive()
     }
 }
 
-impl SyncState {
+impl ReplicationState {
+    /// The version of this origin's last emitted batch.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The origin behind an interned index, if it is still remembered.
+    pub fn origin_of(&self, idx: super::state::OriginIdx) -> Option<OriginId> {
+        self.origins.get(idx).map(|e| e.id)
+    }
+
     pub fn intern_origin(&mut self, origin: OriginId, now_ms: u64) -> super::state::OriginIdx {
         self.origins.intern(origin, now_ms)
     }
@@ -109,37 +118,6 @@ impl MergeReport {
         self.bad_shape += other.bad_shape;
         self.table_full += other.table_full;
     }
-}
-
-/// One origin's part in a window, for [`Limiter::inspect`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct OriginUsage {
-    pub origin: OriginId,
-    pub is_local: bool,
-    /// Admitted estimate in the sliding window now.
-    pub admitted: f64,
-    /// Offered demand over the window, as the origin last reported it (local: now).
-    pub demand: u64,
-    /// The register's version (local: the last one emitted).
-    pub version: u64,
-    /// How old this information is, by the origin's stamp (local: 0).
-    pub age_ms: u64,
-}
-
-/// Why a window decides the way it does.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Inspection {
-    pub key_id: KeyId,
-    pub limit: u32,
-    pub window_ms: u64,
-    /// Cluster-wide admitted estimate: local plus every remote register.
-    pub global_admitted: f64,
-    /// What this node may hold in the window now.
-    pub allowance: f64,
-    pub live_members: usize,
-    pub expected_members: usize,
-    /// Local first, then remote origins in origin order.
-    pub origins: Vec<OriginUsage>,
 }
 
 fn register_of(
@@ -346,64 +324,5 @@ impl Limiter {
             report.record(outcome);
         }
         report
-    }
-
-    /// Explains one window of `key`: each origin's part, the global estimate and this node's
-    /// allowance. `None` if this node holds nothing for it.
-    pub fn inspect(&self, key: &[u8], limit: &Limit, now_ms: u64) -> Option<Inspection> {
-        let id = self.hasher.key_id(key, &limit.window);
-        let guard = self.table.guard();
-        let state = self.table.get(&id, &guard)?;
-        if !state.has_shape(&limit.window) {
-            return None;
-        }
-        let spec = &limit.window;
-        let sync = self.lock_sync();
-        let mut origins = vec![self.local_usage(state, spec, now_ms, sync.version)];
-        if let Some(replica) = state.remote.load_full() {
-            for (idx, reg) in replica.iter() {
-                let Some(entry) = sync.origins.get(idx) else {
-                    continue;
-                };
-                origins.push(OriginUsage {
-                    origin: entry.id,
-                    is_local: false,
-                    admitted: crate::window::sliding_sum(spec, now_ms, reg.buckets()),
-                    demand: u64::from(reg.live_demand(spec, now_ms)),
-                    version: reg.version,
-                    age_ms: now_ms.saturating_sub(reg.hlc.physical_ms()),
-                });
-            }
-        }
-        drop(sync);
-        let eval = self.evaluate(id, state, *limit, 1, now_ms);
-        Some(Inspection {
-            key_id: id,
-            limit: limit.limit,
-            window_ms: spec.window_ms(),
-            global_admitted: origins.iter().map(|o| o.admitted).sum(),
-            allowance: eval.allowance,
-            live_members: self.view().0,
-            expected_members: self.view().1,
-            origins,
-        })
-    }
-
-    fn local_usage(
-        &self,
-        state: &WindowState,
-        spec: &WindowSpec,
-        now_ms: u64,
-        version: u64,
-    ) -> OriginUsage {
-        let snap = state.ring.snapshot(spec, now_ms);
-        OriginUsage {
-            origin: self.origin,
-            is_local: true,
-            admitted: snap.admitted.sum(spec, now_ms),
-            demand: snap.offered.sum(spec, now_ms).ceil() as u64,
-            version,
-            age_ms: 0,
-        }
     }
 }
