@@ -2,7 +2,7 @@
 
 use chacha20poly1305::{Key, KeyInit, XChaCha20Poly1305};
 
-use super::wire::WireError;
+use super::WireError;
 
 const AEAD_CONTEXT: &str = "limitmesh 2026-11 datagram aead v1";
 const FINGERPRINT_CONTEXT: &str = "limitmesh 2026-11 key fingerprint v1";

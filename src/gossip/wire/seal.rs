@@ -1,0 +1,180 @@
+//! Sealing outgoing datagrams and opening incoming ones.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use chacha20poly1305::Tag;
+use chacha20poly1305::aead::AeadInPlace;
+
+use super::envelope::{Destination, Header, associated_data};
+use super::replay::ReplayTable;
+use super::{
+    DropReason, HEADER_LEN, Keyring, Kind, MAX_CLOCK_DISTANCE_MS, MAX_STREAMS, OVERHEAD, TAG_LEN,
+    WireError,
+};
+
+/// A destination's stream: its last number, and when it was last used (in sealer counter
+/// order) so that the least recently used goes first when the table is full.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Stream {
+    pub(super) number: u32,
+    last_used: u64,
+}
+
+/// Seals outgoing datagrams for one sender.
+#[derive(Debug)]
+pub struct Sealer {
+    cluster_tag: u32,
+    sender: u128,
+    counter: u64,
+    pub(super) streams: BTreeMap<SocketAddr, Stream>,
+    max_packet: usize,
+}
+
+impl Sealer {
+    pub fn new(cluster_tag: u32, sender: u128, max_packet: usize) -> Self {
+        Self {
+            cluster_tag,
+            sender,
+            counter: 0,
+            streams: BTreeMap::new(),
+            max_packet,
+        }
+    }
+
+    /// The largest body that fits one datagram.
+    pub fn max_body(&self) -> usize {
+        self.max_packet.saturating_sub(OVERHEAD)
+    }
+
+    /// Seals `body`, for `to`, into `out` (cleared first).
+    pub fn seal(
+        &mut self,
+        keyring: &Keyring,
+        kind: Kind,
+        sent_ms: u64,
+        body: &[u8],
+        to: Destination,
+        out: &mut Vec<u8>,
+    ) -> Result<(), WireError> {
+        if body.len() > self.max_body() {
+            return Err(WireError::TooLarge {
+                len: body.len(),
+                max: self.max_body(),
+            });
+        }
+        self.counter += 1;
+        let stream = self.next_stream(to.addr);
+        let (fingerprint, cipher) = keyring.primary();
+        let header = Header {
+            kind,
+            addressed: to.node.is_some(),
+            cluster_tag: self.cluster_tag,
+            key_fingerprint: *fingerprint,
+            sent_ms,
+            sender: self.sender,
+            counter: self.counter,
+            stream,
+        };
+        out.clear();
+        header.write(out);
+        out.extend_from_slice(body);
+        let (aad, aad_len) = associated_data(out, to.node);
+        let tag = cipher
+            .encrypt_in_place_detached(&header.nonce(), &aad[..aad_len], &mut out[HEADER_LEN..])
+            .map_err(|_| WireError::Seal)?;
+        out.extend_from_slice(&tag);
+        Ok(())
+    }
+
+    /// The next number of the stream towards `to`.
+    fn next_stream(&mut self, to: SocketAddr) -> u32 {
+        if !self.streams.contains_key(&to)
+            && self.streams.len() >= MAX_STREAMS
+            && let Some(lru) = self
+                .streams
+                .iter()
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(a, _)| *a)
+        {
+            // The destination used least recently loses its number; the receiver, if it still
+            // exists, sees its stream restart and accepts it once the numbers pass the old ones.
+            self.streams.remove(&lru);
+        }
+        let stream = self.streams.entry(to).or_insert(Stream {
+            number: 0,
+            last_used: 0,
+        });
+        stream.number = stream.number.wrapping_add(1);
+        stream.last_used = self.counter;
+        stream.number
+    }
+}
+
+/// Opens incoming datagrams for one receiver.
+#[derive(Debug)]
+pub struct Opener {
+    cluster_tag: u32,
+    max_packet: usize,
+    /// This node's boot id: what addressed datagrams must have been sealed for.
+    receiver: u128,
+    pub(super) replay: ReplayTable,
+}
+
+/// An authenticated datagram.
+#[derive(Debug)]
+pub struct Opened<'a> {
+    pub header: Header,
+    pub body: &'a [u8],
+}
+
+impl Opener {
+    pub fn new(cluster_tag: u32, max_packet: usize, receiver: u128) -> Self {
+        Self {
+            cluster_tag,
+            max_packet,
+            receiver,
+            replay: ReplayTable::default(),
+        }
+    }
+
+    /// Authenticates and decrypts `datagram` in place. Checks run cheapest first; replay state
+    /// is only touched once the datagram is known to be genuine and meant for this node, so
+    /// forgeries and datagrams captured elsewhere cannot poison it.
+    pub fn open<'a>(
+        &mut self,
+        keyring: &Keyring,
+        datagram: &'a mut [u8],
+        now_ms: u64,
+    ) -> Result<Opened<'a>, DropReason> {
+        if datagram.len() > self.max_packet {
+            return Err(DropReason::Oversized);
+        }
+        if datagram.len() < OVERHEAD {
+            return Err(DropReason::TooShort);
+        }
+        let header = Header::parse(datagram)?;
+        if header.cluster_tag != self.cluster_tag {
+            return Err(DropReason::WrongCluster);
+        }
+        let cipher = keyring
+            .find(header.key_fingerprint)
+            .ok_or(DropReason::UnknownKey)?;
+        let (aad, aad_len) = associated_data(datagram, header.addressed.then_some(self.receiver));
+        let tag_at = datagram.len() - TAG_LEN;
+        let (sealed, tag) = datagram.split_at_mut(tag_at);
+        let tag = *Tag::from_slice(tag);
+        let body = &mut sealed[HEADER_LEN..];
+        cipher
+            .decrypt_in_place_detached(&header.nonce(), &aad[..aad_len], body, &tag)
+            .map_err(|_| DropReason::Forged)?;
+        if header.sent_ms.abs_diff(now_ms) > MAX_CLOCK_DISTANCE_MS {
+            return Err(DropReason::Stale);
+        }
+        let stream = (header.sender, header.addressed);
+        if !self.replay.accept(stream, u64::from(header.stream), now_ms) {
+            return Err(DropReason::Replayed);
+        }
+        Ok(Opened { header, body })
+    }
+}
