@@ -253,8 +253,11 @@ mod tests {
             .count()
     }
 
-    fn scratch(name: &str) -> PathBuf {
-        std::env::temp_dir().join(format!("limitmesh-snapshot-{name}-{}", std::process::id()))
+    /// A path in a directory removed when the test ends (the guard).
+    fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        (dir, path)
     }
 
     #[test]
@@ -263,7 +266,7 @@ mod tests {
         assert_eq!(admitted(&a, 6, T0), 6);
         assert_eq!(admitted(&peer, 3, T0), 3);
         a.merge(&peer.collect_changed(T0).unwrap(), T0);
-        let path = scratch("keeps");
+        let (_dir, path) = scratch("keeps");
         assert_eq!(save(&a, &path, T0 + 1).unwrap(), 2);
 
         // A new process: a new origin, nothing in memory.
@@ -281,7 +284,7 @@ mod tests {
     fn registers_whose_windows_have_passed_are_not_loaded() {
         let a = limiter(1);
         admitted(&a, 4, T0);
-        let path = scratch("expired");
+        let (_dir, path) = scratch("expired");
         save(&a, &path, T0).unwrap();
         let restarted = limiter(3);
         let report = load(&restarted, &path, T0 + 2 * 86_400_000).unwrap();
@@ -295,10 +298,10 @@ mod tests {
     fn a_missing_file_is_empty_and_a_bad_one_is_refused_whole() {
         let l = limiter(1);
         assert_eq!(
-            load(&l, &scratch("missing-never-written"), T0).unwrap(),
+            load(&l, &scratch("missing-never-written").1, T0).unwrap(),
             LoadReport::default()
         );
-        let path = scratch("bad");
+        let (_dir, path) = scratch("bad");
         std::fs::write(&path, b"not a state file").unwrap();
         assert!(matches!(
             load(&l, &path, T0),

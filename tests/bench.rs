@@ -76,7 +76,7 @@ fn a_short_bench_measures_both_services_on_both_apis_without_errors() {
 #[test]
 fn the_written_request_is_one_grpc_frame_of_the_benchs_envoy_request() {
     let scratch = Scratch::new("bench-request");
-    let path = scratch.0.join("request.bin");
+    let path = scratch.path().join("request.bin");
     let out = bench(&["--write-request", path.to_str().unwrap()]);
     assert!(
         out.status.success(),

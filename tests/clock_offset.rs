@@ -21,7 +21,7 @@ fn cluster(scratch: &Scratch, rules: &std::path::Path, offset_ms: i64) -> Vec<No
         "n3",
         rules,
         &[seed],
-        Ports::free(),
+        Ports::for_node(true),
         "",
         &[("LIMITMESH_TEST_CLOCK_OFFSET_MS", offset.as_str())],
     );

@@ -128,7 +128,7 @@ async fn one_node_envoy_reload_metrics_health_and_sigterm() {
 
     // SIGTERM: a clean exit within 5 s.
     let sent = Instant::now();
-    kill(&node, "TERM");
+    kill(&node, Signal::TERM);
     let status = loop {
         if let Some(status) = node.child.try_wait().unwrap() {
             break status;
@@ -188,7 +188,7 @@ async fn three_processes_share_a_limit_and_survive_a_kill() {
     );
 
     // Kill one process outright; the others keep answering.
-    kill(&nodes[2], "KILL");
+    kill(&nodes[2], Signal::KILL);
     for _ in 0..20 {
         for c in clients.iter_mut().take(2) {
             let r = ask(c, "after-kill").await;
@@ -239,15 +239,12 @@ fn a_node_that_cannot_start_says_why_before_it_says_serving() {
     let scratch = Scratch::new("no-start");
     let good_rules = scratch.write("rules.yaml", &rules(5, "second"));
     let bad_rules = scratch.write("bad.yaml", "domain: test\ndescriptors:\n  - key: user\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n");
-    let missing_key = scratch.0.join("missing.key");
+    let missing_key = scratch.path().join("missing.key");
     let config = |name: &str, key_line: &str, rules: &Path| {
         scratch.write(
             name,
             &format!(
-                "[grpc]\nlisten = \"127.0.0.1:{}\"\n[http]\nlisten = \"127.0.0.1:{}\"\n[cluster]\nbind = \"127.0.0.1:{}\"\n{key_line}\n[rules]\npath = \"{}\"\n",
-                free_port(),
-                free_port(),
-                free_udp_port(),
+                "[grpc]\nlisten = \"127.0.0.1:0\"\n[http]\nlisten = \"127.0.0.1:0\"\n[cluster]\nbind = \"127.0.0.1:0\"\n{key_line}\n[rules]\npath = \"{}\"\n",
                 rules.display()
             ),
         )
@@ -349,7 +346,7 @@ async fn rate_limit_headers_are_sent_when_configured() {
         "headers",
         &rules_path,
         &[],
-        Ports::free(),
+        Ports::default(),
         "",
         &[("LIMITMESH__GRPC__RATE_LIMIT_HEADERS", "draft-03")],
     );

@@ -36,6 +36,26 @@ fn spawn_member(
     spawn(scratch, &format!("n{i}"), rules, &seeds, ports[i], extra)
 }
 
+/// The first formation: n0 alone, then each next node seeded with those before it (their
+/// gossip ports are known once they run). Returns the nodes, ready, and the ports they bound:
+/// later boots use the same ones, each node listing all the others as seeds.
+fn form(
+    scratch: &Scratch,
+    rules: &std::path::Path,
+    extra: impl Fn(usize) -> String,
+) -> (Vec<Node>, Vec<Ports>) {
+    let mut nodes: Vec<Node> = Vec::new();
+    for i in 0..3 {
+        let seeds: Vec<SocketAddr> = nodes.iter().map(|n| n.gossip).collect();
+        let ports = Ports::for_node(!seeds.is_empty());
+        let node = spawn(scratch, &format!("n{i}"), rules, &seeds, ports, &extra(i));
+        wait_ready(&node, &format!("n{i}"));
+        nodes.push(node);
+    }
+    let ports = nodes.iter().map(Node::ports).collect();
+    (nodes, ports)
+}
+
 /// Starts every member on its ports and waits until each is ready.
 fn start_all(
     scratch: &Scratch,
@@ -94,8 +114,7 @@ async fn a_used_day_quota_survives_a_rolling_restart() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let scratch = Scratch::new("rolling");
     let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
-    let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
-    let mut nodes = start_all(&scratch, &rules_path, &ports, |_| String::new());
+    let (mut nodes, ports) = form(&scratch, &rules_path, |_| String::new());
     wait_formed(&nodes);
     exhaust(&nodes).await;
 
@@ -138,12 +157,11 @@ async fn a_used_day_quota_survives_a_whole_fleet_restart_with_state_path() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let scratch = Scratch::new("fleet");
     let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
-    let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
     let extra = |i: usize| {
-        let path = scratch.0.join(format!("n{i}.state"));
+        let path = scratch.path().join(format!("n{i}.state"));
         format!("[limiter]\nstate_path = \"{}\"\n", path.display())
     };
-    let mut nodes = start_all(&scratch, &rules_path, &ports, extra);
+    let (mut nodes, ports) = form(&scratch, &rules_path, extra);
     wait_formed(&nodes);
     exhaust(&nodes).await;
 
@@ -153,7 +171,7 @@ async fn a_used_day_quota_survives_a_whole_fleet_restart_with_state_path() {
     }
     for i in 0..3 {
         assert!(
-            scratch.0.join(format!("n{i}.state")).exists(),
+            scratch.path().join(format!("n{i}.state")).exists(),
             "n{i} saved no state"
         );
     }
@@ -172,8 +190,7 @@ async fn without_state_path_a_whole_fleet_restart_forgets_the_quota() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let scratch = Scratch::new("forget");
     let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
-    let ports: Vec<Ports> = (0..3).map(|_| Ports::free()).collect();
-    let mut nodes = start_all(&scratch, &rules_path, &ports, |_| String::new());
+    let (mut nodes, ports) = form(&scratch, &rules_path, |_| String::new());
     wait_formed(&nodes);
     exhaust(&nodes).await;
     for n in &mut nodes {
@@ -192,10 +209,10 @@ async fn a_corrupt_state_file_is_set_aside() {
     let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
     let state = scratch.write("n.state", "LMSTATE\u{1}\u{ff}\u{ff}\u{ff}\u{ff}garbage");
     let extra = format!("[limiter]\nstate_path = \"{}\"\n", state.display());
-    let mut node = spawn(&scratch, "n", &rules_path, &[], Ports::free(), &extra);
+    let mut node = spawn(&scratch, "n", &rules_path, &[], Ports::default(), &extra);
     wait_ready(&node, "n");
     assert!(!state.exists(), "the bad file is still where it was");
-    assert!(scratch.0.join("n.state.corrupt").exists());
+    assert!(scratch.path().join("n.state.corrupt").exists());
     assert_eq!(admitted(std::slice::from_ref(&node), 3).await, 3);
     // The next graceful stop writes a good file.
     stop(&mut node);

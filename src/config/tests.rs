@@ -546,8 +546,8 @@ fn keys_must_be_strict_base64_of_32_bytes() {
 
 #[test]
 fn key_file_lines_are_read_and_a_bad_line_is_named() {
-    let dir = std::env::temp_dir().join(format!("limitmesh-keys-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
     let good = dir.join("good");
     std::fs::write(
         &good,
@@ -574,7 +574,6 @@ fn key_file_lines_are_read_and_a_bad_line_is_named() {
         with_file(&empty).cluster_keys(),
         Err(ConfigError::KeyFile { .. })
     ));
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(Config::default().cluster_keys().unwrap().is_empty());
 }
 

@@ -3,8 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,20 +13,16 @@ use limitmesh::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescrip
 use limitmesh::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use limitmesh::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+pub use rustix::process::Signal;
 use tonic::transport::Channel;
 
 /// The tests here take turns: each starts real processes, and on a two-core machine four nodes
 /// and two clients at once starve each other's gossip and skew the timing being measured.
 pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A port nobody is using right now (the OS picks it; it is released for the node to bind).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
+/// A UDP port nobody is using right now (the OS picks it; it is released for the node to
+/// bind). Only a node with seeds needs one chosen in advance: its peers must reach a fixed
+/// port (`cluster.advertise`). Every other port is 0, and the node says what it bound.
 pub fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .and_then(|s| s.local_addr())
@@ -34,29 +30,30 @@ pub fn free_udp_port() -> u16 {
         .expect("a free UDP port")
 }
 
-pub struct Scratch(pub PathBuf);
+/// A directory for one test's files, removed when the test ends.
+pub struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     pub fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("limitmesh-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Self(dir)
+        Self(
+            tempfile::Builder::new()
+                .prefix(&format!("limitmesh-{name}-"))
+                .tempdir()
+                .expect("scratch dir"),
+        )
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
     }
 
     /// Writes a file atomically (a rename), as a deployment tool would.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.0.join(name);
-        let tmp = self.0.join(format!(".{name}.tmp"));
+        let path = self.path().join(name);
+        let tmp = self.path().join(format!(".{name}.tmp"));
         std::fs::write(&tmp, text).expect("write");
         std::fs::rename(&tmp, &path).expect("rename");
         path
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -76,8 +73,8 @@ impl Drop for Node {
 
 pub const KEY_B64: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="; // 32 bytes 0..=31
 
-/// The ports a node listens on.
-#[derive(Debug, Clone, Copy)]
+/// The ports a node listens on; 0: any (the node says which it got).
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Ports {
     pub grpc: u16,
     pub http: u16,
@@ -85,18 +82,30 @@ pub struct Ports {
 }
 
 impl Ports {
-    pub fn free() -> Self {
+    /// Any ports; a fixed gossip port when the node has seeds (see [`free_udp_port`]).
+    pub fn for_node(seeded: bool) -> Self {
         Self {
-            grpc: free_port(),
-            http: free_port(),
-            gossip: free_udp_port(),
+            gossip: if seeded { free_udp_port() } else { 0 },
+            ..Self::default()
+        }
+    }
+}
+
+impl Node {
+    /// The ports this node bound, to start it again on the same ones.
+    pub fn ports(&self) -> Ports {
+        Ports {
+            grpc: self.grpc.port(),
+            http: self.http.port(),
+            gossip: self.gossip.port(),
         }
     }
 }
 
 /// Starts a node and waits until it is ready.
 pub fn start(scratch: &Scratch, name: &str, rules: &Path, seeds: &[SocketAddr]) -> Node {
-    let node = spawn(scratch, name, rules, seeds, Ports::free(), "");
+    let ports = Ports::for_node(!seeds.is_empty());
+    let node = spawn(scratch, name, rules, seeds, ports, "");
     wait_ready(&node, name);
     node
 }
@@ -150,20 +159,50 @@ filter = "warn"
         rules = rules.display()
     );
     let config_path = scratch.write(&format!("{name}.toml"), &config);
-    let child = Command::new(env!("CARGO_BIN_EXE_limitmesh"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_limitmesh"))
         .args(["serve", "--config"])
         .arg(&config_path)
         .envs(env.iter().copied())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .expect("the binary starts");
+    let stdout = child.stdout.take().expect("piped");
+    let bound = read_bound_addresses(stdout, name);
     Node {
         child,
-        grpc: SocketAddr::from(([127, 0, 0, 1], grpc)),
-        http: SocketAddr::from(([127, 0, 0, 1], http)),
-        gossip: SocketAddr::from(([127, 0, 0, 1], gossip)),
+        grpc: bound[0],
+        http: bound[1],
+        gossip: bound[2],
     }
+}
+
+/// The gRPC, HTTP and gossip addresses a starting node prints (at most 20 s). Its standard
+/// output is drained from then on, so that its logs never fill the pipe.
+fn read_bound_addresses(stdout: std::process::ChildStdout, name: &str) -> [SocketAddr; 3] {
+    const LABELS: [&str; 3] = ["  gRPC (", "  admin HTTP (", "  gossip (UDP): "];
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut found: [Option<SocketAddr>; 3] = [None; 3];
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if sent {
+                continue;
+            }
+            for (i, label) in LABELS.iter().enumerate() {
+                if line.starts_with(label) {
+                    found[i] = line.rsplit(' ').next().and_then(|a| a.parse().ok());
+                }
+            }
+            if let [Some(g), Some(h), Some(u)] = found {
+                let _ = tx.send([g, h, u]);
+                sent = true;
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{name} did not say where it listens"))
 }
 
 /// Waits (at most 20 s) until `node` answers `/readyz` with 200.
@@ -177,7 +216,7 @@ pub fn wait_ready(node: &Node, name: &str) {
 
 /// Sends SIGTERM and waits (at most 10 s) for a clean exit.
 pub fn stop(node: &mut Node) {
-    kill(node, "TERM");
+    kill(node, Signal::TERM);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(status) = node.child.try_wait().expect("wait") {
@@ -192,20 +231,16 @@ pub fn stop(node: &mut Node) {
     }
 }
 
-/// A minimal HTTP/1.1 GET: status and body.
+/// An HTTP GET on the admin port: status and body; `None` if the node does not answer.
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_nodelay(true).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split(' ').nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(2)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent.get(format!("http://{addr}{path}")).call().ok()?;
+    let status = response.status().as_u16();
+    let body = response.body_mut().read_to_string().ok()?;
     Some((status, body))
 }
 
@@ -243,13 +278,13 @@ pub fn rules(per_unit: u32, unit: &str) -> String {
     )
 }
 
-pub fn kill(node: &Node, signal: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(node.child.id().to_string())
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
+/// Sends `signal` to the node's process.
+pub fn kill(node: &Node, signal: Signal) {
+    let pid = i32::try_from(node.child.id())
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .expect("a process id");
+    rustix::process::kill_process(pid, signal).expect("the signal is sent");
 }
 
 /// Sends `rate` requests per second for `user`, round robin over `clients`, for `secs` seconds;

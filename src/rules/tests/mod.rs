@@ -7,7 +7,7 @@ mod reload;
 
 pub(super) use std::path::PathBuf;
 pub(super) use std::sync::Arc;
-pub(super) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(super) use std::sync::atomic::{AtomicU64, Ordering};
 pub(super) use std::time::{Duration, SystemTime};
 
 pub(super) use super::*;
@@ -84,21 +84,20 @@ pub(super) fn limit_of(
     )
 }
 
-pub(super) static TEMP_SEQ: AtomicU32 = AtomicU32::new(0);
-
 /// A scratch directory removed on drop.
 pub(super) struct TempDir {
+    _dir: tempfile::TempDir,
     pub(super) path: PathBuf,
 }
 
 impl TempDir {
     pub(super) fn new(tag: &str) -> Self {
-        let n = TEMP_SEQ.fetch_add(1, Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("limitmesh-rules-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        Self { path }
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("limitmesh-rules-{tag}-"))
+            .tempdir()
+            .unwrap();
+        let path = dir.path().to_owned();
+        Self { _dir: dir, path }
     }
 
     pub(super) fn write(&self, name: &str, text: &str) -> PathBuf {
@@ -115,11 +114,5 @@ impl TempDir {
         file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(stamp_secs))
             .unwrap();
         path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
