@@ -1,6 +1,6 @@
-//! Memory, measured with a counting allocator: bytes per active key with five origins (DESIGN
-//! §8: target ≤ 512 B, excluding the key string, which limitmesh never stores), and a key
-//! cardinality explosion (DESIGN §9: a million keys stay within `max_keys`).
+//! Memory, measured with a counting allocator: bytes per active key with five origins (target
+//! ≤ 512 B, excluding the key string, which limitmesh never stores), and a key cardinality
+//! explosion (a million keys stay within `max_keys`; ALGORITHM.md §6).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Mutex;
@@ -52,7 +52,7 @@ static MEASURING: Mutex<()> = Mutex::new(());
 
 const T0: u64 = 1_700_000_000_000;
 const KEYS: usize = 20_000;
-/// DESIGN §8: at most 512 bytes per active key at five origins.
+/// At most 512 bytes per active key at five origins.
 const TARGET_BYTES_PER_KEY: f64 = 512.0;
 
 #[test]

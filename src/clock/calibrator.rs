@@ -124,7 +124,7 @@ pub struct Steering {
     /// This node's wall clock minus cluster time (positive: ahead).
     pub offset_ms: i64,
     /// This node's clock is far enough from the cluster's for it to be cut off for admission
-    /// (see DESIGN §9).
+    /// (ALGORITHM.md §1, fences).
     pub fenced: bool,
     /// Its clock is beyond the tolerance: cluster time is left where it is.
     pub uncorrected: bool,

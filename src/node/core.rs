@@ -191,7 +191,7 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// Runs whatever is due at `now`: SWIM's timers first, then the periodic work in
-    /// [`Periodic`] order.
+    /// `Periodic` order (`timers.rs`).
     pub fn on_wake(&mut self, now: Now) {
         if self.membership.next_timer().is_some_and(|t| t <= now.at) {
             self.membership.fire_due(now.at);

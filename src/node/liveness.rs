@@ -77,7 +77,7 @@ impl Liveness {
 
     /// The members that do not count as live at `at`: not heard from within the silence
     /// threshold, present for less than the join grace, or cut off for their clocks. When this
-    /// node's own clock is cut off, every member is (DESIGN §9).
+    /// node's own clock is cut off, every member is (ALGORITHM.md §1, fences).
     pub fn silent(&self, members: &[NodeId], fences: &Fences, at: Instant) -> Vec<OriginId> {
         members
             .iter()

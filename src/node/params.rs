@@ -21,7 +21,8 @@ pub struct NodeParams {
     /// Registers one periodic anti-entropy push carries at most; larger tables are pushed a
     /// page at a time, round-robin.
     pub anti_entropy_page: usize,
-    /// Clock offsets beyond this are logged and counted (half the smallest bucket in use).
+    /// A peer's clock offset beyond this is counted (`clock_offset_warnings`) and logged at
+    /// debug level.
     pub offset_warn_ms: u64,
     /// A member not heard from for this long stops counting as live for admission (its
     /// demand leaves the shares and, under the strict policy, this side's scale shrinks),

@@ -4,7 +4,7 @@
 //!
 //! Both APIs decide a request the same way, in four steps, each in one place:
 //!
-//! 1. `convert/`: protobuf → a [`request::Request`] in domain terms, checked in form;
+//! 1. `convert/`: protobuf → a `request::Request` in domain terms, checked in form;
 //! 2. `plan.rs`: resolved against the rules, keys built, costs checked, nothing consumed;
 //! 3. `execute.rs`: the limiter asked, at one reading of the context's clock;
 //! 4. `tally.rs`: every outcome counted (verdicts, invalid requests, refusals), then

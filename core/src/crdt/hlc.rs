@@ -61,8 +61,9 @@ pub enum HlcError {
 
 /// A hybrid logical clock (Kulkarni et al.). Not shared: one owner stamps what it emits.
 ///
-/// Invariant: successive results of [`Hlc::now`] and [`Hlc::update`] strictly increase, whatever
-/// the wall clock does, so a register emitted later always carries a larger stamp.
+/// Invariant: successive results of [`Hlc::now`] strictly increase, whatever the clock does, so
+/// a register emitted later always carries a larger stamp. A remote stamp never pulls it
+/// forward (see [`Hlc::check_remote`]).
 #[derive(Debug, Clone)]
 pub struct Hlc {
     last: HlcTimestamp,

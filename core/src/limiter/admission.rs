@@ -1,4 +1,4 @@
-//! How much of a cluster-wide limit this node may use right now (DESIGN §5).
+//! How much of a cluster-wide limit this node may use right now (ALGORITHM.md §4).
 //!
 //! Sharing raw counts ("admit while local + remote < L") over-admits in proportion to offered
 //! rate × staleness, because every node spends the same unseen headroom. Instead each node may
@@ -56,7 +56,7 @@ pub struct Inputs {
     /// `N_expected`.
     pub expected: usize,
     /// Scale by `live / expected` as the strict policy does, whatever the partition policy: a
-    /// clock beyond the tolerance cuts a member off (DESIGN §9).
+    /// clock beyond the tolerance cuts a member off (ALGORITHM.md §1, fences).
     pub force_strict: bool,
 }
 

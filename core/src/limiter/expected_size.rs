@@ -13,7 +13,7 @@ use std::collections::VecDeque;
 pub struct ExpectedSize {
     hold_ms: u64,
     current: usize,
-    /// `(until_ms, size)`: `size` was the live size until `until_ms`. Sizes only ever decrease
+    /// `(until_ms, size)`: `size` was the observed size until `until_ms`. Sizes only ever decrease
     /// along the queue (a larger later size makes earlier smaller ones irrelevant).
     past: VecDeque<(u64, usize)>,
 }
@@ -27,7 +27,8 @@ impl ExpectedSize {
         }
     }
 
-    /// Records the live size at `now_ms` (this node included).
+    /// Records the size the node sees at `now_ms`: its live members, this node included, its
+    /// silent members, and at least the largest count a peer reports (`Limiter::set_liveness`).
     pub fn observe(&mut self, live: usize, now_ms: u64) {
         let live = live.max(1);
         if live != self.current {

@@ -10,8 +10,9 @@
 //! one CAS. A check the cached bound cannot admit takes the exact path, so the cache never
 //! changes a decision.
 //!
-//! The cluster side ([`Limiter::collect_changed`], [`Limiter::merge`], …) lives in `sync.rs`;
-//! it is the only writer of remote state and takes one lock, never on the check path.
+//! The cluster side ([`Limiter::collect_changed`], [`Limiter::merge`], …) lives in
+//! `replication.rs`; it is the only writer of remote state and takes one lock, never on the
+//! check path. `inspection.rs` explains a window. The invariants are in `ALGORITHM.md` (§2–§6).
 
 mod admission;
 mod bound_cache;
@@ -275,10 +276,10 @@ impl Limiter {
             self.silent_origins
                 .store((!idx.is_empty()).then(|| std::sync::Arc::new(idx)));
         }
-        self.update_view(&mut sync, live, members, now_ms, changed);
+        self.update_liveness(&mut sync, live, members, now_ms, changed);
     }
 
-    fn update_view(
+    fn update_liveness(
         &self,
         sync: &mut ReplicationState,
         live: usize,
