@@ -1,0 +1,67 @@
+//! How a limiter is configured.
+
+use super::Policy;
+use crate::crdt::Arbitration;
+
+/// How the limiter behaves. Every field has a production default.
+#[derive(Debug, Clone)]
+pub struct LimiterConfig {
+    /// Most windows held at once. Only windows that count nothing any more are evicted: one
+    /// that holds quota never is (see [`TableFullPolicy`]).
+    pub max_keys: usize,
+    pub policy: Policy,
+    pub arbitration: Arbitration,
+    /// How long after this node's demand for a window starts it may not yet know its peers'
+    /// demand (two summary rounds plus latency). Until then it takes at most `1/N`.
+    pub onset_ms: u64,
+    /// How long the largest cluster size seen is still expected (`N_expected`).
+    pub expected_hold_ms: u64,
+    /// How far ahead of local wall time a peer's clock stamp may be before its registers are
+    /// refused.
+    pub max_clock_drift_ms: u64,
+    /// What a check on a new key gets while the key table is full of windows that hold quota.
+    pub when_full: TableFullPolicy,
+    /// Cache each window's admission bound for the current bucket, so that a check far from
+    /// its limit is one load and one CAS. Decisions are the same either way (a check the cached
+    /// bound cannot admit takes the exact path); off only for comparison.
+    pub admission_cache: bool,
+}
+
+impl Default for LimiterConfig {
+    fn default() -> Self {
+        Self {
+            max_keys: 100_000,
+            policy: Policy::default(),
+            arbitration: Arbitration::default(),
+            onset_ms: 500,
+            expected_hold_ms: 60_000,
+            max_clock_drift_ms: 10_000,
+            admission_cache: true,
+            when_full: TableFullPolicy::default(),
+        }
+    }
+}
+
+/// What a check on a key the table has no room for gets. Windows that hold quota are never
+/// evicted (that would hand the quota out again), so a table can be full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TableFullPolicy {
+    /// Refused as over the limit, with `retry_after_ms` when the earliest window can have
+    /// expired: the limit holds, and new keys wait. The default: a rate limiter that admits
+    /// what it cannot count is no limiter.
+    #[default]
+    Deny,
+    /// Refused with [`CheckError::KeyTableFull`](super::CheckError::KeyTableFull) (gRPC RESOURCE_EXHAUSTED): the caller's own
+    /// failure mode decides (Envoy's default `failure_mode_deny: false` then admits).
+    Error,
+}
+
+/// Counters for metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LimiterStats {
+    pub keys: usize,
+    pub max_keys: usize,
+    pub expired_keys: u64,
+    pub evicted_keys: u64,
+    pub refused_table_full: u64,
+}

@@ -1,0 +1,99 @@
+//! Who the limiter shares each limit with: live and silent members, `N_expected`, clock
+//! fences. Every change bumps the liveness generation, which every cached bound is keyed by.
+
+use std::sync::atomic::Ordering;
+
+use super::replication::ReplicationState;
+use super::{Limiter, MAX_PEERS_COUNT, OriginId, state};
+
+impl Limiter {
+    /// Says whether this node, or a member, is cut off for a clock beyond
+    /// `max_clock_drift_ms`. The cut-off members are also among the silent ones of
+    /// [`Limiter::set_liveness`] (all of them, when it is this node's clock): that takes their
+    /// demand out of the shares. This makes the scale `live / N_expected` of the `strict`
+    /// policy apply even under `available`, on both sides, so that the node with the wrong
+    /// clock and the others together stay within the limit.
+    pub fn set_clock_fenced(&self, fenced: bool) {
+        if self.clock_fenced.swap(fenced, Ordering::Relaxed) != fenced {
+            self.liveness_generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Whether [`Limiter::set_clock_fenced`] last said someone is cut off.
+    pub fn clock_fenced(&self) -> bool {
+        self.clock_fenced.load(Ordering::Relaxed)
+    }
+
+    /// Live members (this node included) and `N_expected`, as last set.
+    pub fn member_counts(&self) -> (usize, usize) {
+        (
+            self.live.load(Ordering::Relaxed),
+            self.expected.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Tells the limiter how many members are live, this node included. Call it on every
+    /// membership change and periodically, so that `N_expected` can age.
+    pub fn set_members(&self, live: usize, now_ms: u64) {
+        self.set_liveness(live, &[], 0, now_ms);
+    }
+
+    /// Tells the limiter how many members are live (this node included) and which members
+    /// have gone silent: not heard from lately, though not yet declared down. A silent
+    /// member is on the other side of a partition as far as this node can tell, so its
+    /// demand leaves the shares here while the live count (and, under `strict`, this side's
+    /// scale) drops. Origins that are not members at all (a crashed or restarted process)
+    /// keep their demand until it lapses, one window after their last register, so that
+    /// their share is handed over only as their admissions leave the window.
+    ///
+    /// `peers_count` is the largest number of members any peer says it counts (itself
+    /// included): a member this node cannot hear at all, and that SWIM has therefore declared
+    /// down here, is still expected as long as its peers count it.
+    pub fn set_liveness(&self, live: usize, silent: &[OriginId], peers_count: usize, now_ms: u64) {
+        let mut sync = self.lock_sync();
+        let mut idx: Vec<state::OriginIdx> = silent
+            .iter()
+            .filter(|o| **o != self.origin)
+            .map(|o| sync.intern_origin(*o, now_ms))
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        // Silent members are still members: `N_expected` counts them, so that a member this
+        // node never hears (one-way loss) is expected all the same and this side's scale
+        // shrinks, rather than the member being forgotten and its share taken.
+        let members = (live.max(1) + idx.len()).max(peers_count.min(MAX_PEERS_COUNT));
+        let current = self.silent_origins.load();
+        let changed = current.as_deref().map_or(!idx.is_empty(), |c| *c != idx);
+        if changed {
+            self.silent_origins
+                .store((!idx.is_empty()).then(|| std::sync::Arc::new(idx)));
+        }
+        self.update_liveness(&mut sync, live, members, now_ms, changed);
+    }
+
+    fn update_liveness(
+        &self,
+        sync: &mut ReplicationState,
+        live: usize,
+        members: usize,
+        now_ms: u64,
+        set_changed: bool,
+    ) {
+        sync.expected.observe(members, now_ms);
+        let expected = sync.expected.expected(now_ms);
+        let live = live.clamp(1, expected);
+        let counts_changed = (live, expected) != self.member_counts();
+        if counts_changed {
+            self.live.store(live, Ordering::Relaxed);
+            self.expected.store(expected, Ordering::Relaxed);
+        }
+        if counts_changed || set_changed {
+            // After the values: a reader that sees the new generation sees the new values.
+            self.liveness_generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    pub(super) fn generation(&self) -> u16 {
+        self.liveness_generation.load(Ordering::Acquire) as u16
+    }
+}

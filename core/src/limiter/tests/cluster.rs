@@ -1,0 +1,260 @@
+//! The limiter among peers: merges, emission rounds, demand shares, partitions, refused and
+//! expired registers, GC, anti-entropy.
+
+use super::*;
+
+fn naive() -> LimiterConfig {
+    LimiterConfig {
+        policy: Policy::GlobalCount,
+        ..LimiterConfig::default()
+    }
+}
+
+#[test]
+fn peers_see_each_others_admissions_after_a_merge() {
+    let a = limiter_with(naive(), 1);
+    let b = limiter_with(naive(), 2);
+    let lim = [second(10)];
+    assert_eq!(admitted_in(&a, "k", &lim, 6, T0), 6);
+    let batch = a.collect_changed(T0 + 1).expect("a changed");
+    assert_eq!(batch.updates.len(), 1);
+    assert_eq!(batch.updates[0].register.admitted, vec![6]);
+    let report = b.merge(&batch, T0 + 2);
+    assert_eq!(report.inserted, 1);
+    assert_eq!(admitted_in(&b, "k", &lim, 10, T0 + 3), 4);
+    // Merging the same batch again is dropped by the version check alone.
+    assert_eq!(b.merge(&batch, T0 + 4).dominated, 1);
+    // Its own registers relayed back are ignored.
+    assert_eq!(a.merge(&batch, T0 + 4).own, 1);
+    let insp = b.inspect(b"k", &lim[0], T0 + 5).unwrap();
+    assert_eq!(insp.global_admitted, 10.0);
+    assert_eq!(insp.origins.len(), 2);
+    assert_eq!(insp.origins[1].origin, OriginId(1));
+    assert_eq!(insp.origins[1].admitted, 6.0);
+    assert_eq!(insp.origins[1].age_ms, 4);
+}
+
+#[test]
+fn emission_sends_changes_and_the_previous_round_once_more() {
+    let l = limiter();
+    let lim = [second(10)];
+    assert!(l.collect_changed(T0).is_none());
+    check(&l, "a", &lim, 1, T0);
+    let first = l.collect_changed(T0 + 200).unwrap();
+    assert_eq!(first.updates.len(), 1);
+    check(&l, "b", &lim, 1, T0 + 250);
+    let second_round = l.collect_changed(T0 + 400).unwrap();
+    assert_eq!(second_round.updates.len(), 2, "b changed, a resent once");
+    let third = l.collect_changed(T0 + 600).unwrap();
+    assert_eq!(third.updates.len(), 1, "b resent once");
+    assert!(
+        l.collect_changed(T0 + 800).is_none(),
+        "quiet keys cost nothing"
+    );
+    let versions: Vec<u64> = [&first, &second_round, &third]
+        .iter()
+        .map(|b| b.updates[0].register.version)
+        .collect();
+    assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+}
+
+#[test]
+fn demand_share_splits_a_limit_between_busy_nodes() {
+    let a = limiter_with(LimiterConfig::default(), 1);
+    let b = limiter_with(LimiterConfig::default(), 2);
+    for l in [&a, &b] {
+        l.set_members(2, T0);
+    }
+    let lim = [second(100)];
+    // Both nodes offer 60 per 100 ms for a second; they exchange registers every 100 ms.
+    let mut admitted = [0usize; 2];
+    for step in 0..10u64 {
+        let now = T0 + step * 100 + 1;
+        for (i, l) in [&a, &b].iter().enumerate() {
+            admitted[i] += admitted_in(l, "k", &lim, 60, now);
+        }
+        if let Some(batch) = a.collect_changed(now + 50) {
+            b.merge(&batch, now + 50);
+        }
+        if let Some(batch) = b.collect_changed(now + 50) {
+            a.merge(&batch, now + 50);
+        }
+    }
+    let total = admitted[0] + admitted[1];
+    assert!(
+        total <= 100,
+        "cluster admitted {total} of 100 in one window"
+    );
+    assert!(total >= 95, "cluster used only {total} of 100");
+    assert!(admitted[0].abs_diff(admitted[1]) <= 10, "{admitted:?}");
+}
+
+#[test]
+fn onset_takes_one_nth_until_peers_can_have_been_heard() {
+    let l = limiter();
+    l.set_members(5, T0);
+    let lim = [second(100)];
+    assert_eq!(admitted_in(&l, "k", &lim, 100, T0 + 30), 20);
+    // Onset runs from the end of the first busy bucket (T0 + 100), so it covers 500 ms after
+    // the first request at least.
+    assert_eq!(admitted_in(&l, "k", &lim, 100, T0 + 599), 0);
+    // After the onset period, with no peer demand heard, the whole limit is this node's.
+    assert_eq!(admitted_in(&l, "k", &lim, 100, T0 + 600), 80);
+}
+
+#[test]
+fn strict_partition_scales_the_side() {
+    let l = limiter();
+    l.set_members(5, T0);
+    l.set_members(2, T0 + 1);
+    assert_eq!(l.member_counts(), (2, 5));
+    let lim = [second(100)];
+    // Steady load (one request every 10 ms, so no surge): after onset, with no demand from the
+    // other member of its side, this node gets 2/5 of the limit over the window.
+    let steady = |l: &Limiter| {
+        (0..100)
+            .filter(|i| check(l, "k", &lim, 1, T0 + 2 + 10 * i).allowed)
+            .count()
+    };
+    assert_eq!(steady(&l), 40);
+    l.set_members(2, T0 + 60_001);
+    assert_eq!(
+        l.member_counts(),
+        (2, 2),
+        "after the hold period the expectation follows membership"
+    );
+    let available = limiter_with(
+        LimiterConfig {
+            policy: Policy::DemandShare(PartitionPolicy::Available),
+            ..LimiterConfig::default()
+        },
+        3,
+    );
+    available.set_members(5, T0);
+    available.set_members(2, T0 + 1);
+    // The whole limit, after the onset: 50 of the first 60 (to T0 + 600, at 1/2), then all 40.
+    assert_eq!(steady(&available), 90);
+}
+
+fn update(key: KeyId, newest_epoch: u64, version: u64, hlc_ms: u64) -> RegisterUpdate {
+    RegisterUpdate {
+        key,
+        window_ms: 1_000,
+        buckets: 10,
+        register: Register {
+            version,
+            hlc: HlcTimestamp::new(hlc_ms, 0),
+            newest_epoch,
+            demand: 50,
+            admitted: vec![50],
+        },
+    }
+}
+
+#[test]
+fn far_future_registers_are_refused_and_do_not_poison_the_window() {
+    let l = limiter_with(naive(), 1);
+    let lim = [second(100)];
+    let id = l.key_id(b"k", &lim[0].window);
+    let e_now = lim[0].window.epoch(T0);
+    let batch = Batch {
+        origin: OriginId(9),
+        updates: vec![
+            update(id, e_now + 1_000_000, 1, T0),
+            update(id, u64::MAX, 2, T0),
+            update(id, e_now, 3, T0 + 3_600_000), // a clock an hour ahead
+        ],
+    };
+    let report = l.merge(&batch, T0);
+    assert_eq!(report.future, 3);
+    assert_eq!(admitted_in(&l, "k", &lim, 200, T0), 100);
+    // A register one bucket ahead (small skew) is accepted and counts as current.
+    let ahead = Batch {
+        origin: OriginId(9),
+        updates: vec![update(id, e_now + 1, 4, T0 + 100)],
+    };
+    assert_eq!(l.merge(&ahead, T0).inserted, 1);
+    let insp = l.inspect(b"k", &lim[0], T0).unwrap();
+    assert_eq!(insp.global_admitted, 150.0);
+}
+
+#[test]
+fn bad_shapes_and_expired_registers_are_counted_and_dropped() {
+    let l = limiter();
+    let id = KeyId(42);
+    let mut bad = update(id, 0, 1, T0);
+    bad.buckets = 0;
+    let old = update(
+        id,
+        WindowSpec::with_default_buckets(1_000).unwrap().epoch(T0) - 20,
+        1,
+        T0,
+    );
+    let report = l.merge(
+        &Batch {
+            origin: OriginId(9),
+            updates: vec![bad, old],
+        },
+        T0,
+    );
+    assert_eq!(report.bad_shape, 1);
+    assert_eq!(report.expired, 1);
+    assert_eq!(l.stats().keys, 0);
+}
+
+#[test]
+fn gc_removes_idle_windows_through_the_delay_queue() {
+    let l = limiter();
+    let lim = [second(10)];
+    check(&l, "a", &lim, 1, T0);
+    check(&l, "b", &lim, 1, T0 + 900);
+    // Nothing is due before the first key's window has passed.
+    assert_eq!(l.gc(T0 + 500, 100).examined, 0);
+    // Each key is due a window (plus a bucket) after its creation.
+    let r = l.gc(T0 + 1_100, 100);
+    assert_eq!((r.examined, r.removed), (1, 1), "a is idle");
+    assert_eq!(l.stats().keys, 1);
+    // b is due at T0 + 2000 but was touched again at T0 + 1500: pushed back, not removed.
+    check(&l, "b", &lim, 1, T0 + 1_500);
+    let r = l.gc(T0 + 2_000, 100);
+    assert_eq!((r.examined, r.removed, r.rescheduled), (1, 0, 1));
+    let r = l.gc(T0 + 2_600, 100);
+    assert_eq!(r.removed, 1);
+    assert_eq!(l.stats().keys, 0);
+    assert_eq!(l.stats().expired_keys, 2);
+}
+
+#[test]
+fn gc_expires_remote_registers_and_remote_only_windows() {
+    let l = limiter();
+    let spec = WindowSpec::with_default_buckets(1_000).unwrap();
+    let e = spec.epoch(T0);
+    let batch = Batch {
+        origin: OriginId(9),
+        updates: vec![update(KeyId(7), e, 1, T0)],
+    };
+    assert_eq!(l.merge(&batch, T0).inserted, 1);
+    assert_eq!(l.stats().keys, 1);
+    assert_eq!(l.gc(T0 + 1_099, 100).removed, 0);
+    assert_eq!(l.gc(T0 + 1_100, 100).removed, 1);
+}
+
+#[test]
+fn anti_entropy_snapshot_and_relay() {
+    let a = limiter();
+    let b = limiter_with(LimiterConfig::default(), 2);
+    let lim = [second(10)];
+    check(&a, "k", &lim, 3, T0);
+    check(&a, "j", &lim, 2, T0);
+    let snap = a.snapshot_local(T0 + 1);
+    assert_eq!(snap.updates.len(), 2);
+    b.merge(&snap, T0 + 2);
+    // b relays a's registers to a third node when a is gone.
+    let relayed = b.relay(T0 + 3, |o| o == OriginId(1));
+    assert_eq!(relayed.len(), 1);
+    assert_eq!(relayed[0].origin, OriginId(1));
+    assert_eq!(relayed[0].updates.len(), 2);
+    assert!(b.relay(T0 + 3, |_| false).is_empty());
+    let digest = b.digest();
+    assert!(digest.contains(&(OriginId(1), snap.updates[0].register.version)));
+}
