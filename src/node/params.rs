@@ -72,4 +72,34 @@ impl NodeParams {
             state_path: None,
         }
     }
+
+    /// Sets the summary-round interval, and the times measured in rounds with it: a member is
+    /// silent after four rounds without a word from it, and a newcomer counts as live after two
+    /// and a half (never less than the defaults, 800 and 500 ms, which a 200 ms round gives).
+    /// Fixed times would make members of a cluster with slower rounds go silent between rounds
+    /// and their shares flap.
+    pub fn set_gossip_interval(&mut self, interval: Duration) {
+        self.gossip_interval = interval;
+        self.silence_threshold = (interval * 4).max(Duration::from_millis(800));
+        self.join_grace = (interval * 5 / 2).max(Duration::from_millis(500));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silence_and_join_grace_follow_the_round_interval() {
+        let addr = "10.0.0.1:7946".parse().unwrap();
+        let mut p = NodeParams::new(uuid::Uuid::nil(), addr, 0);
+        let defaults = (p.silence_threshold, p.join_grace);
+        p.set_gossip_interval(Duration::from_millis(200));
+        assert_eq!((p.silence_threshold, p.join_grace), defaults);
+        p.set_gossip_interval(Duration::from_secs(1));
+        assert_eq!(p.silence_threshold, Duration::from_secs(4));
+        assert_eq!(p.join_grace, Duration::from_millis(2_500));
+        p.set_gossip_interval(Duration::from_millis(20));
+        assert_eq!((p.silence_threshold, p.join_grace), defaults);
+    }
 }

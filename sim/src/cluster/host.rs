@@ -94,7 +94,7 @@ pub(super) async fn host_main(
     }
     let mut params = NodeParams::new(node_id, advertise, rng.random());
     params.cluster_id = "sim".into();
-    params.gossip_interval = Duration::from_millis(cfg.gossip_interval_ms);
+    params.set_gossip_interval(Duration::from_millis(cfg.gossip_interval_ms));
     params.seeds = (0..cfg.nodes.min(2))
         .map(|s| SocketAddr::new(turmoil::lookup(host_name(s)), PORT))
         .collect();

@@ -289,6 +289,7 @@ fn node_params_carry_the_cluster_section() {
     assert_eq!((p.node_id, p.advertise), (id, addr));
     assert_eq!(p.cluster_id, "blue");
     assert_eq!(p.gossip_interval, std::time::Duration::from_millis(100));
+    assert_eq!(p.silence_threshold, std::time::Duration::from_millis(800));
     assert_eq!(
         p.anti_entropy_interval,
         std::time::Duration::from_millis(900)
