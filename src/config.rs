@@ -231,7 +231,8 @@ pub struct LimiterSettings {
     pub onset_ms: u64,
     /// How long the largest cluster size seen is still expected. Default: 60000.
     pub expected_hold_ms: u64,
-    /// How far ahead a peer's clock stamp may be. Default: 10000.
+    /// How far a clock may be from cluster time before its node is cut off for admission (and
+    /// a peer's stamp refused). 1000 to 30000. Default: 10000.
     pub max_clock_drift_ms: u64,
     /// Buckets per window when a rule or request does not say; must divide 1000 (so that
     /// every unit's window divides). Default: 10.

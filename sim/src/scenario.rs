@@ -4,7 +4,7 @@
 use crate::cluster::{Fault, SimConfig};
 use crate::workload::Workload;
 
-pub const SCENARIOS: [&str; 20] = [
+pub const SCENARIOS: [&str; 21] = [
     "steady",
     "skewed",
     "burst",
@@ -23,6 +23,7 @@ pub const SCENARIOS: [&str; 20] = [
     "skew6x2",
     "skew8-4",
     "skew15",
+    "skew90",
     "step5",
     "pair3",
 ];
@@ -137,6 +138,11 @@ pub fn scenario(name: &str, seed: u64, nodes: usize) -> Option<SimConfig> {
         "skew15" => c.faults.push(Fault::Skew {
             node: 1,
             ms: 15_000,
+        }),
+        // Beyond the minute past which datagrams are refused as stale: the node cannot join.
+        "skew90" => c.faults.push(Fault::Skew {
+            node: 1,
+            ms: 90_000,
         }),
         // A correct clock stepped 5 s ahead in the middle of the run (an operator, a VM resume).
         "step5" => c.faults.push(Fault::ClockStep {

@@ -145,3 +145,28 @@ fn beyond_the_tolerance_the_node_is_cut_off() {
         assert!(r.utilization >= 0.95, "{name} seed {SEED}: {r:?}");
     }
 }
+
+#[test]
+fn a_node_a_minute_and_a_half_off_cannot_join_and_is_cut_off() {
+    let (_, out, r) = simulate("skew90");
+    let stale: u64 = out
+        .wire
+        .iter()
+        .map(|w| w.dropped.get("stale").copied().unwrap_or(0))
+        .sum();
+    assert!(
+        stale > 0,
+        "skew90 seed {SEED}: no datagram was refused as stale"
+    );
+    assert_eq!(
+        out.faults
+            .clock_fenced
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>(),
+        [1],
+        "skew90 seed {SEED}: {:?}",
+        out.faults
+    );
+    assert!(r.over_admission_max <= 0.05, "skew90 seed {SEED}: {r:?}");
+}

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use super::provenance::Provenance;
+use crate::gossip::wire::MAX_CLOCK_DISTANCE_MS;
 use base64::Engine as _;
 
 use super::{CLUSTER_KEY_BYTES, Config, ConfigError};
@@ -178,6 +179,21 @@ pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigErro
         1_000,
         p,
     )?;
+    // A datagram sent further than MAX_CLOCK_DISTANCE_MS from the receiver's clock is refused
+    // before its send time can correct anything: a clock that far off is never brought back
+    // into the tolerance, only cut off. Half of it leaves room for both ends being off.
+    if limiter.max_clock_drift_ms > MAX_CLOCK_DISTANCE_MS / 2 {
+        return Err(invalid(
+            "limiter.max_clock_drift_ms",
+            p,
+            format!(
+                "must be at most {} (half the {} ms beyond which datagrams are refused as \
+                 stale)",
+                MAX_CLOCK_DISTANCE_MS / 2,
+                MAX_CLOCK_DISTANCE_MS
+            ),
+        ));
+    }
     // Every unit is a whole number of seconds, so a count that divides a second divides all.
     WindowSpec::new(1_000, limiter.default_buckets, EstimateMode::Interpolated).map_err(|e| {
         invalid(

@@ -19,6 +19,8 @@ pub struct ClockStats {
     pub fenced: AtomicBool,
     /// Peers this node cuts off for their clocks.
     pub fenced_members: AtomicU64,
+    /// Senders whose datagrams arrive more than 60 s from this node's clock (`liveness.rs`).
+    pub far_members: AtomicU64,
     /// Times this node or a peer was newly cut off for its clock.
     pub fence_events: AtomicU64,
     pub rollbacks: AtomicU64,

@@ -239,6 +239,13 @@ impl Collector for ClusterCollector {
             "Members this node cuts off because their clocks are beyond the tolerance",
             load(&clock.fenced_members) as i64,
         )?;
+        gauge(
+            e,
+            "clock_far_members",
+            "Senders whose datagrams come more than 60 s from this node's clock (counted as silent \
+             members; this node cuts itself off when they outnumber its live ones)",
+            load(&clock.far_members) as i64,
+        )?;
         counter(
             e,
             "clock_fence_events",

@@ -60,6 +60,9 @@ pub struct NodeCore<T> {
     pub(super) table_full_seen: u64,
     /// Until the node holds the cluster's state.
     pub(super) warmup: Option<Warmup>,
+    /// This node has cut itself off: senders whose clocks are a minute from its own outnumber
+    /// its live members (see `liveness.rs`).
+    pub(super) far_fenced: bool,
     /// Registers saved at the last stop, merged once the node runs on cluster time.
     pub(super) saved: Option<Saved>,
 }
@@ -136,6 +139,7 @@ impl<T: TimeSource> NodeCore<T> {
             anti_entropy_cursor: 0,
             table_full_seen: 0,
             warmup,
+            far_fenced: false,
             saved,
             return_route,
             params,
@@ -283,7 +287,7 @@ impl<T: TimeSource> NodeCore<T> {
                     .offset_ms
                     .load(std::sync::atomic::Ordering::Relaxed),
             ),
-            clock_fenced: fences.own,
+            clock_fenced: fences.own || self.far_fenced,
         }];
         for (_, (id, state)) in self.membership.states() {
             members.push(MemberInfo {
@@ -302,16 +306,45 @@ impl<T: TimeSource> NodeCore<T> {
     /// Tells the limiter who is live (see `liveness.rs`) and whose clock is cut off.
     pub(super) fn update_live(&mut self, now: Now) {
         let members = self.membership.members();
+        let ids: BTreeSet<u128> = members.iter().map(|m| m.node.as_u128()).collect();
         let fences = self.clock_sync.fences();
-        let silent = self.liveness.silent(&members, fences, now.at);
+        let mut silent = self.liveness.silent(&members, fences, now.at);
+        let live = members.len() - silent.len() + 1;
+        // Senders a minute off count as silent members. When they are at least as many as the
+        // live members (this node included), this node's own clock is the likelier one to be
+        // wrong: it cuts itself off as for a clock beyond the tolerance.
+        let far = self.liveness.far_clocks(&ids, now.at);
+        let far_fenced = !far.is_empty() && far.len() >= live;
+        if far_fenced != self.far_fenced {
+            if far_fenced {
+                tracing::warn!(
+                    senders = far.len(),
+                    live,
+                    "datagrams of cluster members arrive sent more than 60 s from this node's \
+                     clock: this node is cut off for admission until the clocks agree"
+                );
+            } else {
+                tracing::info!("no more datagrams a minute off this node's clock");
+            }
+            self.far_fenced = far_fenced;
+        }
+        self.view
+            .clock
+            .far_members
+            .store(far.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        if far_fenced {
+            // Until the next round's steering says otherwise: cut off, as a clock beyond the
+            // tolerance is.
+            self.view
+                .clock
+                .fenced
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        silent.extend(far);
         self.limiter
-            .set_clock_fenced(fences.own || !fences.peers.is_empty());
-        self.limiter.set_liveness(
-            members.len() - silent.len() + 1,
-            &silent,
-            self.liveness.largest_count(),
-            now.cluster_ms,
-        );
+            .set_clock_fenced(fences.own || far_fenced || !fences.peers.is_empty());
+        self.limiter
+            .set_liveness(live, &silent, self.liveness.largest_count(), now.cluster_ms);
     }
 
     /// Ends the warm-up once the node holds the cluster's state (see `warmup.rs`).

@@ -96,8 +96,9 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// The front of every register and heartbeat body to `to`: the members count, and the
     /// cookies when return routability is checked.
-    fn body_prefix(&self, to: Destination) -> Vec<u8> {
-        let mut prefix = members_count::encode(self.membership.num_members() + 1);
+    pub(super) fn body_prefix(&self, to: Destination) -> Vec<u8> {
+        let members = self.membership.num_members() + 1 + self.liveness.far_members();
+        let mut prefix = members_count::encode(members);
         if let Some(route) = &self.return_route {
             prefix.extend_from_slice(&route.cookies(to.addr, to.node));
         }

@@ -1,6 +1,13 @@
 //! Which members count as live for admission: those heard from lately, and present long enough
 //! for their state to have arrived. SWIM decides who is a member; this decides whose demand
 //! this node shares the limit with, long before SWIM would declare a silent member down.
+//!
+//! A node whose genuine datagrams arrive with send times more than a minute from this node's
+//! clock (`DropReason::Stale`) cannot be a member: its SWIM traffic is refused too. It is a
+//! member all the same as far as the limit goes, so it counts as a silent one (in
+//! `N_expected`, never live) for as long as such datagrams keep coming. Without that, a node
+//! whose own clock is a minute off would hear nobody, end its warm-up alone and admit the
+//! whole limit beside the cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -25,7 +32,29 @@ pub struct Liveness {
     /// How many members each member says it counts, itself included (the prefix of its
     /// register and heartbeat bodies).
     counts: BTreeMap<u128, usize>,
+    /// Senders whose clocks are more than a minute from this node's: when last heard, and when
+    /// last told so.
+    far: BTreeMap<u128, FarSender>,
+    far_members: usize,
 }
+
+#[derive(Debug, Clone, Copy)]
+struct FarSender {
+    heard: Instant,
+    told: Option<Instant>,
+    /// How many members it says it counts.
+    count: usize,
+}
+
+/// How often a sender a minute off is told so (with a heartbeat it will find just as stale).
+const TELL_FAR_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a sender heard with a clock a minute off still counts (SWIM probes every second,
+/// so a sender still running is heard again well within it).
+const FAR_MEMORY: Duration = Duration::from_secs(5);
+/// Most senders remembered as far off: every member of a large cluster, when this node's own
+/// clock is the one that is off.
+const MAX_FAR: usize = 1 << 14;
 
 impl Liveness {
     pub fn new(silence_threshold: Duration, join_grace: Duration) -> Self {
@@ -36,7 +65,64 @@ impl Liveness {
             joined_at: BTreeMap::new(),
             addrs: BTreeMap::new(),
             counts: BTreeMap::new(),
+            far: BTreeMap::new(),
+            far_members: 0,
         }
+    }
+
+    /// A genuine datagram from `sender` was sent more than a minute from this node's clock.
+    /// Returns whether to tell the sender so: a node whose own clock is off hears nothing
+    /// from anyone otherwise (its datagrams are refused, so nobody answers them). At most once
+    /// a second per sender, and the answer is no larger than what came in.
+    pub fn far_clock(&mut self, sender: u128, at: Instant) -> bool {
+        if self.far.len() >= MAX_FAR && !self.far.contains_key(&sender) {
+            self.far
+                .retain(|_, f| at.saturating_duration_since(f.heard) < FAR_MEMORY);
+            if self.far.len() >= MAX_FAR {
+                return false;
+            }
+        }
+        let entry = self.far.entry(sender).or_insert(FarSender {
+            heard: at,
+            told: None,
+            count: 0,
+        });
+        entry.heard = at;
+        let tell = entry
+            .told
+            .is_none_or(|t| at.saturating_duration_since(t) >= TELL_FAR_EVERY);
+        if tell {
+            entry.told = Some(at);
+        }
+        tell
+    }
+
+    /// `sender`, a minute off, says it counts this many members.
+    pub fn far_counted(&mut self, sender: u128, members: usize) {
+        if let Some(f) = self.far.get_mut(&sender) {
+            f.count = members;
+        }
+    }
+
+    /// Senders heard lately with clocks a minute off that are not members, forgetting the
+    /// others.
+    pub fn far_clocks(&mut self, members: &BTreeSet<u128>, at: Instant) -> Vec<OriginId> {
+        self.far
+            .retain(|_, f| at.saturating_duration_since(f.heard) < FAR_MEMORY);
+        let far: Vec<OriginId> = self
+            .far
+            .keys()
+            .filter(|s| !members.contains(s))
+            .map(|s| OriginId(*s))
+            .collect();
+        self.far_members = far.len();
+        far
+    }
+
+    /// How many of the senders a minute off are not members, as of the last
+    /// [`Liveness::far_clocks`]: members all the same, in the count this node tells its peers.
+    pub fn far_members(&self) -> usize {
+        self.far_members
     }
 
     /// A register or heartbeat from `sender` arrived.
@@ -55,9 +141,10 @@ impl Liveness {
         self.counts.insert(sender, members);
     }
 
-    /// The largest member count any member reports.
+    /// The largest member count any member reports, or any sender a minute off.
     pub fn largest_count(&self) -> usize {
-        self.counts.values().copied().max().unwrap_or(0)
+        let far = self.far.values().map(|f| f.count);
+        self.counts.values().copied().chain(far).max().unwrap_or(0)
     }
 
     /// The address SWIM holds for `member`.

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use super::core::{NodeCore, destination};
 use crate::clock::{Now, TimeSource};
 use crate::gossip::message::{decode_batch, members_count};
-use crate::gossip::wire::{DropReason, Kind, OVERHEAD};
+use crate::gossip::wire::{Destination, DropReason, Kind, OVERHEAD, stale_body};
 use crate::limiter::OriginId;
 
 impl<T: TimeSource> NodeCore<T> {
@@ -22,6 +22,31 @@ impl<T: TimeSource> NodeCore<T> {
             Ok(o) => o,
             Err(reason) => {
                 self.view.wire.dropped(reason);
+                // Where anyone can forge datagrams, only an address that has shown it receives
+                // is answered: a forgery must not make this node send to a victim.
+                let may_answer = self
+                    .return_route
+                    .as_ref()
+                    .is_none_or(|r| r.is_verified(from));
+                let Some((sender, kind)) = self.opener.take_stale() else {
+                    return;
+                };
+                // How many members it counts (which includes this node) is as good a word as
+                // any on the cluster's size: a node a minute off learns it only this way.
+                if kind != Kind::Membership
+                    && let Some((count, _)) = members_count::decode(stale_body(datagram))
+                {
+                    self.liveness.far_counted(sender, count);
+                }
+                if self.liveness.far_clock(sender, now.at) && may_answer {
+                    // Bound to the sender's boot id, so that only it can open the answer.
+                    let to = Destination {
+                        addr: from,
+                        node: Some(sender),
+                    };
+                    let body = self.body_prefix(to);
+                    self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+                }
                 return;
             }
         };

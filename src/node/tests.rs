@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::*;
-use crate::clock::{Clock, ManualClock, Now, monotonic_now};
+use crate::clock::{Clock, ManualClock, Now, TimeSource, monotonic_now};
 use crate::gossip::wire::{Keyring, Kind};
 use crate::limiter::{CheckItem, CheckRequest, KeyHasher, Limit, LimiterConfig, OriginId};
 use crate::window::WindowSpec;
@@ -32,11 +32,28 @@ fn limit() -> Limit {
     }
 }
 
+/// One manual clock, and a node's wall clock that many milliseconds off it.
+#[derive(Debug, Clone)]
+struct Skewed {
+    time: ManualClock,
+    offset_ms: i64,
+}
+
+impl TimeSource for Skewed {
+    fn wall_ms(&self) -> u64 {
+        self.time.now_ms().saturating_add_signed(self.offset_ms)
+    }
+
+    fn mono_ms(&self) -> u64 {
+        self.time.now_ms()
+    }
+}
+
 /// Every node on one manual clock; datagrams delivered in the millisecond they are sent.
 struct Net {
     t0: Instant,
     time: ManualClock,
-    nodes: Vec<Option<NodeCore<ManualClock>>>,
+    nodes: Vec<Option<NodeCore<Skewed>>>,
     /// Every datagram sent, by the node that sent it.
     sent: Vec<Vec<Outgoing>>,
     /// `cut[i]`: node i's datagrams are lost, both ways.
@@ -73,8 +90,17 @@ impl Net {
     }
 
     fn boot_with(&mut self, params: NodeParams) {
+        self.boot_skewed(params, 0);
+    }
+
+    /// Boots a node whose wall clock is `offset_ms` off.
+    fn boot_skewed(&mut self, params: NodeParams, offset_ms: i64) {
         let i = (0..16).position(|i| addr(i) == params.advertise).unwrap();
-        let core = NodeBuilder::new(params, LimiterConfig::default(), keys(), self.time.clone())
+        let time = Skewed {
+            time: self.time.clone(),
+            offset_ms,
+        };
+        let core = NodeBuilder::new(params, LimiterConfig::default(), keys(), time)
             .build_at(self.at())
             .unwrap();
         if self.nodes.len() <= i {
@@ -86,7 +112,7 @@ impl Net {
         self.deliver();
     }
 
-    fn node(&self, i: usize) -> &NodeCore<ManualClock> {
+    fn node(&self, i: usize) -> &NodeCore<Skewed> {
         self.nodes[i].as_ref().unwrap()
     }
 
@@ -390,4 +416,52 @@ fn a_replayed_datagram_is_dropped_and_changes_nothing() {
         5.0,
         "the old register did not come back"
     );
+}
+
+#[test]
+fn a_node_a_minute_off_is_counted_in_and_cuts_itself_off() {
+    let mut net = Net::new();
+    net.boot(0, 1, &[]);
+    net.boot(1, 2, &[0]);
+    let far = net.params(2, 3, &[0]);
+    net.boot_skewed(far, 120_000);
+    net.run_ms(7_000);
+    let stale = |net: &Net, i: usize| {
+        let dropped = net.node(i).view().wire.snapshot().dropped;
+        dropped.get("stale").copied().unwrap_or(0)
+    };
+    assert!(
+        stale(&net, 0) > 0 && stale(&net, 2) > 0,
+        "the fault took effect"
+    );
+    assert_eq!(
+        net.members(2),
+        0,
+        "its datagrams are refused: it cannot join"
+    );
+    assert!(net.node(2).is_ready(), "its warm-up timed out");
+    // It counts the other two in and itself out; they count it in.
+    assert_eq!(net.node(2).limiter().member_counts(), (1, 3));
+    assert!(net.node(2).limiter().clock_fenced());
+    for i in [0, 1] {
+        assert_eq!(net.node(i).limiter().member_counts(), (2, 3), "node {i}");
+        assert!(!net.node(i).limiter().clock_fenced(), "node {i}");
+    }
+    // So it admits about a third of the limit, not all of it.
+    let item = [CheckItem {
+        key: b"tenant",
+        limit: limit(),
+        cost: 1,
+    }];
+    let req = CheckRequest {
+        items: &item,
+        dry_run: false,
+    };
+    let now = net.now(2).cluster_ms;
+    let admitted = (0..1_000)
+        .filter(|_| net.node(2).limiter().check(&req, now).unwrap().allowed)
+        .count();
+    assert!(admitted <= 340, "admitted {admitted} of a limit of 1000");
+    let me = net.node(2).view().members();
+    assert!(me.iter().any(|m| m.is_self && m.clock_fenced));
 }

@@ -140,6 +140,11 @@ fn ranges_are_checked_and_errors_point_where_the_value_was_set() {
             2,
         ),
         (
+            "[limiter]\nmax_clock_drift_ms = 30001\n",
+            "limiter.max_clock_drift_ms",
+            2,
+        ),
+        (
             "[cluster]\nanti_entropy_interval_ms = 100\n",
             "cluster.anti_entropy_interval_ms",
             2,

@@ -119,6 +119,9 @@ pub struct Opener {
     /// This node's boot id: what addressed datagrams must have been sealed for.
     receiver: u128,
     pub(super) replay: ReplayTable,
+    /// The sender and kind of the last genuine datagram refused as stale (see
+    /// [`Opener::take_stale`]).
+    stale: Option<(u128, Kind)>,
 }
 
 /// An authenticated datagram.
@@ -135,7 +138,18 @@ impl Opener {
             max_packet,
             receiver,
             replay: ReplayTable::default(),
+            stale: None,
         }
+    }
+
+    /// Who sent the last datagram refused as [`DropReason::Stale`], and its kind: it was
+    /// genuine (it authenticated), so the sender is a member whose clock is more than
+    /// [`MAX_CLOCK_DISTANCE_MS`] from this node's, or this node's clock is that far off. Its
+    /// send time cannot correct anything; the node can only count the sender in, as a member
+    /// it cannot hear. Its body stays decrypted in the datagram, between the header and the
+    /// tag ([`stale_body`]).
+    pub fn take_stale(&mut self) -> Option<(u128, Kind)> {
+        self.stale.take()
     }
 
     /// Authenticates and decrypts `datagram` in place. Checks run cheapest first; replay state
@@ -169,6 +183,7 @@ impl Opener {
             .decrypt_in_place_detached(&header.nonce(), &aad[..aad_len], body, &tag)
             .map_err(|_| DropReason::Forged)?;
         if header.sent_ms.abs_diff(now_ms) > MAX_CLOCK_DISTANCE_MS {
+            self.stale = Some((header.sender, header.kind));
             return Err(DropReason::Stale);
         }
         let stream = (header.sender, header.addressed);
@@ -177,4 +192,11 @@ impl Opener {
         }
         Ok(Opened { header, body })
     }
+}
+
+/// The decrypted body of a datagram [`Opener::open`] refused as stale.
+pub fn stale_body(datagram: &[u8]) -> &[u8] {
+    datagram
+        .get(HEADER_LEN..datagram.len().saturating_sub(TAG_LEN))
+        .unwrap_or(&[])
 }
