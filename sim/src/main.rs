@@ -12,7 +12,8 @@ use limitmesh_sim::{Report, run};
 #[command(about = "Deterministic simulation of a limitmesh cluster")]
 struct Args {
     /// steady, skewed, burst, burst-trickle, partition, restart, loss, loss36, loss40,
-    /// loss-oneway, skew, skew500, rollback, or all
+    /// loss-oneway, skew, skew500, rollback, skew8, skew-12, skew6x2, skew8-4, skew15, skew90,
+    /// step5, pair3, or all
     scenario: String,
     #[arg(long, default_value_t = 1)]
     seed: u64,
