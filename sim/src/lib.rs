@@ -10,10 +10,12 @@
 //! - [`workload`]: offered load per node over time;
 //! - [`cluster`]: builds the simulation, runs it with a fault schedule, and samples;
 //! - [`report`]: turns what was recorded into the measures of the design;
-//! - [`grpc`]: the production gRPC server and its clients on simulated TCP.
+//! - [`grpc`]: the production gRPC server and its clients on simulated TCP;
+//! - [`fleet`]: an in-process simulator of the node core at fleet sizes (up to thousands).
 
 pub mod clock;
 pub mod cluster;
+pub mod fleet;
 pub mod grpc;
 pub mod net;
 pub mod report;

@@ -5,6 +5,7 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use limitmesh::limiter::{PartitionPolicy, Policy};
+use limitmesh_sim::fleet::{FLEET_SCENARIOS, fleet_scenario};
 use limitmesh_sim::scenario::{SCENARIOS, scenario};
 use limitmesh_sim::{Report, run};
 
@@ -13,7 +14,8 @@ use limitmesh_sim::{Report, run};
 struct Args {
     /// steady, skewed, burst, burst-trickle, partition, restart, loss, loss36, loss40,
     /// loss-oneway, skew, skew500, rollback, skew8, skew-12, skew6x2, skew8-4, skew15, skew90,
-    /// step5, pair3, or all
+    /// step5, pair3, or all; on the in-process simulator: fleet, fleet-partition, fleet-churn,
+    /// fleet-small-share, or fleet-all
     scenario: String,
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -34,6 +36,9 @@ fn fmt_opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.scenario.starts_with("fleet") {
+        return fleet(&args);
+    }
     let names: Vec<&str> = if args.scenario == "all" {
         SCENARIOS.to_vec()
     } else {
@@ -117,4 +122,77 @@ fn fmt_cut_off(nodes: &[(usize, i64)]) -> String {
         .map(|(n, off)| format!("node {n} ({:+.1} s)", *off as f64 / 1e3))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A fleet scenario on the in-process simulator, with limitmesh's admission and the naive one.
+fn fleet(args: &Args) -> anyhow::Result<()> {
+    let names: Vec<&str> = if args.scenario == "fleet-all" {
+        FLEET_SCENARIOS.to_vec()
+    } else {
+        vec![args.scenario.as_str()]
+    };
+    if !args.json {
+        println!(
+            "{:<18} {:<7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>7}",
+            "scenario",
+            "policy",
+            "nodes",
+            "over_mean",
+            "over_p99",
+            "over_max",
+            "util",
+            "part_max",
+            "stale_p50",
+            "stale_p99",
+            "B/node/s",
+            "max_B/s",
+            "dgram/s",
+            "detect",
+            "starved",
+        );
+    }
+    for name in names {
+        let Some(base) = fleet_scenario(name, args.seed, args.nodes) else {
+            bail!("unknown scenario {name:?}; expected one of {FLEET_SCENARIOS:?} or fleet-all");
+        };
+        for (label, policy) in [
+            ("share", Policy::DemandShare(PartitionPolicy::Strict)),
+            ("naive", Policy::GlobalCount),
+        ] {
+            let mut cfg = base.clone();
+            cfg.policy = policy;
+            let started = limitmesh::clock::monotonic_now();
+            let r = limitmesh_sim::fleet::run(name, label, &cfg);
+            let wall = started.elapsed().as_secs_f64();
+            eprintln!(
+                "{name}/{label}: {} nodes, {:.1} s simulated in {wall:.1} s",
+                cfg.nodes,
+                cfg.duration_ms as f64 / 1e3,
+            );
+            if args.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{:<18} {:<7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10.0} {:>10.0} {:>8.1} {:>8} {:>7}",
+                    name,
+                    label,
+                    r.nodes,
+                    fmt_pct(Some(r.over_admission_mean)),
+                    fmt_pct(Some(r.over_admission_p99)),
+                    fmt_pct(Some(r.over_admission_max)),
+                    fmt_pct(Some(r.utilization)),
+                    r.partition_max_ratio
+                        .map_or_else(|| "-".into(), |v| format!("{v:.3}xL")),
+                    fmt_opt(r.staleness_p50_ms),
+                    fmt_opt(r.staleness_p99_ms),
+                    r.gossip_bytes_per_node_per_s_mean,
+                    r.gossip_bytes_per_node_per_s_max,
+                    r.datagrams_per_node_per_s_mean,
+                    fmt_opt(r.detection_ms),
+                    fmt_opt(r.starved_windows_max),
+                );
+            }
+        }
+    }
+    Ok(())
 }

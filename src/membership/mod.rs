@@ -112,7 +112,6 @@ impl Membership {
         self.foca.identity()
     }
 
-    /// Live members, this node excluded, in address order.
     /// The active member at `addr`, if any.
     pub fn member_at(&self, addr: SocketAddr) -> Option<NodeId> {
         self.foca
@@ -122,6 +121,16 @@ impl Membership {
             .cloned()
     }
 
+    /// The active member whose boot id is `id`, if any.
+    pub fn member_by_id(&self, id: uuid::Uuid) -> Option<NodeId> {
+        self.foca
+            .iter_members()
+            .map(|m| m.id())
+            .find(|m| m.node == id)
+            .cloned()
+    }
+
+    /// Live members, this node excluded, in address order.
     pub fn members(&self) -> Vec<NodeId> {
         let mut m: Vec<NodeId> = self.foca.iter_members().map(|m| m.id().clone()).collect();
         m.sort_by_key(|id| id.addr);

@@ -407,6 +407,17 @@ impl<T: TimeSource> NodeCore<T> {
         s.into_iter().collect()
     }
 
+    /// Whether this node counts `member` live for admission at `at`: a member, heard from
+    /// lately, past its join grace, its clock not cut off.
+    pub fn counts_live(&self, member: uuid::Uuid, at: Instant) -> bool {
+        let Some(m) = self.membership.member_by_id(member) else {
+            return false;
+        };
+        self.liveness
+            .silent(std::slice::from_ref(&m), self.clock_sync.fences(), at)
+            .is_empty()
+    }
+
     /// This node's origin in the CRDT.
     pub fn origin(&self) -> OriginId {
         self.limiter.origin()

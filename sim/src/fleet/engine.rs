@@ -1,0 +1,518 @@
+//! The discrete-event engine: node cores driven in one thread, in virtual time.
+//!
+//! Events (a datagram arriving, a node's wake-up, a request, a fault, a sample) are taken
+//! earliest first, ties in the order they were made, so a seed gives the same run byte for
+//! byte. A datagram's latency is drawn uniformly between the configured bounds; loss and
+//! partitions drop it at the sender. Each node is a real [`NodeCore`] with a real limiter:
+//! only the socket and the clocks are simulated.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use limitmesh::clock::{Now, monotonic_now};
+use limitmesh::gossip::wire::Keyring;
+use limitmesh::limiter::{CheckItem, CheckRequest, KeyHasher, Limit, LimiterConfig};
+use limitmesh::node::{NodeBuilder, NodeCore, NodeKeys, NodeParams};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+
+use super::config::{FleetConfig, FleetFault};
+use super::record::Recorder;
+use super::traffic::{self, Arrivals, KeySpec, PROBE_KEY};
+use super::vtime::{NodeTime, VirtualClock};
+
+const PORT: u16 = 7946;
+/// Node 0 admits a probe every this many ms on average, at phases spread over the round.
+const PROBE_EVERY_MS: u64 = 100;
+/// How often observers look for node 0's probes, and nodes for a crashed member.
+const SAMPLE_EVERY_MS: u64 = 5;
+/// How often each observer offers a (refused) request on the probe key, so that it holds the
+/// key and receives what it is sent.
+const OBSERVE_EVERY_MS: u64 = 500;
+
+/// An event at a time; earlier first, ties in the order they were made.
+#[derive(Debug)]
+struct Queued {
+    at_us: u64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at_us, self.seq) == (other.at_us, other.seq)
+    }
+}
+
+impl Eq for Queued {}
+
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Queued {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.at_us, self.seq).cmp(&(other.at_us, other.seq))
+    }
+}
+
+#[derive(Debug)]
+enum Event {
+    Deliver {
+        to: SocketAddr,
+        from: SocketAddr,
+        datagram: Vec<u8>,
+    },
+    Wake {
+        slot: usize,
+        generation: u64,
+    },
+    Probe,
+    Observe,
+    Sample,
+    Fault(usize),
+    /// The `k`-th replacement of a rolling deploy.
+    Replace(usize),
+}
+
+/// One place in the fleet: the node process running there now (if any), its address, and
+/// what crossed its socket.
+#[derive(Debug)]
+struct Slot {
+    core: Option<NodeCore<NodeTime>>,
+    addr: SocketAddr,
+    boots: u32,
+    wake_us: u64,
+    wake_generation: u64,
+    skew_ms: Arc<AtomicI64>,
+}
+
+/// A run in progress.
+pub struct Engine<'c> {
+    pub cfg: &'c FleetConfig,
+    pub keys: Vec<KeySpec>,
+    clock: Arc<VirtualClock>,
+    t0: Instant,
+    now_us: u64,
+    seq: u64,
+    events: BinaryHeap<Reverse<Queued>>,
+    slots: Vec<Slot>,
+    by_addr: BTreeMap<SocketAddr, usize>,
+    arrivals: Arrivals,
+    rng: StdRng,
+    pub rec: Recorder,
+    partition: Option<(usize, bool)>,
+    probes_sent: u64,
+    /// Replaced or crashed boots whose absence the others have yet to count: (boot id, since).
+    pending_detection: Vec<(uuid::Uuid, u64)>,
+}
+
+impl std::fmt::Debug for Engine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("now_us", &self.now_us)
+            .field("nodes", &self.slots.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn slot_addr(slot: usize, boot: u32) -> SocketAddr {
+    let [_, _, hi, lo] = (slot as u32).to_be_bytes();
+    SocketAddr::from((
+        Ipv4Addr::new(10, 100u8.wrapping_add(boot as u8), hi, lo),
+        PORT,
+    ))
+}
+
+fn ms(us: u64) -> u64 {
+    us / 1_000
+}
+
+impl<'c> Engine<'c> {
+    pub fn new(cfg: &'c FleetConfig) -> Self {
+        let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0xF1EE_7000);
+        let keys = traffic::keys(&cfg.traffic, cfg.nodes, &mut rng);
+        let arrivals = Arrivals::new(&keys, cfg.seed);
+        let rec = Recorder::new(cfg, &keys);
+        let mut engine = Self {
+            cfg,
+            keys,
+            clock: Arc::new(VirtualClock::default()),
+            t0: monotonic_now(),
+            now_us: 0,
+            seq: 0,
+            events: BinaryHeap::new(),
+            slots: Vec::new(),
+            by_addr: BTreeMap::new(),
+            arrivals,
+            rng,
+            rec,
+            partition: None,
+            probes_sent: 0,
+            pending_detection: Vec::new(),
+        };
+        for slot in 0..cfg.nodes {
+            engine.slots.push(Slot {
+                core: None,
+                addr: slot_addr(slot, 0),
+                boots: 0,
+                wake_us: u64::MAX,
+                wake_generation: 0,
+                skew_ms: Arc::new(AtomicI64::new(0)),
+            });
+        }
+        for slot in 0..cfg.nodes {
+            engine.boot(slot);
+        }
+        for (i, fault) in cfg.faults.iter().enumerate() {
+            match fault {
+                FleetFault::Partition {
+                    from_ms, until_ms, ..
+                } => {
+                    engine.push(from_ms * 1_000, Event::Fault(i));
+                    engine.push(until_ms * 1_000, Event::Fault(i));
+                }
+                FleetFault::Crash { at_ms, .. } => engine.push(at_ms * 1_000, Event::Fault(i)),
+                FleetFault::Replace {
+                    count,
+                    from_ms,
+                    every_ms,
+                } => {
+                    for k in 0..*count {
+                        engine.push((from_ms + k as u64 * every_ms) * 1_000, Event::Replace(k));
+                    }
+                }
+            }
+        }
+        engine.push(0, Event::Probe);
+        engine.push(0, Event::Observe);
+        engine.push(0, Event::Sample);
+        engine
+    }
+
+    fn push(&mut self, at_us: u64, event: Event) {
+        self.seq += 1;
+        self.events.push(Reverse(Queued {
+            at_us,
+            seq: self.seq,
+            event,
+        }));
+    }
+
+    fn at(&self) -> Instant {
+        self.t0 + Duration::from_micros(self.now_us)
+    }
+
+    fn now_of(&self, slot: usize) -> Option<Now> {
+        let core = self.slots[slot].core.as_ref()?;
+        Some(Now::read_at(core.clock(), self.at()))
+    }
+
+    /// Starts a new process in `slot`: a new boot id, and a new address after the first boot.
+    fn boot(&mut self, slot: usize) {
+        let boots = self.slots[slot].boots;
+        let addr = slot_addr(slot, boots);
+        self.by_addr.remove(&self.slots[slot].addr);
+        self.by_addr.insert(addr, slot);
+        let node_id = uuid::Uuid::from_u128(
+            (u128::from(self.cfg.seed) << 64) | ((slot as u128) << 16) | u128::from(boots),
+        );
+        let mut params = NodeParams::new(node_id, addr, self.rng.random());
+        params.cluster_id = "fleet".into();
+        params.set_gossip_interval(Duration::from_millis(self.cfg.gossip_interval_ms));
+        params.seeds = (0..self.cfg.seeds.min(self.cfg.nodes))
+            .filter(|s| *s != slot)
+            .map(|s| self.slots[s].addr)
+            .collect();
+        params.expect_peers = true;
+        let keys = NodeKeys {
+            keyring: Keyring::new(&[[42u8; 32]]).expect("a key"),
+            hasher: KeyHasher::from_secret(b"simulated fleet"),
+        };
+        let limiter = LimiterConfig {
+            policy: self.cfg.policy,
+            ..LimiterConfig::default()
+        };
+        let time = NodeTime::new(self.clock.clone(), self.slots[slot].skew_ms.clone());
+        let core = NodeBuilder::new(params, limiter, keys, time)
+            .build_at(self.at())
+            .expect("valid parameters");
+        let s = &mut self.slots[slot];
+        s.addr = addr;
+        s.boots += 1;
+        s.core = Some(core);
+        self.after_input(slot);
+    }
+
+    /// Sends what `slot` sealed, and schedules its next wake-up.
+    fn after_input(&mut self, slot: usize) {
+        let Some(core) = self.slots[slot].core.as_mut() else {
+            return;
+        };
+        let outgoing = core.take_outgoing();
+        let wake = core.next_wake();
+        let from = self.slots[slot].addr;
+        let measuring = ms(self.now_us) >= self.cfg.warmup_ms;
+        for out in outgoing {
+            if measuring {
+                self.rec.sent(slot, out.datagram.len());
+            }
+            let Some(&to_slot) = self.by_addr.get(&out.to) else {
+                continue;
+            };
+            if self.cfg.loss > 0.0 && self.rng.random_bool(self.cfg.loss) {
+                continue;
+            }
+            if let Some((side, true)) = self.partition
+                && (slot < side) != (to_slot < side)
+            {
+                continue;
+            }
+            let latency = self
+                .rng
+                .random_range(self.cfg.min_latency_ms..=self.cfg.max_latency_ms);
+            self.push(
+                self.now_us + latency * 1_000,
+                Event::Deliver {
+                    to: out.to,
+                    from,
+                    datagram: out.datagram,
+                },
+            );
+        }
+        // Rounded up: a wake-up a fraction of a microsecond early would find nothing due and
+        // ask for the same time again.
+        let wake_us = u64::try_from(
+            wake.saturating_duration_since(self.t0)
+                .as_nanos()
+                .div_ceil(1_000),
+        )
+        .unwrap_or(u64::MAX)
+        .max(self.now_us);
+        let s = &mut self.slots[slot];
+        if s.wake_us != wake_us {
+            s.wake_us = wake_us;
+            s.wake_generation += 1;
+            let generation = s.wake_generation;
+            self.push(wake_us, Event::Wake { slot, generation });
+        }
+    }
+
+    /// Runs to the end.
+    pub fn run(&mut self) {
+        let end_us = self.cfg.duration_ms * 1_000;
+        loop {
+            let next_event = self.events.peek().map(|Reverse(q)| q.at_us);
+            let next_arrival = self.arrivals.peek_us();
+            let take_arrival = match (next_event, next_arrival) {
+                (None, None) => break,
+                (Some(e), Some(a)) => a < e,
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+            };
+            if take_arrival {
+                let Some((t, key, node)) = self.arrivals.pop() else {
+                    break;
+                };
+                if t >= end_us {
+                    break;
+                }
+                self.set_time(t);
+                self.request(key, node);
+                continue;
+            }
+            let Some(Reverse(q)) = self.events.pop() else {
+                break;
+            };
+            if q.at_us >= end_us {
+                break;
+            }
+            self.set_time(q.at_us);
+            self.handle(q.event);
+        }
+    }
+
+    fn set_time(&mut self, t_us: u64) {
+        self.now_us = t_us;
+        self.clock.set(ms(t_us));
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Deliver {
+                to,
+                from,
+                mut datagram,
+            } => {
+                let Some(&slot) = self.by_addr.get(&to) else {
+                    return;
+                };
+                let Some(now) = self.now_of(slot) else {
+                    return;
+                };
+                if ms(self.now_us) >= self.cfg.warmup_ms {
+                    self.rec.received(slot, datagram.len());
+                }
+                if let Some(core) = self.slots[slot].core.as_mut() {
+                    core.on_datagram(now, &mut datagram, from);
+                }
+                self.after_input(slot);
+            }
+            Event::Wake { slot, generation } => {
+                if self.slots[slot].wake_generation != generation {
+                    return;
+                }
+                self.slots[slot].wake_us = u64::MAX;
+                let Some(now) = self.now_of(slot) else {
+                    return;
+                };
+                if let Some(core) = self.slots[slot].core.as_mut() {
+                    core.on_wake(now);
+                }
+                self.after_input(slot);
+            }
+            Event::Probe => {
+                if self.check(0, PROBE_KEY, traffic::probe_limit()) == Some(true) {
+                    self.rec.probe_admitted(ms(self.now_us));
+                }
+                // Every 100 ms on average, at phases spread over the round (37 is prime to
+                // 100), so that probes do not all land in step with node 0's rounds.
+                self.probes_sent += 1;
+                let gap = PROBE_EVERY_MS / 2 + (self.probes_sent * 37) % PROBE_EVERY_MS;
+                self.push(self.now_us + gap * 1_000, Event::Probe);
+            }
+            Event::Observe => {
+                let refused = Limit {
+                    max: 0,
+                    ..traffic::probe_limit()
+                };
+                for o in self.observers() {
+                    self.check(o, PROBE_KEY, refused);
+                }
+                self.push(self.now_us + OBSERVE_EVERY_MS * 1_000, Event::Observe);
+            }
+            Event::Sample => {
+                self.sample();
+                self.push(self.now_us + SAMPLE_EVERY_MS * 1_000, Event::Sample);
+            }
+            Event::Fault(i) => self.fault(i),
+            Event::Replace(k) => self.replace(k),
+        }
+    }
+
+    fn observers(&self) -> std::ops::RangeInclusive<usize> {
+        1..=self.cfg.observers.min(self.cfg.nodes - 1)
+    }
+
+    /// One request for `key` at `slot`'s node: whether it was admitted (`None`: no node runs
+    /// there).
+    fn check(&mut self, slot: usize, key: &[u8], limit: Limit) -> Option<bool> {
+        let core = self.slots[slot].core.as_ref()?;
+        let now_ms = Now::read_at(core.clock(), self.at()).cluster_ms;
+        let item = [CheckItem {
+            key,
+            limit,
+            cost: 1,
+        }];
+        let req = CheckRequest {
+            items: &item,
+            dry_run: false,
+        };
+        let allowed = core.limiter().check(&req, now_ms).ok()?.allowed;
+        Some(allowed)
+    }
+
+    fn request(&mut self, key: usize, node: usize) {
+        let name = std::mem::take(&mut self.keys[key].name);
+        let limit = self.keys[key].limit;
+        let allowed = self.check(node, &name, limit);
+        self.keys[key].name = name;
+        if let Some(allowed) = allowed {
+            self.rec.request(key, node, ms(self.now_us), allowed);
+        }
+    }
+
+    fn sample(&mut self) {
+        let t = ms(self.now_us);
+        let observed: Vec<(usize, f64)> = self
+            .observers()
+            .filter_map(|o| {
+                let core = self.slots[o].core.as_ref()?;
+                let now = Now::read_at(core.clock(), self.at());
+                let seen = core
+                    .limiter()
+                    .inspect(PROBE_KEY, &traffic::probe_limit(), now.cluster_ms)
+                    .map_or(0.0, |i| i.global_admitted);
+                Some((o, seen))
+            })
+            .collect();
+        for (o, seen) in observed {
+            self.rec.observed(o, seen, t);
+        }
+        if !t.is_multiple_of(50) || self.pending_detection.is_empty() {
+            return;
+        }
+        let at = self.at();
+        let slots = &self.slots;
+        let rec = &mut self.rec;
+        self.pending_detection.retain(|(gone, since)| {
+            let still = slots
+                .iter()
+                .filter_map(|s| s.core.as_ref())
+                .any(|core| core.counts_live(*gone, at));
+            if !still {
+                rec.detected(t.saturating_sub(*since));
+            }
+            still
+        });
+    }
+
+    fn fault(&mut self, i: usize) {
+        let t = ms(self.now_us);
+        match self.cfg.faults[i] {
+            FleetFault::Partition {
+                from_ms, until_ms, ..
+            } => {
+                let side = self.cfg.partition().map_or(1, |(side, _, _)| side);
+                if t == from_ms {
+                    self.partition = Some((side, true));
+                    self.rec.partitioned = true;
+                } else if t == until_ms {
+                    self.partition = None;
+                }
+            }
+            FleetFault::Crash { node, .. } => {
+                if let Some(core) = self.slots[node].core.take() {
+                    self.pending_detection.push((core.identity().node, t));
+                    self.rec.crashes += 1;
+                }
+            }
+            FleetFault::Replace { .. } => {}
+        }
+    }
+
+    /// The `k`-th replacement of a rolling deploy: a node from the end (the last one is kept
+    /// for the crash), stopped gracefully, and a new process in its place.
+    fn replace(&mut self, k: usize) {
+        let slot = self.cfg.nodes.saturating_sub(2 + k).max(1);
+        let Some(now) = self.now_of(slot) else {
+            return;
+        };
+        if let Some(core) = self.slots[slot].core.as_mut() {
+            core.leave(now);
+            let gone = core.identity().node;
+            self.pending_detection.push((gone, ms(self.now_us)));
+        }
+        self.after_input(slot);
+        self.slots[slot].core = None;
+        self.rec.replacements += 1;
+        self.boot(slot);
+    }
+}

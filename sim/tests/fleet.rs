@@ -1,0 +1,43 @@
+//! The in-process fleet simulator on fixed seeds: it is deterministic, the faults it injects
+//! take effect, and a small fleet holds the design's bars. A failure names its seed; rerun it
+//! with `cargo run --release -p limitmesh-sim -- <scenario> --seed <seed> --nodes <n>`.
+
+use limitmesh_sim::fleet::{self, fleet_scenario};
+
+const SEED: u64 = 5;
+
+fn short(name: &str, nodes: usize) -> fleet::FleetConfig {
+    let mut cfg = fleet_scenario(name, SEED, nodes).expect("known scenario");
+    // 30 s: 8 s of warm-up, a crash 10 s before the end.
+    cfg.duration_ms = 30_000;
+    cfg.warmup_ms = 8_000;
+    for f in &mut cfg.faults {
+        if let fleet::FleetFault::Crash { at_ms, .. } = f {
+            *at_ms = 20_000;
+        }
+    }
+    cfg
+}
+
+#[test]
+fn a_seed_gives_the_same_run_twice() {
+    let cfg = short("fleet", 5);
+    let a = serde_json::to_string(&fleet::run("fleet", "share", &cfg)).unwrap();
+    let b = serde_json::to_string(&fleet::run("fleet", "share", &cfg)).unwrap();
+    assert_eq!(a, b, "seed {SEED}");
+}
+
+#[test]
+fn a_small_fleet_holds_the_limits_and_counts_a_crashed_member_out() {
+    let cfg = short("fleet", 5);
+    let r = fleet::run("fleet", "share", &cfg);
+    assert_eq!(r.crashes, 1, "seed {SEED}: the crash happened");
+    let detection = r.detection_ms.expect("the crash was detected");
+    assert!(detection <= 5_000, "seed {SEED}: {r:?}");
+    assert!(r.windows > 10_000, "seed {SEED}: {r:?}");
+    assert!(r.over_admission_mean <= 0.01, "seed {SEED}: {r:?}");
+    assert!(
+        r.staleness_p99_ms.is_some(),
+        "seed {SEED}: probes were seen"
+    );
+}
