@@ -2,7 +2,7 @@
 //! node's allowance (the `Inspect` RPC, `limitmesh inspect`).
 
 use super::origin::OriginId;
-use super::state::WindowState;
+use super::state::{AGGREGATE, WindowState, is_aggregate};
 use super::{KeyId, Limit, Limiter};
 use crate::window::WindowSpec;
 
@@ -11,6 +11,8 @@ use crate::window::WindowSpec;
 pub struct OriginUsage {
     pub origin: OriginId,
     pub is_local: bool,
+    /// An owner's sum over the other origins it holds, not an origin's own register.
+    pub aggregate: bool,
     /// Admitted estimate in the sliding window now.
     pub admitted: f64,
     /// Offered demand over the window, as the origin last reported it (local: now).
@@ -27,13 +29,14 @@ pub struct Inspection {
     pub key_id: KeyId,
     pub limit: u32,
     pub window_ms: u64,
-    /// Cluster-wide admitted estimate: local plus every remote register.
+    /// Cluster-wide admitted estimate: local, plus the larger of the remote registers' sum and
+    /// any owner's aggregate.
     pub global_admitted: f64,
     /// What this node may hold in the window now.
     pub allowance: f64,
     pub live_members: usize,
     pub expected_members: usize,
-    /// Local first, then remote origins in origin order.
+    /// Local first, then remote origins in origin order, then owners' aggregates.
     pub origins: Vec<OriginUsage>,
 }
 
@@ -52,12 +55,14 @@ impl Limiter {
         let mut origins = vec![self.local_usage(state, spec, now_ms, sync.version())];
         if let Some(replica) = state.remote.load_full() {
             for (idx, reg) in replica.iter() {
-                let Some(origin) = sync.origin_of(idx) else {
+                let aggregate = is_aggregate(idx);
+                let Some(origin) = sync.origin_of(idx & !AGGREGATE) else {
                     continue;
                 };
                 origins.push(OriginUsage {
                     origin,
                     is_local: false,
+                    aggregate,
                     admitted: crate::window::sliding_sum(spec, now_ms, reg.buckets()),
                     demand: u64::from(reg.live_demand(spec, now_ms)),
                     version: reg.version,
@@ -67,11 +72,19 @@ impl Limiter {
         }
         drop(sync);
         let eval = self.evaluate(id, state, *limit, 1, now_ms);
+        let sum = |aggregate: bool| {
+            origins
+                .iter()
+                .filter(move |o| !o.is_local && o.aggregate == aggregate)
+                .map(|o| o.admitted)
+        };
+        let remote = sum(false).sum::<f64>().max(sum(true).fold(0.0, f64::max));
+        let local = origins.first().map_or(0.0, |o| o.admitted);
         Some(Inspection {
             key_id: id,
             limit: limit.max,
             window_ms: spec.window_ms(),
-            global_admitted: origins.iter().map(|o| o.admitted).sum(),
+            global_admitted: local + remote,
             allowance: eval.allowance,
             live_members: self.member_counts().0,
             expected_members: self.member_counts().1,
@@ -90,6 +103,7 @@ impl Limiter {
         OriginUsage {
             origin: self.origin,
             is_local: true,
+            aggregate: false,
             admitted: snap.admitted.sum(spec, now_ms),
             demand: snap.offered.sum(spec, now_ms).ceil() as u64,
             version,

@@ -15,6 +15,7 @@
 //! check path. `inspection.rs` explains a window. The invariants are in `ALGORITHM.md` (§2–§6).
 
 mod admission;
+mod aggregation;
 mod bound_cache;
 mod check;
 mod config;

@@ -46,7 +46,8 @@ impl OriginTable {
             self.forget_longest_unseen();
         }
         let idx = self.next;
-        self.next = self.next.wrapping_add(1);
+        // Indices stay below the mark of owners' aggregates (`state::AGGREGATE`).
+        self.next = self.next.wrapping_add(1) % super::state::AGGREGATE;
         self.by_id.insert(id, idx);
         self.entries.insert(
             idx,
@@ -64,6 +65,11 @@ impl OriginTable {
             self.by_id.remove(&e.id);
             self.entries.remove(&idx);
         }
+    }
+
+    /// The index of `id`, if it is known (unlike [`OriginTable::intern`], adds nothing).
+    pub fn lookup(&self, id: OriginId) -> Option<OriginIdx> {
+        self.by_id.get(&id).copied()
     }
 
     pub fn observe_version(&mut self, idx: OriginIdx, version: u64) {

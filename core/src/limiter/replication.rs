@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use super::expected_size::ExpectedSize;
 use super::origin::{OriginId, OriginTable};
+use super::state::{aggregate_of, is_aggregate};
 use super::{KeyId, Limiter};
 use crate::crdt::Hlc;
-use crate::crdt::{MergeOutcome, Register, Replica};
+use crate::crdt::{Arbitration, MergeOutcome, Register, Replica};
 use crate::window::{EstimateMode, RingSnapshot, WindowSpec};
 
 pub(crate) struct ReplicationState {
@@ -34,6 +35,17 @@ impl ReplicationState {
     /// The version of this origin's last emitted batch.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// A fresh version and stamp for an emission at `now_ms`.
+    pub fn next_emission(&mut self, now_ms: u64) -> (u64, crate::crdt::HlcTimestamp) {
+        self.version += 1;
+        (self.version, self.hlc.now(now_ms))
+    }
+
+    /// The index of `origin`, if it is known.
+    pub fn lookup_origin(&self, origin: OriginId) -> Option<super::state::OriginIdx> {
+        self.origins.lookup(origin)
     }
 
     /// The origin behind an interned index, if it is still remembered.
@@ -79,7 +91,7 @@ pub struct MergeReport {
     pub replaced: u64,
     pub duplicate: u64,
     pub stale: u64,
-    /// Dropped by the version-vector check without reading buckets.
+    /// Dropped before the replica is copied: the held register ranks at or above it.
     pub dominated: u64,
     /// Registers of this node, relayed back to it.
     pub own: u64,
@@ -89,6 +101,8 @@ pub struct MergeReport {
     pub future: u64,
     pub bad_shape: u64,
     pub table_full: u64,
+    /// Aggregates of windows this node does not hold (it never asked for them).
+    pub unsolicited: u64,
 }
 
 impl MergeReport {
@@ -117,7 +131,17 @@ impl MergeReport {
         self.future += other.future;
         self.bad_shape += other.bad_shape;
         self.table_full += other.table_full;
+        self.unsolicited += other.unsolicited;
     }
+}
+
+/// Where a merged register goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// An origin's own register.
+    Registers,
+    /// An owner's sum over the origins it holds.
+    Aggregates,
 }
 
 fn register_of(
@@ -229,6 +253,10 @@ impl Limiter {
                 continue;
             };
             for (idx, reg) in replica.iter() {
+                // Owners' sums are not any origin's register: never relayed or saved.
+                if is_aggregate(idx) {
+                    continue;
+                }
                 let Some(origin) = sync.origins.get(idx).map(|e| e.id) else {
                     continue;
                 };
@@ -264,6 +292,18 @@ impl Limiter {
 
     /// Merges a peer's batch into the replica state of each window it names.
     pub fn merge(&self, batch: &Batch, now_ms: u64) -> MergeReport {
+        self.merge_into(batch, now_ms, Held::Registers)
+    }
+
+    /// Merges an owner's batch of aggregates (see [`Limiter::aggregates_for`]): each is kept
+    /// as that owner's register of the window, beside the registers held (see
+    /// `WindowState::aggregates`). Only windows this node holds take one: it asked for them by
+    /// sending its own register.
+    pub fn merge_aggregates(&self, batch: &Batch, now_ms: u64) -> MergeReport {
+        self.merge_into(batch, now_ms, Held::Aggregates)
+    }
+
+    fn merge_into(&self, batch: &Batch, now_ms: u64, into: Held) -> MergeReport {
         let mut report = MergeReport::default();
         if batch.origin == self.origin {
             report.own = batch.updates.len() as u64;
@@ -290,7 +330,12 @@ impl Limiter {
                 report.expired += 1;
                 continue;
             }
-            if let Some(existing) = self.table.get(&update.key, &guard)
+            let existing = self.table.get(&update.key, &guard);
+            if into == Held::Aggregates && existing.is_none() {
+                report.unsolicited += 1;
+                continue;
+            }
+            if let Some(existing) = existing
                 && !existing.has_shape(&spec)
             {
                 // Ids name a shape, so this is a faulty peer: its register is dropped rather
@@ -305,8 +350,16 @@ impl Limiter {
                     continue;
                 }
             };
-            sync.origins.observe_version(idx, reg.version);
-            let current = state.remote.load_full();
+            let (idx, arbitration) = match into {
+                Held::Registers => {
+                    sync.origins.observe_version(idx, reg.version);
+                    (idx, arbitration)
+                }
+                // An owner's aggregates of a window are ordered by its emissions.
+                Held::Aggregates => (aggregate_of(idx), Arbitration::VectorDominance),
+            };
+            let slot = &state.remote;
+            let current = slot.load_full();
             if let Some(cur) = &current
                 && cur.dominates([(idx, reg.version, reg.hlc)], arbitration)
             {
@@ -318,7 +371,7 @@ impl Limiter {
                 .unwrap_or_else(|| Replica::new(&state.spec()));
             let outcome = next.merge_register(idx, reg.as_ref(), arbitration);
             next.expire(&state.spec(), now_ms);
-            state.remote.store(Some(Arc::new(next)));
+            slot.store(Some(Arc::new(next)));
             // Remote counts may have grown: the cached bound may no longer hold.
             state.bound.invalidate();
             report.record(outcome);

@@ -10,6 +10,25 @@ use crate::window::{AgeProfile, LocalRing, RingSnapshot, WindowSpec};
 
 pub(crate) use crate::crdt::OriginIdx;
 
+/// Marks a replica entry as an owner's aggregate rather than an origin's register. Origin
+/// indices stay below it (`OriginTable` wraps within them).
+pub(crate) const AGGREGATE: OriginIdx = 1 << 31;
+
+/// The entry under which `owner`'s aggregate of a window is kept.
+///
+/// What the window's owners said every other origin admitted and demands (in a large cluster
+/// a node hears of a window from its owner, not from every origin) is one register per owner,
+/// each a sum over the origins it holds. Each is a lower bound of what the others admitted, as
+/// is the sum of the origins' own registers; a decision takes the largest, so combining them
+/// never counts an admission twice.
+pub(crate) fn aggregate_of(owner: OriginIdx) -> OriginIdx {
+    owner | AGGREGATE
+}
+
+pub(crate) fn is_aggregate(idx: OriginIdx) -> bool {
+    idx & AGGREGATE != 0
+}
+
 /// A window's state. The hot path reads `ring` and `remote` without taking any lock; the ring
 /// is written with CAS, and `remote` is replaced whole (copy on write) by the merge path.
 #[derive(Debug)]
@@ -20,6 +39,8 @@ pub(crate) struct WindowState {
     /// bound stays 128 bytes.
     shape: AtomicU64,
     pub ring: LocalRing,
+    /// Other origins' registers, and the window's owners' aggregates under marked indices
+    /// (see [`aggregate_of`]).
     pub remote: ArcSwapOption<Replica>,
     /// The current bucket's admission bound, cached for the rest of the bucket under exactly
     /// the inputs it was computed from (see `bound_cache.rs`).
@@ -43,6 +64,20 @@ pub(crate) struct RemoteScalars {
     pub admitted: f64,
     pub demand: u64,
     pub newest_admitted_age: Option<u64>,
+}
+
+impl RemoteScalars {
+    /// The larger of two lower bounds of the same quantities, each field apart.
+    fn max(self, other: Self) -> Self {
+        Self {
+            admitted: self.admitted.max(other.admitted),
+            demand: self.demand.max(other.demand),
+            newest_admitted_age: match (self.newest_admitted_age, other.newest_admitted_age) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
+        }
+    }
 }
 
 /// Remote registers folded for one instant, bucket by bucket (slow paths).
@@ -90,13 +125,8 @@ impl WindowState {
         now_ms: u64,
         silent: Option<&[OriginIdx]>,
     ) -> RemoteScalars {
-        let mut out = RemoteScalars::default();
-        let guard = self.remote.load();
-        let Some(replica) = guard.as_deref() else {
-            return out;
-        };
         let weigher = spec.weigher(now_ms);
-        for (origin, reg) in replica.iter() {
+        let fold = |reg: &crate::crdt::RegisterRef<'_>, out: &mut RemoteScalars| {
             for (epoch, count) in reg.buckets() {
                 let w = weigher.weight(epoch);
                 if w > 0.0 {
@@ -107,10 +137,24 @@ impl WindowState {
                     }
                 }
             }
-            if silent.is_none_or(|s| s.binary_search(&origin).is_err()) {
-                out.demand += u64::from(reg.live_demand(spec, now_ms));
+        };
+        let (mut out, mut best) = (RemoteScalars::default(), RemoteScalars::default());
+        if let Some(replica) = self.remote.load().as_deref() {
+            for (origin, reg) in replica.iter() {
+                if is_aggregate(origin) {
+                    let mut one = RemoteScalars::default();
+                    fold(&reg, &mut one);
+                    one.demand = u64::from(reg.live_demand(spec, now_ms));
+                    best = best.max(one);
+                    continue;
+                }
+                fold(&reg, &mut out);
+                if silent.is_none_or(|s| s.binary_search(&origin).is_err()) {
+                    out.demand += u64::from(reg.live_demand(spec, now_ms));
+                }
             }
         }
+        out = out.max(best);
         out
     }
 
@@ -119,14 +163,28 @@ impl WindowState {
             admitted: AgeProfile::new(spec),
             demand: 0,
         };
-        if let Some(replica) = self.remote.load().as_deref() {
-            for (_, reg) in replica.iter() {
-                for (epoch, count) in reg.buckets() {
-                    usage.admitted.add(spec, now_ms, epoch, count);
-                }
-                usage.demand += u64::from(reg.live_demand(spec, now_ms));
+        let Some(replica) = self.remote.load_full() else {
+            return usage;
+        };
+        let mut best = usage.clone();
+        for (origin, reg) in replica.iter() {
+            let mut one = AgeProfile::new(spec);
+            for (epoch, count) in reg.buckets() {
+                one.add(spec, now_ms, epoch, count);
+            }
+            let demand = u64::from(reg.live_demand(spec, now_ms));
+            if is_aggregate(origin) {
+                // Each owner's sum, and the sum of the registers held, are lower bounds of the
+                // same counts: the larger, bucket by bucket.
+                best.admitted.max_with(&one);
+                best.demand = best.demand.max(demand);
+            } else {
+                usage.admitted.absorb(&one);
+                usage.demand += demand;
             }
         }
+        usage.admitted.max_with(&best.admitted);
+        usage.demand = usage.demand.max(best.demand);
         usage
     }
 

@@ -272,7 +272,7 @@ impl KeyTable {
     }
 }
 
-/// Drops remote registers that have left the window.
+/// Drops remote registers (and owners' aggregates) that have left the window.
 fn expire_remote(state: &WindowState, now_ms: u64) {
     let Some(current) = state.remote.load_full() else {
         return;

@@ -55,6 +55,13 @@ impl AgeProfile {
         }
     }
 
+    /// Keeps the larger count of each age: two lower bounds of the same counts combined.
+    pub fn max_with(&mut self, other: &AgeProfile) {
+        for (mine, theirs) in self.by_age.iter_mut().zip(other.by_age()) {
+            *mine = (*mine).max(*theirs);
+        }
+    }
+
     /// Whether nothing is counted.
     pub fn is_empty(&self) -> bool {
         self.by_age().iter().all(|c| *c == 0)

@@ -258,3 +258,67 @@ fn anti_entropy_snapshot_and_relay() {
     let digest = b.digest();
     assert!(digest.contains(&(OriginId(1), snap.updates[0].register.version)));
 }
+
+#[test]
+fn an_owner_sums_every_other_origin_for_each_subscriber() {
+    let owner = limiter_with(naive(), 1);
+    let (b, c) = (limiter_with(naive(), 2), limiter_with(naive(), 3));
+    let lim = [second(100)];
+    assert_eq!(admitted_in(&owner, "k", &lim, 5, T0), 5);
+    assert_eq!(admitted_in(&b, "k", &lim, 7, T0), 7);
+    assert_eq!(admitted_in(&c, "k", &lim, 11, T0), 11);
+    for user in [&b, &c] {
+        let batch = user.collect_changed(T0 + 1).unwrap();
+        assert_eq!(owner.merge(&batch, T0 + 2).inserted, 1);
+    }
+    let key = owner.key_id(b"k", &lim[0].window);
+    let sums = owner.aggregates_for(key, &[OriginId(2), OriginId(3), OriginId(9)], T0 + 3);
+    let admitted = |u: &RegisterUpdate| u.register.admitted.iter().sum::<u32>();
+    // Each without its own register; an origin the owner never heard from gets the whole sum.
+    assert_eq!(sums.iter().map(admitted).collect::<Vec<_>>(), [16, 12, 23]);
+    assert!(
+        sums.iter()
+            .all(|u| u.register.demand >= u.register.admitted.iter().sum())
+    );
+    let versions: Vec<u64> = sums.iter().map(|u| u.register.version).collect();
+    assert!(versions.windows(2).all(|v| v[0] == v[1]), "one emission");
+
+    // b keeps the owner's sum as the owner's register of the window and adds its own ring.
+    let report = b.merge_aggregates(
+        &Batch {
+            origin: OriginId(1),
+            updates: vec![sums[0].clone()],
+        },
+        T0 + 4,
+    );
+    assert_eq!(report.inserted, 1);
+    assert_eq!(
+        b.inspect(b"k", &lim[0], T0 + 5).unwrap().global_admitted,
+        23.0
+    );
+    assert_eq!(admitted_in(&b, "k", &lim, 100, T0 + 5), 100 - 23);
+    // Holding c's own register as well (a node that is also an owner) counts nothing twice.
+    let from_c = c.collect_changed(T0 + 6).unwrap();
+    b.merge(&from_c, T0 + 7);
+    assert_eq!(
+        b.inspect(b"k", &lim[0], T0 + 8).unwrap().global_admitted,
+        100.0
+    );
+    // An aggregate of a window b does not hold is not asked for and not kept.
+    let other = owner.aggregates_for(
+        owner.key_id(b"elsewhere", &lim[0].window),
+        &[OriginId(2)],
+        T0,
+    );
+    assert!(other.is_empty(), "the owner holds no such window");
+    let mut unsolicited = sums[0].clone();
+    unsolicited.key = KeyId(12345);
+    let report = b.merge_aggregates(
+        &Batch {
+            origin: OriginId(1),
+            updates: vec![unsolicited],
+        },
+        T0 + 9,
+    );
+    assert_eq!(report.unsolicited, 1);
+}

@@ -1,0 +1,115 @@
+//! What the owner of a window tells the nodes that use it.
+//!
+//! In a large cluster a node does not send its register of a window to every member but to
+//! the window's owners, and hears of the others from the owner: one register per round that
+//! sums, bucket by bucket, what every other origin the owner holds admitted, and their demand.
+//! The owner leaves the subscriber's own register out of its sum, so that the subscriber can
+//! add its own ring, which it knows better; and it excludes the demand of origins that have
+//! gone silent, as its own decisions do. A subscriber keeps each owner's sum as that owner's
+//! register of the window (`WindowState::aggregates`).
+
+use std::collections::BTreeMap;
+
+use super::replication::RegisterUpdate;
+use super::state::is_aggregate;
+use super::{KeyId, Limiter, OriginId};
+use crate::crdt::Register;
+
+impl Limiter {
+    /// For window `key`: one aggregate per subscriber, in order, each summing this node's ring
+    /// and every register it holds except the subscriber's own, stamped with a fresh version.
+    /// Empty if this node holds no such window.
+    pub fn aggregates_for(
+        &self,
+        key: KeyId,
+        subscribers: &[OriginId],
+        now_ms: u64,
+    ) -> Vec<RegisterUpdate> {
+        let guard = self.table.guard();
+        let Some(state) = self.table.get(&key, &guard) else {
+            return Vec::new();
+        };
+        let spec = state.spec();
+        let mut sync = self.lock_sync();
+        let (version, hlc) = sync.next_emission(now_ms);
+        let silent = self.silent_origins.load();
+        let is_silent = |idx| {
+            silent
+                .as_deref()
+                .is_some_and(|s| s.binary_search(&idx).is_ok())
+        };
+
+        // Everything held: bucket counts by epoch, and demand.
+        let mut total: BTreeMap<u64, u64> = BTreeMap::new();
+        let local = state.ring.snapshot(&spec, now_ms);
+        for (age, count) in local.admitted.by_age().iter().enumerate() {
+            if *count > 0
+                && let Some(epoch) = local.epoch.checked_sub(age as u64)
+            {
+                *total.entry(epoch).or_default() += count;
+            }
+        }
+        let mut demand = local.offered.sum(&spec, now_ms).ceil() as u64;
+        let replica = state.remote.load_full();
+        if let Some(replica) = &replica {
+            for (idx, reg) in replica.iter() {
+                if is_aggregate(idx) {
+                    // A sum is not an origin: this node's own decisions use the registers.
+                    continue;
+                }
+                for (epoch, count) in reg.buckets() {
+                    *total.entry(epoch).or_default() += count;
+                }
+                if !is_silent(idx) {
+                    demand += u64::from(reg.live_demand(&spec, now_ms));
+                }
+            }
+        }
+
+        let slots = spec.slots();
+        subscribers
+            .iter()
+            .map(|s| {
+                let mut sum = total.clone();
+                let mut d = demand;
+                let own = sync
+                    .lookup_origin(*s)
+                    .and_then(|idx| Some((idx, replica.as_ref()?.get(idx)?)));
+                if let Some((idx, reg)) = own {
+                    for (epoch, count) in reg.buckets() {
+                        if let Some(c) = sum.get_mut(&epoch) {
+                            *c = c.saturating_sub(count);
+                        }
+                    }
+                    if !is_silent(idx) {
+                        d = d.saturating_sub(u64::from(reg.live_demand(&spec, now_ms)));
+                    }
+                }
+                let newest = sum
+                    .iter()
+                    .rev()
+                    .find(|(_, c)| **c > 0)
+                    .map_or(local.epoch, |(e, _)| *e);
+                let admitted: Vec<u32> = (0..slots as u64)
+                    .map_while(|age| newest.checked_sub(age))
+                    .map(|epoch| {
+                        u32::try_from(sum.get(&epoch).copied().unwrap_or(0)).unwrap_or(u32::MAX)
+                    })
+                    .collect();
+                let used = admitted.iter().rposition(|c| *c > 0).map_or(0, |i| i + 1);
+                RegisterUpdate {
+                    key,
+                    window_ms: spec.window_ms(),
+                    buckets: spec.buckets(),
+                    register: Register {
+                        version,
+                        hlc,
+                        newest_epoch: newest,
+                        demand: u32::try_from(d).unwrap_or(u32::MAX),
+                        admitted: admitted[..used].to_vec(),
+                    },
+                }
+            })
+            .collect()
+    }
+}
