@@ -5,6 +5,7 @@
 use anyhow::{Context, bail};
 use clap::Parser;
 use limitmesh::limiter::{PartitionPolicy, Policy};
+use limitmesh::node::{Dissemination, FULL_MESH_UP_TO};
 use limitmesh_sim::fleet::{FLEET_SCENARIOS, fleet_scenario};
 use limitmesh_sim::scenario::{SCENARIOS, scenario};
 use limitmesh_sim::{Report, run};
@@ -124,7 +125,13 @@ fn fmt_cut_off(nodes: &[(usize, i64)]) -> String {
         .join(", ")
 }
 
-/// A fleet scenario on the in-process simulator, with limitmesh's admission and the naive one.
+/// The largest fleet the full mesh is simulated for (its cost grows with the square of the
+/// size).
+const FULL_MESH_SIMULATED_UP_TO: usize = 200;
+
+/// A fleet scenario on the in-process simulator: limitmesh's admission, the same with every
+/// register sent to every member (the full mesh, where the size would use owners), and the
+/// naive admission.
 fn fleet(args: &Args) -> anyhow::Result<()> {
     let names: Vec<&str> = if args.scenario == "fleet-all" {
         FLEET_SCENARIOS.to_vec()
@@ -155,12 +162,19 @@ fn fleet(args: &Args) -> anyhow::Result<()> {
         let Some(base) = fleet_scenario(name, args.seed, args.nodes) else {
             bail!("unknown scenario {name:?}; expected one of {FLEET_SCENARIOS:?} or fleet-all");
         };
-        for (label, policy) in [
-            ("share", Policy::DemandShare(PartitionPolicy::Strict)),
-            ("naive", Policy::GlobalCount),
-        ] {
+        let share = Policy::DemandShare(PartitionPolicy::Strict);
+        let mut runs = vec![
+            ("share", share, Dissemination::Auto),
+            ("naive", Policy::GlobalCount, Dissemination::Auto),
+        ];
+        // Today's full mesh beside it, where it can be simulated in minutes.
+        if base.nodes > FULL_MESH_UP_TO && base.nodes <= FULL_MESH_SIMULATED_UP_TO {
+            runs.insert(1, ("mesh", share, Dissemination::FullMesh));
+        }
+        for (label, policy, dissemination) in runs {
             let mut cfg = base.clone();
             cfg.policy = policy;
+            cfg.dissemination = dissemination;
             let started = limitmesh::clock::monotonic_now();
             let r = limitmesh_sim::fleet::run(name, label, &cfg);
             let wall = started.elapsed().as_secs_f64();

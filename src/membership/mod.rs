@@ -137,6 +137,15 @@ impl Membership {
         m
     }
 
+    /// The boot ids of the members SWIM suspects.
+    pub fn suspects(&self) -> std::collections::BTreeSet<u128> {
+        self.foca
+            .iter_membership_state()
+            .filter(|m| m.state() == foca::State::Suspect)
+            .map(|m| m.id().node.as_u128())
+            .collect()
+    }
+
     pub fn num_members(&self) -> usize {
         self.foca.num_members()
     }

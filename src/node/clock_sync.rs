@@ -88,6 +88,14 @@ impl ClockSync {
             .all(|p| self.calibrator.estimate(p).is_some())
     }
 
+    /// How many of `peers` have sent this node something to estimate their clocks by.
+    pub fn estimates_of(&self, peers: impl IntoIterator<Item = u128>) -> usize {
+        peers
+            .into_iter()
+            .filter(|p| self.calibrator.estimate(*p).is_some())
+            .count()
+    }
+
     pub fn fences(&self) -> &Fences {
         &self.fences
     }

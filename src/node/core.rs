@@ -23,6 +23,7 @@ use tokio::time::Instant;
 use super::clock_sync::ClockSync;
 use super::liveness::Liveness;
 use super::outbox::{Outbox, Outgoing};
+use super::ownership::Ownership;
 use super::return_route::ReturnRoute;
 use super::timers::{Periodic, Timers};
 use super::view::{ClusterView, MemberInfo, MemberState};
@@ -65,6 +66,10 @@ pub struct NodeCore<T> {
     pub(super) far_fenced: bool,
     /// Registers saved at the last stop, merged once the node runs on cluster time.
     pub(super) saved: Option<Saved>,
+    /// In a large cluster: each window's owners, and the windows this node owns.
+    pub(super) ownership: Option<Ownership>,
+    /// Summary rounds run, to publish the member list of a large cluster less often.
+    pub(super) rounds: u64,
 }
 
 impl<T> std::fmt::Debug for NodeCore<T> {
@@ -141,6 +146,8 @@ impl<T: TimeSource> NodeCore<T> {
             warmup,
             far_fenced: false,
             saved,
+            ownership: None,
+            rounds: 0,
             return_route,
             params,
             clock,
@@ -260,6 +267,9 @@ impl<T: TimeSource> NodeCore<T> {
                 self.queue_bootstrap(now, destination(id));
             }
         }
+        if let Some(o) = &mut self.ownership {
+            o.members_changed();
+        }
         let members = self.membership.members();
         let ids = self.liveness.set_members(&members);
         self.clock_sync.retain(|s| ids.contains(&s));
@@ -308,7 +318,13 @@ impl<T: TimeSource> NodeCore<T> {
         let members = self.membership.members();
         let ids: BTreeSet<u128> = members.iter().map(|m| m.node.as_u128()).collect();
         let fences = self.clock_sync.fences();
-        let mut silent = self.liveness.silent(&members, fences, now.at);
+        let mut silent = if self.ownership.is_some() {
+            let suspects = self.membership.suspects();
+            self.liveness
+                .silent_by_swim(&members, &suspects, fences, now.at)
+        } else {
+            self.liveness.silent(&members, fences, now.at)
+        };
         let live = members.len() - silent.len() + 1;
         // Senders a minute off count as silent members. When they are at least as many as the
         // live members (this node included), this node's own clock is the likelier one to be
@@ -361,7 +377,13 @@ impl<T: TimeSource> NodeCore<T> {
         // Two rounds for the members' pushes to land, and their join grace, after which this
         // node counts them live (and so shares the limit with them).
         let settle = (2 * self.params.gossip_interval).max(self.params.join_grace);
-        let clocks = self.clock_sync.has_estimates(members.iter().copied());
+        let clocks = if self.ownership.is_some() {
+            // A node of a large cluster hears from the members it shares windows with: enough
+            // of them for a median.
+            self.clock_sync.estimates_of(members.iter().copied()) >= members.len().min(5)
+        } else {
+            self.clock_sync.has_estimates(members.iter().copied())
+        };
         match w.end(now.at, &members, clocks, settle, self.params.warmup_timeout) {
             None => return,
             Some(WarmupEnd::HoldsState { waited }) => tracing::info!(

@@ -46,16 +46,25 @@ impl<T: TimeSource> NodeCore<T> {
         );
         // Steering moved cluster time: the one second reading of an input.
         now.cluster_ms = self.clock.now_ms();
-        // The member list carries clock offsets and cut-offs, which move every round.
-        self.publish();
+        self.rounds += 1;
+        let owners = self.choose_dissemination();
+        // The member list carries clock offsets and cut-offs, which move every round; a large
+        // cluster's is published once a second.
+        if !owners || self.rounds.is_multiple_of(5) {
+            self.publish();
+        }
         self.update_live(now);
         self.update_readiness(now);
-        let peers: Vec<Destination> = self.membership.members().iter().map(destination).collect();
         let batch = self.limiter.collect_changed(now.cluster_ms);
         self.view
             .wire
             .summary_rounds
             .fetch_add(1, Ordering::Relaxed);
+        if owners {
+            self.owner_round(now, batch);
+            return;
+        }
+        let peers: Vec<Destination> = self.membership.members().iter().map(destination).collect();
         if peers.is_empty() {
             return;
         }
@@ -88,7 +97,7 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// Whether registers may be sent to `addr`: always, unless return routability is checked
     /// and `addr` has not shown it receives.
-    fn may_push_to(&self, addr: std::net::SocketAddr) -> bool {
+    pub(super) fn may_push_to(&self, addr: std::net::SocketAddr) -> bool {
         self.return_route
             .as_ref()
             .is_none_or(|route| route.is_verified(addr))
@@ -107,6 +116,11 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// This node's registers to one member picked at random, a page at a time.
     pub(super) fn periodic_anti_entropy(&mut self, now: Now) {
+        if let Some(ownership) = &mut self.ownership {
+            // In a large cluster, every register goes to its owners again.
+            ownership.resend_all();
+            return;
+        }
         let members = self.membership.members();
         if members.is_empty() {
             return;
@@ -144,8 +158,18 @@ impl<T: TimeSource> NodeCore<T> {
             .map(|m| OriginId(m.node.as_u128()))
             .collect();
         live.insert(self.limiter.origin());
-        let own = self.limiter.snapshot_local(now.cluster_ms);
-        let relayed = self.limiter.relay(now.cluster_ms, |o| !live.contains(&o));
+        let mut own = self.limiter.snapshot_local(now.cluster_ms);
+        let mut relayed = self.limiter.relay(now.cluster_ms, |o| !live.contains(&o));
+        if self.ownership.is_some()
+            && let Some(newcomer) = to.node
+        {
+            // In a large cluster a newcomer needs only the windows it now owns.
+            own.updates.retain(|u| self.owned_by(u.key, newcomer));
+            for batch in &mut relayed {
+                batch.updates.retain(|u| self.owned_by(u.key, newcomer));
+            }
+            relayed.retain(|b| !b.updates.is_empty());
+        }
         if own.updates.is_empty() && relayed.is_empty() {
             // Nothing to push, said all the same: the newcomer waits for word from every
             // member before it serves (see `warmup.rs`).
@@ -161,7 +185,13 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// Encodes `batch` into as many bodies as it takes and seals each for every peer.
-    fn send_batch(&mut self, now: Now, kind: Kind, batch: &Batch, peers: &[Destination]) {
+    pub(super) fn send_batch(
+        &mut self,
+        now: Now,
+        kind: Kind,
+        batch: &Batch,
+        peers: &[Destination],
+    ) {
         if batch.updates.is_empty() {
             return;
         }

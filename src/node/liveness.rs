@@ -183,6 +183,30 @@ impl Liveness {
             .map(OriginId)
             .collect()
     }
+
+    /// As [`Liveness::silent`], for a large cluster, where a node hears only the members it
+    /// shares windows with: a member is silent while SWIM suspects it, rather than when this
+    /// node has not heard from it lately.
+    pub fn silent_by_swim(
+        &self,
+        members: &[NodeId],
+        suspects: &BTreeSet<u128>,
+        fences: &Fences,
+        at: Instant,
+    ) -> Vec<OriginId> {
+        members
+            .iter()
+            .map(|m| m.node.as_u128())
+            .filter(|id| {
+                let settled = self
+                    .joined_at
+                    .get(id)
+                    .is_none_or(|t| at.saturating_duration_since(*t) >= self.join_grace);
+                suspects.contains(id) || !settled || fences.own || fences.peers.contains(id)
+            })
+            .map(OriginId)
+            .collect()
+    }
 }
 
 #[cfg(test)]

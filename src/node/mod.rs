@@ -8,7 +8,8 @@
 //! [`NodeBuilder`] builds one the same way for all of them.
 //!
 //! - `core.rs`: the state and the inputs; `receive.rs`: one datagram; `dissemination.rs`:
-//!   summary rounds, anti-entropy, bootstrap pushes; `liveness.rs`: whose demand counts;
+//!   summary rounds, anti-entropy, bootstrap pushes; `ownership.rs` and `placement.rs`: in
+//!   large clusters, registers through each window's owners; `liveness.rs`: whose demand counts;
 //!   `warmup.rs`: when a starting node may admit; `clock_sync.rs`: cluster time;
 //!   `return_route.rs`: who may be sent registers in an insecure cluster; `timers.rs`: the
 //!   periodic work; `outbox.rs`: sealing.
@@ -24,7 +25,9 @@ mod dissemination;
 mod driver;
 mod liveness;
 mod outbox;
+mod ownership;
 mod params;
+mod placement;
 mod receive;
 mod return_route;
 mod stats;
@@ -45,6 +48,7 @@ pub use self::collector::ClusterCollector;
 pub use self::core::{CoreParts, NodeCore};
 pub use self::driver::Node;
 pub use self::outbox::Outgoing;
+pub use self::ownership::{BACK_TO_FULL_MESH, Dissemination, FULL_MESH_UP_TO};
 pub use self::params::NodeParams;
 pub use self::stats::{WireSnapshot, WireStats};
 pub use self::view::{ClusterView, MemberInfo, MemberState};

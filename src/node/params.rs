@@ -47,6 +47,8 @@ pub struct NodeParams {
     /// Registers saved at the last stop (`limiter.state_path`), loaded once the node runs on
     /// cluster time: at once without peers, at the end of the warm-up with them.
     pub state_path: Option<std::path::PathBuf>,
+    /// How registers spread: by cluster size (the default), or one way whatever the size.
+    pub dissemination: super::Dissemination,
 }
 
 impl NodeParams {
@@ -70,6 +72,7 @@ impl NodeParams {
             warmup_timeout: Duration::from_secs(5),
             verify_return_route: false,
             state_path: None,
+            dissemination: super::Dissemination::Auto,
         }
     }
 

@@ -134,12 +134,26 @@ impl<T: TimeSource> NodeCore<T> {
         if header.kind == Kind::Heartbeat {
             return;
         }
-        match decode_batch(rest, OriginId(header.sender)) {
-            Ok((batch, rejects)) => {
-                let report = self.limiter.merge(&batch, now.cluster_ms);
-                self.view.wire.merged(&report, rejects.bad_shape);
+        let Ok((batch, rejects)) = decode_batch(rest, OriginId(header.sender)) else {
+            self.view.wire.dropped(DropReason::Malformed);
+            return;
+        };
+        let report = match header.kind {
+            Kind::Aggregate => self.limiter.merge_aggregates(&batch, now.cluster_ms),
+            kind => {
+                if kind == Kind::Summary && self.ownership.is_some() {
+                    // A member's own registers of windows this node owns: it uses them, and
+                    // hears of them from here.
+                    let keys: Vec<_> = batch.updates.iter().map(|u| u.key).collect();
+                    let to = Destination {
+                        addr: from,
+                        node: Some(header.sender),
+                    };
+                    self.subscribe(header.sender, to, &keys, now.at);
+                }
+                self.limiter.merge(&batch, now.cluster_ms)
             }
-            Err(_) => self.view.wire.dropped(DropReason::Malformed),
-        }
+        };
+        self.view.wire.merged(&report, rejects.bad_shape);
     }
 }

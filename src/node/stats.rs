@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::gossip::wire::{DropReason, Kind};
 use crate::limiter::MergeReport;
 
-const KINDS: [Kind; 4] = [
+const KINDS: [Kind; 5] = [
     Kind::Membership,
     Kind::Summary,
     Kind::AntiEntropy,
     Kind::Heartbeat,
+    Kind::Aggregate,
 ];
 
 fn kind_index(kind: Kind) -> usize {
@@ -20,15 +21,16 @@ fn kind_index(kind: Kind) -> usize {
         Kind::Summary => 1,
         Kind::AntiEntropy => 2,
         Kind::Heartbeat => 3,
+        Kind::Aggregate => 4,
     }
 }
 
 #[derive(Debug, Default)]
 pub struct WireStats {
-    sent_packets: [AtomicU64; 4],
-    sent_bytes: [AtomicU64; 4],
-    received_packets: [AtomicU64; 4],
-    received_bytes: [AtomicU64; 4],
+    sent_packets: [AtomicU64; KINDS.len()],
+    sent_bytes: [AtomicU64; KINDS.len()],
+    received_packets: [AtomicU64; KINDS.len()],
+    received_bytes: [AtomicU64; KINDS.len()],
     dropped: [AtomicU64; DropReason::ALL.len()],
     /// Registers sent in summary rounds, counted once per peer they were sent to.
     pub summary_register_sends: AtomicU64,
@@ -98,7 +100,7 @@ impl WireStats {
     }
 
     pub fn snapshot(&self) -> WireSnapshot {
-        let by_kind = |a: &[AtomicU64; 4]| {
+        let by_kind = |a: &[AtomicU64; KINDS.len()]| {
             KINDS
                 .iter()
                 .map(|k| (k.as_str(), a[kind_index(*k)].load(Ordering::Relaxed)))

@@ -1,6 +1,7 @@
 //! What a fleet run is: how many nodes, their network, their traffic and the faults.
 
 use limitmesh::limiter::Policy;
+use limitmesh::node::Dissemination;
 
 use super::traffic::Traffic;
 
@@ -38,6 +39,7 @@ pub struct FleetConfig {
     /// Every datagram is lost with this probability.
     pub loss: f64,
     pub policy: Policy,
+    pub dissemination: Dissemination,
     pub traffic: Traffic,
     pub faults: Vec<FleetFault>,
     /// Nodes every node is given as seeds (the first ones).
@@ -60,6 +62,7 @@ impl FleetConfig {
             max_latency_ms: 20,
             loss: 0.0,
             policy: Policy::default(),
+            dissemination: Dissemination::Auto,
             traffic: Traffic::fleet(),
             faults: Vec::new(),
             seeds: 3,

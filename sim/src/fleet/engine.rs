@@ -232,6 +232,7 @@ impl<'c> Engine<'c> {
             .map(|s| self.slots[s].addr)
             .collect();
         params.expect_peers = true;
+        params.dissemination = self.cfg.dissemination;
         let keys = NodeKeys {
             keyring: Keyring::new(&[[42u8; 32]]).expect("a key"),
             hasher: KeyHasher::from_secret(b"simulated fleet"),

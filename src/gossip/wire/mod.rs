@@ -66,6 +66,9 @@ pub enum Kind {
     /// "Still here": sent in a round with nothing else for that peer, so that silence means
     /// unreachable rather than idle.
     Heartbeat = 4,
+    /// A window's owner's sums over the other origins it holds, for a node that uses the
+    /// window (large clusters: `node/ownership.rs`).
+    Aggregate = 5,
 }
 
 impl Kind {
@@ -75,6 +78,7 @@ impl Kind {
             2 => Some(Kind::Summary),
             3 => Some(Kind::AntiEntropy),
             4 => Some(Kind::Heartbeat),
+            5 => Some(Kind::Aggregate),
             _ => None,
         }
     }
@@ -85,6 +89,7 @@ impl Kind {
             Kind::Summary => "summary",
             Kind::AntiEntropy => "anti_entropy",
             Kind::Heartbeat => "heartbeat",
+            Kind::Aggregate => "aggregate",
         }
     }
 }

@@ -1,0 +1,223 @@
+//! Dissemination through window owners, for clusters too large for every node to send every
+//! register to every member.
+//!
+//! Each window has two owners on a ring of the members (`placement.rs`). A node sends its
+//! register of a window to those two instead of to every member, and each round the first
+//! owner sends every node that uses the window one register: the sum of every other origin
+//! it holds (`Limiter::aggregates_for`). So a node's cost for a window depends on how many
+//! nodes use it, not on the cluster's size, and a node with no traffic on a window pays
+//! nothing for it. The second owner holds the registers too: when the first one goes, it takes
+//! over with them.
+//!
+//! A cluster of up to [`FULL_MESH_UP_TO`] members sends to every member as before (one hop
+//! instead of two, and no owner to lose); beyond it the owners carry the registers, and below
+//! [`BACK_TO_FULL_MESH`] the full mesh comes back.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tokio::time::Instant;
+
+use super::core::NodeCore;
+use super::placement::{Member, Ring};
+use crate::clock::{Now, TimeSource};
+use crate::gossip::wire::{Destination, Kind};
+use crate::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
+
+/// Largest cluster (this node included) that sends every register to every member.
+pub const FULL_MESH_UP_TO: usize = 16;
+/// A cluster in owner mode goes back to the full mesh once it is this small.
+pub const BACK_TO_FULL_MESH: usize = 12;
+/// A node that has sent an owner no register of a window for this long stops hearing of it.
+const SUBSCRIPTION: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// How a node spreads its registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dissemination {
+    /// By cluster size: the full mesh up to [`FULL_MESH_UP_TO`] members, owners beyond.
+    #[default]
+    Auto,
+    /// Every register to every member, whatever the size (for comparison).
+    FullMesh,
+    /// Through owners, whatever the size.
+    Owners,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Subscriber {
+    to: Destination,
+    heard: Instant,
+}
+
+/// The state of owner mode.
+#[derive(Debug, Default)]
+pub struct Ownership {
+    ring: Ring,
+    /// The members changed since the ring was built.
+    stale: bool,
+    /// Per owned window, the nodes that use it: where they are and when they last sent.
+    subscribers: BTreeMap<KeyId, BTreeMap<u128, Subscriber>>,
+    /// Owned windows whose sums changed since the last round.
+    changed: BTreeSet<KeyId>,
+    /// Send every live register of this node to its owners next round (owners moved, or
+    /// anti-entropy is due).
+    resend_all: bool,
+}
+
+impl Ownership {
+    fn new() -> Self {
+        Self {
+            stale: true,
+            resend_all: true,
+            ..Self::default()
+        }
+    }
+
+    /// The members changed: rebuild the ring before the next use.
+    pub fn members_changed(&mut self) {
+        self.stale = true;
+    }
+
+    /// Every own register goes to its owners next round.
+    pub fn resend_all(&mut self) {
+        self.resend_all = true;
+    }
+}
+
+impl<T: TimeSource> NodeCore<T> {
+    /// Picks full mesh or owners for the cluster's size (with hysteresis). Returns whether
+    /// owners carry the registers.
+    pub(super) fn choose_dissemination(&mut self) -> bool {
+        let size = self.membership.num_members() + 1;
+        let owners = match self.params.dissemination {
+            Dissemination::FullMesh => false,
+            Dissemination::Owners => true,
+            Dissemination::Auto if self.ownership.is_some() => size > BACK_TO_FULL_MESH,
+            Dissemination::Auto => size > FULL_MESH_UP_TO,
+        };
+        match (owners, self.ownership.is_some()) {
+            (true, false) => {
+                tracing::info!(members = size, "large cluster: registers go through owners");
+                self.ownership = Some(Ownership::new());
+            }
+            (false, true) => {
+                tracing::info!(
+                    members = size,
+                    "small cluster: registers go to every member"
+                );
+                self.ownership = None;
+            }
+            _ => {}
+        }
+        owners
+    }
+
+    /// Rebuilds the ring if the members changed; the owners it names may then have moved, so
+    /// this node's registers all go out again.
+    pub(super) fn refresh_ring(&mut self) {
+        let Some(ownership) = self.ownership.as_mut() else {
+            return;
+        };
+        if !ownership.stale {
+            return;
+        }
+        let mut members: Vec<Member> = self
+            .membership
+            .members()
+            .iter()
+            .map(|m| Member {
+                id: m.node.as_u128(),
+                addr: m.addr,
+            })
+            .collect();
+        members.push(Member {
+            id: self.params.node_id.as_u128(),
+            addr: self.params.advertise,
+        });
+        ownership.ring = Ring::new(&members);
+        ownership.stale = false;
+        ownership.resend_all = true;
+    }
+
+    /// A node's registers of `keys` arrived: of the windows this node owns, the sender uses
+    /// them.
+    pub(super) fn subscribe(&mut self, sender: u128, to: Destination, keys: &[KeyId], at: Instant) {
+        let me = self.params.node_id.as_u128();
+        self.refresh_ring();
+        let Some(ownership) = self.ownership.as_mut() else {
+            return;
+        };
+        for key in keys {
+            if ownership.ring.owns(*key, me) {
+                ownership
+                    .subscribers
+                    .entry(*key)
+                    .or_default()
+                    .insert(sender, Subscriber { to, heard: at });
+                ownership.changed.insert(*key);
+            }
+        }
+    }
+
+    /// One owner-mode round: this node's registers to their owners, and the sums of the
+    /// windows it owns to the nodes that use them.
+    pub(super) fn owner_round(&mut self, now: Now, changed: Option<Batch>) {
+        let me = self.params.node_id.as_u128();
+        let origin = self.limiter.origin();
+        self.refresh_ring();
+        let resend_all = self
+            .ownership
+            .as_mut()
+            .is_some_and(|o| std::mem::take(&mut o.resend_all));
+        let own = if resend_all {
+            Some(self.limiter.snapshot_local(now.cluster_ms))
+        } else {
+            changed
+        };
+        let Some(ownership) = self.ownership.as_mut() else {
+            return;
+        };
+        let mut to_owners: BTreeMap<Destination, Vec<RegisterUpdate>> = BTreeMap::new();
+        for update in own.map(|b| b.updates).unwrap_or_default() {
+            if ownership.ring.owns(update.key, me) {
+                ownership.changed.insert(update.key);
+            }
+            for to in ownership.ring.destinations(update.key, me) {
+                to_owners.entry(to).or_default().push(update.clone());
+            }
+        }
+
+        // The sums of the owned windows that changed, one datagram (or a few) per subscriber.
+        let changed = std::mem::take(&mut ownership.changed);
+        let mut to_users: BTreeMap<Destination, Vec<RegisterUpdate>> = BTreeMap::new();
+        for key in changed {
+            let Some(subs) = ownership.subscribers.get_mut(&key) else {
+                continue;
+            };
+            subs.retain(|_, s| now.at.saturating_duration_since(s.heard) < SUBSCRIPTION);
+            if subs.is_empty() {
+                ownership.subscribers.remove(&key);
+                continue;
+            }
+            let ids: Vec<OriginId> = subs.keys().map(|s| OriginId(*s)).collect();
+            let sums = self.limiter.aggregates_for(key, &ids, now.cluster_ms);
+            for (sub, sum) in subs.values().zip(sums) {
+                to_users.entry(sub.to).or_default().push(sum);
+            }
+        }
+        for (to, updates) in to_owners {
+            self.send_batch(now, Kind::Summary, &Batch { origin, updates }, &[to]);
+        }
+        for (to, updates) in to_users {
+            self.send_batch(now, Kind::Aggregate, &Batch { origin, updates }, &[to]);
+        }
+    }
+
+    /// Whether `key`'s owners (in this node's view) include `member`.
+    pub(super) fn owned_by(&mut self, key: KeyId, member: u128) -> bool {
+        self.refresh_ring();
+        self.ownership
+            .as_ref()
+            .and_then(|o| o.ring.owners(key))
+            .is_some_and(|[a, b]| a.id == member || b.id == member)
+    }
+}
