@@ -52,7 +52,8 @@ pub trait TimeSource: Send + Sync + 'static {
     /// differ a little from real time). Cheap: the check path reads it on every request.
     fn mono_ms(&self) -> u64;
     /// How long the machine has been suspended in all, which `mono_ms` does not count and a
-    /// [`ClusterClock`] adds once per round (0 where nothing suspends).
+    /// [`ClusterClock`] adds to cluster time at each reading of [`Now`] (0 where nothing
+    /// suspends).
     fn suspended_ms(&self) -> u64 {
         0
     }

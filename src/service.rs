@@ -360,8 +360,8 @@ pub async fn run(
     if let Some(path) = &state_path
         && !view.is_ready()
     {
-        // The saved registers are loaded at the end of the warm-up: a node stopped before then
-        // never read them, and must not overwrite them with less.
+        // The saved registers are merged at the end of the warm-up: a node stopped before then
+        // never merged them, and must not overwrite them with less.
         tracing::warn!(path = %path.display(), "stopped while warming up: the saved registers are kept as they were");
     } else if let Some(path) = &state_path {
         // After the gRPC server and the node loop have stopped: nothing is admitted any more.

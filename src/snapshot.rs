@@ -162,7 +162,8 @@ pub fn read_or_set_aside(path: &Path) -> Saved {
 }
 
 /// Merges the registers saved in `path` into `limiter`: [`read`], then [`Saved::merge_into`].
-pub fn load(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<LoadReport, SnapshotError> {
+#[cfg(test)]
+fn load(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<LoadReport, SnapshotError> {
     Ok(read(path)?.merge_into(limiter, now_ms))
 }
 

@@ -102,8 +102,9 @@ impl<S: TimeSource> ClusterClock<S> {
     }
 
     /// Adds the time the machine was suspended since the last call to cluster time, at once:
-    /// real time passed, and the cluster's clocks moved on by as much. The node loop calls it
-    /// before it measures anything against [`ClusterClock::mono_ms`] (and every round).
+    /// real time passed, and the cluster's clocks moved on by as much. Every reading of
+    /// [`Now`](super::Now) calls it first, before anything is measured against
+    /// [`ClusterClock::mono_ms`].
     pub fn account_suspend(&self) {
         let suspended = self.source.suspended_ms();
         let before = self.accounted_suspend.load(Ordering::Relaxed);

@@ -1,4 +1,5 @@
-//! One reading of every clock the node core uses, taken once per input by whoever drives it.
+//! One reading of every clock the node core uses, taken once per input by whoever drives it
+//! (a summary round, which steers cluster time, reads it once more after steering).
 
 use tokio::time::Instant;
 

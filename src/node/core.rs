@@ -31,7 +31,7 @@ use super::warmup::{Warmup, WarmupEnd};
 use super::{Command, NodeError, NodeParams};
 use crate::clock::{ClusterClock, Now, TimeSource};
 use crate::gossip::wire::{Destination, Keyring, Kind, Opener, Sealer, cluster_tag};
-use crate::limiter::{Limiter, OriginId};
+use crate::limiter::Limiter;
 use crate::membership::{MemberEvent, Membership, NodeId, REJOIN_INTERVAL};
 use crate::snapshot::Saved;
 
@@ -203,14 +203,16 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// Runs whatever is due at `now`: SWIM's timers first, then the periodic work in
     /// `Periodic` order (`timers.rs`).
-    pub fn on_wake(&mut self, now: Now) {
+    pub fn on_wake(&mut self, mut now: Now) {
         if self.membership.next_timer().is_some_and(|t| t <= now.at) {
             self.membership.fire_due(now.at);
             self.settle(now);
         }
         for due in self.timers.take_due(now.at) {
             match due {
-                Periodic::SummaryRound => self.summary_round(now),
+                // A round steers cluster time: what comes after it in this wake-up sees the
+                // steered time.
+                Periodic::SummaryRound => now = self.summary_round(now),
                 Periodic::AntiEntropy => self.periodic_anti_entropy(now),
                 Periodic::Rejoin => {
                     let seeds = self.seeds();
@@ -240,7 +242,7 @@ impl<T: TimeSource> NodeCore<T> {
     /// the drain.
     pub fn leave(&mut self, now: Now) {
         self.warmup = None;
-        self.summary_round(now);
+        let now = self.summary_round(now);
         self.settle(now);
         self.membership.leave(now.at);
         self.settle(now);
@@ -326,6 +328,7 @@ impl<T: TimeSource> NodeCore<T> {
             self.liveness.silent(&members, fences, now.at)
         };
         let live = members.len() - silent.len() + 1;
+        let silent_members = silent.len();
         // Senders a minute off count as silent members. When they are at least as many as the
         // live members (this node included), this node's own clock is the likelier one to be
         // wrong: it cuts itself off as for a clock beyond the tolerance.
@@ -356,11 +359,19 @@ impl<T: TimeSource> NodeCore<T> {
                 .fenced
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        let any_far = !far.is_empty();
         silent.extend(far);
+        // Any sender a minute off forces the strict scale, as a peer beyond the tolerance does:
+        // under `available` the others would otherwise take the whole limit beside it. So does
+        // a peer that counts members this node does not know of (one a minute off that only
+        // the peer hears).
+        let largest = self.liveness.largest_count();
+        let unknown = largest > members.len() + 1 + silent.len().saturating_sub(silent_members);
+        self.limiter.set_clock_fenced(
+            fences.own || far_fenced || any_far || unknown || !fences.peers.is_empty(),
+        );
         self.limiter
-            .set_clock_fenced(fences.own || far_fenced || !fences.peers.is_empty());
-        self.limiter
-            .set_liveness(live, &silent, self.liveness.largest_count(), now.cluster_ms);
+            .set_liveness(live, &silent, largest, now.cluster_ms);
     }
 
     /// Ends the warm-up once the node holds the cluster's state (see `warmup.rs`).
@@ -438,11 +449,6 @@ impl<T: TimeSource> NodeCore<T> {
         self.liveness
             .silent(std::slice::from_ref(&m), self.clock_sync.fences(), at)
             .is_empty()
-    }
-
-    /// This node's origin in the CRDT.
-    pub fn origin(&self) -> OriginId {
-        self.limiter.origin()
     }
 }
 

@@ -30,7 +30,8 @@ impl<T: TimeSource> NodeCore<T> {
     /// One summary round: steer cluster time, update who is live and whether the warm-up is
     /// over, then send what changed to every live member and a heartbeat to members that would
     /// otherwise hear nothing from this node this round.
-    pub(super) fn summary_round(&mut self, mut now: Now) {
+    /// Returns the time of the round, cluster time steered.
+    pub(super) fn summary_round(&mut self, mut now: Now) -> Now {
         let peers: Vec<u128> = self
             .membership
             .members()
@@ -62,11 +63,11 @@ impl<T: TimeSource> NodeCore<T> {
             .fetch_add(1, Ordering::Relaxed);
         if owners {
             self.owner_round(now, batch);
-            return;
+            return now;
         }
         let peers: Vec<Destination> = self.membership.members().iter().map(destination).collect();
         if peers.is_empty() {
-            return;
+            return now;
         }
         // Registers go only where they can be received (see `return_route.rs`); the others
         // get a heartbeat, as does everyone in a round with nothing to send.
@@ -93,6 +94,7 @@ impl<T: TimeSource> NodeCore<T> {
             let body = self.body_prefix(peer);
             self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, peer);
         }
+        now
     }
 
     /// Whether registers may be sent to `addr`: always, unless return routability is checked

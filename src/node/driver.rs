@@ -30,10 +30,6 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
         Self { core, socket }
     }
 
-    pub fn core(&self) -> &NodeCore<T> {
-        &self.core
-    }
-
     /// Runs until `shutdown` resolves, then leaves the cluster gracefully.
     pub async fn run(
         mut self,

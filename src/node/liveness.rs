@@ -36,6 +36,8 @@ pub struct Liveness {
     /// last told so.
     far: BTreeMap<u128, FarSender>,
     far_members: usize,
+    /// Tells sent in the current second, and when it began.
+    tells: (u32, Option<Instant>),
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -44,10 +46,18 @@ struct FarSender {
     told: Option<Instant>,
     /// How many members it says it counts.
     count: usize,
+    /// Its latest send time: a sender whose send times stop advancing is not heard again.
+    sent_ms: u64,
+    /// It sent a datagram sealed for this boot, so it counts (see `far_clock`).
+    counted: bool,
 }
 
 /// How often a sender a minute off is told so (with a heartbeat it will find just as stale).
 const TELL_FAR_EVERY: Duration = Duration::from_secs(1);
+/// Most senders told so per second in all: the answers go to the address a datagram came
+/// from, which could be spoofed; this bounds what a replay of genuine datagrams can make a
+/// node send.
+const TELLS_PER_SECOND: u32 = 64;
 
 /// How long a sender heard with a clock a minute off still counts (SWIM probes every second,
 /// so a sender still running is heard again well within it).
@@ -67,14 +77,17 @@ impl Liveness {
             counts: BTreeMap::new(),
             far: BTreeMap::new(),
             far_members: 0,
+            tells: (0, None),
         }
     }
 
-    /// A genuine datagram from `sender` was sent more than a minute from this node's clock.
-    /// Returns whether to tell the sender so: a node whose own clock is off hears nothing
-    /// from anyone otherwise (its datagrams are refused, so nobody answers them). At most once
-    /// a second per sender, and the answer is no larger than what came in.
-    pub fn far_clock(&mut self, sender: u128, at: Instant) -> bool {
+    /// A genuine datagram from `sender`, sent at `sent_ms` on its clock, was more than a
+    /// minute from this node's clock. Returns whether to tell the sender so: a node whose own
+    /// clock is off hears nothing from anyone otherwise (its datagrams are refused, so nobody
+    /// answers them). At most once a second per sender, and the answer is no larger than
+    /// what came in. A datagram sent before the last one from the same sender renews
+    /// nothing. Unless `counted`, the sender is only answered, not counted.
+    pub fn far_clock(&mut self, sender: u128, sent_ms: u64, counted: bool, at: Instant) -> bool {
         if self.far.len() >= MAX_FAR && !self.far.contains_key(&sender) {
             self.far
                 .retain(|_, f| at.saturating_duration_since(f.heard) < FAR_MEMORY);
@@ -86,15 +99,34 @@ impl Liveness {
             heard: at,
             told: None,
             count: 0,
+            sent_ms: 0,
+            counted: false,
         });
-        entry.heard = at;
-        let tell = entry
+        if sent_ms < entry.sent_ms {
+            return false;
+        }
+        entry.sent_ms = sent_ms;
+        if counted {
+            entry.heard = at;
+            entry.counted = true;
+        }
+        let due = entry
             .told
             .is_none_or(|t| at.saturating_duration_since(t) >= TELL_FAR_EVERY);
-        if tell {
-            entry.told = Some(at);
+        if !due {
+            return false;
         }
-        tell
+        let (sent, since) = &mut self.tells;
+        if since.is_none_or(|s| at.saturating_duration_since(s) >= Duration::from_secs(1)) {
+            *sent = 0;
+            *since = Some(at);
+        }
+        if *sent >= TELLS_PER_SECOND {
+            return false;
+        }
+        *sent += 1;
+        entry.told = Some(at);
+        true
     }
 
     /// `sender`, a minute off, says it counts this many members.
@@ -111,9 +143,9 @@ impl Liveness {
             .retain(|_, f| at.saturating_duration_since(f.heard) < FAR_MEMORY);
         let far: Vec<OriginId> = self
             .far
-            .keys()
-            .filter(|s| !members.contains(s))
-            .map(|s| OriginId(*s))
+            .iter()
+            .filter(|(s, f)| f.counted && !members.contains(s))
+            .map(|(s, _)| OriginId(*s))
             .collect();
         self.far_members = far.len();
         far

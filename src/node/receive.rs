@@ -28,17 +28,30 @@ impl<T: TimeSource> NodeCore<T> {
                     .return_route
                     .as_ref()
                     .is_none_or(|r| r.is_verified(from));
-                let Some((sender, kind)) = self.opener.take_stale() else {
+                let Some(stale) = self.opener.take_stale() else {
                     return;
                 };
+                if !may_answer {
+                    // In an insecure cluster, counted only from an address that has shown it
+                    // receives, as anything else there could be forged.
+                    return;
+                }
+                let sender = stale.sender;
+                // Counted only if sealed for this boot (see `Opener::take_stale`); an
+                // announcement to this node as a seed is only answered, so that its sender
+                // learns of this node and answers with a datagram that is.
+                let tell = self
+                    .liveness
+                    .far_clock(sender, stale.sent_ms, stale.addressed, now.at);
                 // How many members it counts (which includes this node) is as good a word as
                 // any on the cluster's size: a node a minute off learns it only this way.
-                if kind != Kind::Membership
+                if stale.addressed
+                    && stale.kind != Kind::Membership
                     && let Some((count, _)) = members_count::decode(stale_body(datagram))
                 {
                     self.liveness.far_counted(sender, count);
                 }
-                if self.liveness.far_clock(sender, now.at) && may_answer {
+                if tell {
                     // Bound to the sender's boot id, so that only it can open the answer.
                     let to = Destination {
                         addr: from,

@@ -159,16 +159,24 @@ filter = "warn"
         rules = rules.display()
     );
     let config_path = scratch.write(&format!("{name}.toml"), &config);
+    let stderr_path = scratch.path().join(format!("{name}.stderr"));
+    let stderr = std::fs::File::create(&stderr_path).expect("a file for stderr");
     let mut child = Command::new(env!("CARGO_BIN_EXE_limitmesh"))
         .args(["serve", "--config"])
         .arg(&config_path)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("the binary starts");
     let stdout = child.stdout.take().expect("piped");
-    let bound = read_bound_addresses(stdout, name);
+    let Some(bound) = read_bound_addresses(stdout) else {
+        // Not left running: a bare `Child` does not stop its process when dropped.
+        let _ = child.kill();
+        let _ = child.wait();
+        let said = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        panic!("{name} did not say where it listens; it said: {said}");
+    };
     Node {
         child,
         grpc: bound[0],
@@ -177,32 +185,40 @@ filter = "warn"
     }
 }
 
-/// The gRPC, HTTP and gossip addresses a starting node prints (at most 20 s). Its standard
-/// output is drained from then on, so that its logs never fill the pipe.
-fn read_bound_addresses(stdout: std::process::ChildStdout, name: &str) -> [SocketAddr; 3] {
+/// The gRPC, HTTP and gossip addresses a starting node prints (at most 20 s; `None` if it
+/// says nothing of them). Its standard output is drained from then on, so that its logs never
+/// fill the pipe.
+fn read_bound_addresses(stdout: std::process::ChildStdout) -> Option<[SocketAddr; 3]> {
     const LABELS: [&str; 3] = ["  gRPC (", "  admin HTTP (", "  gossip (UDP): "];
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
         let mut found: [Option<SocketAddr>; 3] = [None; 3];
-        let mut sent = false;
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if sent {
-                continue;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
             }
+            let text = String::from_utf8_lossy(&line);
             for (i, label) in LABELS.iter().enumerate() {
-                if line.starts_with(label) {
-                    found[i] = line.rsplit(' ').next().and_then(|a| a.parse().ok());
+                if text.starts_with(label) {
+                    found[i] = text
+                        .trim_end()
+                        .rsplit(' ')
+                        .next()
+                        .and_then(|a| a.parse().ok());
                 }
             }
             if let [Some(g), Some(h), Some(u)] = found {
                 let _ = tx.send([g, h, u]);
-                sent = true;
+                let _ = std::io::copy(&mut reader, &mut std::io::sink());
+                return;
             }
         }
     });
-    rx.recv_timeout(Duration::from_secs(20))
-        .unwrap_or_else(|_| panic!("{name} did not say where it listens"))
+    rx.recv_timeout(Duration::from_secs(20)).ok()
 }
 
 /// Waits (at most 20 s) until `node` answers `/readyz` with 200.
@@ -235,6 +251,8 @@ pub fn stop(node: &mut Node) {
 pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(2)))
+        // The node is on loopback: never through a proxy the environment may name.
+        .proxy(None)
         .http_status_as_error(false)
         .build()
         .into();

@@ -37,7 +37,7 @@ use thiserror::Error;
 
 pub use self::envelope::{Destination, Header};
 pub use self::keyring::Keyring;
-pub use self::seal::{Opened, Opener, Sealer, stale_body};
+pub use self::seal::{Opened, Opener, Sealer, Stale, stale_body};
 
 pub const MAGIC: [u8; 2] = *b"LM";
 pub const WIRE_VERSION: u8 = 2;

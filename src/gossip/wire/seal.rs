@@ -119,9 +119,19 @@ pub struct Opener {
     /// This node's boot id: what addressed datagrams must have been sealed for.
     receiver: u128,
     pub(super) replay: ReplayTable,
-    /// The sender and kind of the last genuine datagram refused as stale (see
-    /// [`Opener::take_stale`]).
-    stale: Option<(u128, Kind)>,
+    /// The last genuine datagram refused as stale (see [`Opener::take_stale`]).
+    stale: Option<Stale>,
+}
+
+/// A genuine, new datagram addressed to this node, refused as stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stale {
+    pub sender: u128,
+    pub kind: Kind,
+    /// Its send time, on its sender's clock.
+    pub sent_ms: u64,
+    /// Sealed for this node's boot (an announcement to a seed known by address is not).
+    pub addressed: bool,
 }
 
 /// An authenticated datagram.
@@ -142,13 +152,17 @@ impl Opener {
         }
     }
 
-    /// Who sent the last datagram refused as [`DropReason::Stale`], and its kind: it was
-    /// genuine (it authenticated), so the sender is a member whose clock is more than
-    /// [`MAX_CLOCK_DISTANCE_MS`] from this node's, or this node's clock is that far off. Its
-    /// send time cannot correct anything; the node can only count the sender in, as a member
-    /// it cannot hear. Its body stays decrypted in the datagram, between the header and the
-    /// tag ([`stale_body`]).
-    pub fn take_stale(&mut self) -> Option<(u128, Kind)> {
+    /// The last datagram refused as [`DropReason::Stale`] that was genuine (it
+    /// authenticated) and new (its number passed the replay window): its sender is a member
+    /// whose clock is more than [`MAX_CLOCK_DISTANCE_MS`] from this node's, or this node's
+    /// clock is that far off. Its send time cannot correct anything; the node can only count
+    /// the sender in, as a member it cannot hear. The body stays decrypted in the datagram,
+    /// between the header and the tag ([`stale_body`]).
+    ///
+    /// Only one sealed for this boot ([`Stale::addressed`]) should be counted: a datagram
+    /// captured before this boot does not open, and one replayed is refused by number, so an
+    /// on-path recorder cannot conjure far members out of old traffic.
+    pub fn take_stale(&mut self) -> Option<Stale> {
         self.stale.take()
     }
 
@@ -183,7 +197,15 @@ impl Opener {
             .decrypt_in_place_detached(&header.nonce(), &aad[..aad_len], body, &tag)
             .map_err(|_| DropReason::Forged)?;
         if header.sent_ms.abs_diff(now_ms) > MAX_CLOCK_DISTANCE_MS {
-            self.stale = Some((header.sender, header.kind));
+            let stream = (header.sender, header.addressed);
+            if self.replay.accept(stream, u64::from(header.stream), now_ms) {
+                self.stale = Some(Stale {
+                    sender: header.sender,
+                    kind: header.kind,
+                    sent_ms: header.sent_ms,
+                    addressed: header.addressed,
+                });
+            }
             return Err(DropReason::Stale);
         }
         let stream = (header.sender, header.addressed);
