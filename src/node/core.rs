@@ -26,8 +26,8 @@ use super::outbox::{Outbox, Outgoing};
 use super::ownership::Ownership;
 use super::return_route::ReturnRoute;
 use super::timers::{Periodic, Timers};
-use super::view::{ClusterView, MemberInfo, MemberState};
-use super::warmup::{Warmup, WarmupEnd};
+use super::view::ClusterView;
+use super::warmup::Warmup;
 use super::{Command, NodeError, NodeParams};
 use crate::clock::{ClusterClock, Now, TimeSource};
 use crate::gossip::wire::{Destination, Keyring, Kind, Opener, Sealer, cluster_tag};
@@ -281,139 +281,6 @@ impl<T: TimeSource> NodeCore<T> {
         }
         self.update_live(now);
         self.publish();
-    }
-
-    /// The member list, for the API, the admin endpoint and metrics.
-    pub(super) fn publish(&self) {
-        let me = self.membership.identity();
-        let fences = self.clock_sync.fences();
-        let mut members = vec![MemberInfo {
-            id: me.node,
-            addr: me.addr,
-            state: MemberState::Alive,
-            is_self: true,
-            boot_ms: self.boot_ms,
-            clock_offset_ms: Some(
-                self.view
-                    .clock
-                    .offset_ms
-                    .load(std::sync::atomic::Ordering::Relaxed),
-            ),
-            clock_fenced: fences.own || self.far_fenced,
-        }];
-        for (_, (id, state)) in self.membership.states() {
-            members.push(MemberInfo {
-                id: id.node,
-                addr: id.addr,
-                state: MemberState::from(state),
-                is_self: false,
-                boot_ms: id.boot_ms,
-                clock_offset_ms: self.clock_sync.offset_of(id.node.as_u128()),
-                clock_fenced: fences.peers.contains(&id.node.as_u128()),
-            });
-        }
-        self.view.publish(members);
-    }
-
-    /// Tells the limiter who is live (see `liveness.rs`) and whose clock is cut off.
-    pub(super) fn update_live(&mut self, now: Now) {
-        let members = self.membership.members();
-        let ids: BTreeSet<u128> = members.iter().map(|m| m.node.as_u128()).collect();
-        let fences = self.clock_sync.fences();
-        let mut silent = if self.ownership.is_some() {
-            let suspects = self.membership.suspects();
-            self.liveness
-                .silent_by_swim(&members, &suspects, fences, now.at)
-        } else {
-            self.liveness.silent(&members, fences, now.at)
-        };
-        let live = members.len() - silent.len() + 1;
-        let silent_members = silent.len();
-        // Senders a minute off count as silent members. When they are at least as many as the
-        // live members (this node included), this node's own clock is the likelier one to be
-        // wrong: it cuts itself off as for a clock beyond the tolerance.
-        let far = self.liveness.far_clocks(&ids, now.at);
-        let far_fenced = !far.is_empty() && far.len() >= live;
-        if far_fenced != self.far_fenced {
-            if far_fenced {
-                tracing::warn!(
-                    senders = far.len(),
-                    live,
-                    "datagrams of cluster members arrive sent more than 60 s from this node's \
-                     clock: this node is cut off for admission until the clocks agree"
-                );
-            } else {
-                tracing::info!("no more datagrams a minute off this node's clock");
-            }
-            self.far_fenced = far_fenced;
-        }
-        self.view
-            .clock
-            .far_members
-            .store(far.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        if far_fenced {
-            // Until the next round's steering says otherwise: cut off, as a clock beyond the
-            // tolerance is.
-            self.view
-                .clock
-                .fenced
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        let any_far = !far.is_empty();
-        silent.extend(far);
-        // Any sender a minute off forces the strict scale, as a peer beyond the tolerance does:
-        // under `available` the others would otherwise take the whole limit beside it. So does
-        // a peer that counts members this node does not know of (one a minute off that only
-        // the peer hears).
-        let largest = self.liveness.largest_count();
-        let unknown = largest > members.len() + 1 + silent.len().saturating_sub(silent_members);
-        self.limiter.set_clock_fenced(
-            fences.own || far_fenced || any_far || unknown || !fences.peers.is_empty(),
-        );
-        self.limiter
-            .set_liveness(live, &silent, largest, now.cluster_ms);
-    }
-
-    /// Ends the warm-up once the node holds the cluster's state (see `warmup.rs`).
-    pub(super) fn update_readiness(&mut self, now: Now) {
-        let Some(w) = &self.warmup else {
-            return;
-        };
-        let members: Vec<u128> = self
-            .membership
-            .members()
-            .iter()
-            .map(|m| m.node.as_u128())
-            .collect();
-        // Two rounds for the members' pushes to land, and their join grace, after which this
-        // node counts them live (and so shares the limit with them).
-        let settle = (2 * self.params.gossip_interval).max(self.params.join_grace);
-        let clocks = if self.ownership.is_some() {
-            // A node of a large cluster hears from the members it shares windows with: enough
-            // of them for a median.
-            self.clock_sync.estimates_of(members.iter().copied()) >= members.len().min(5)
-        } else {
-            self.clock_sync.has_estimates(members.iter().copied())
-        };
-        match w.end(now.at, &members, clocks, settle, self.params.warmup_timeout) {
-            None => return,
-            Some(WarmupEnd::HoldsState { waited }) => tracing::info!(
-                members = members.len(),
-                waited_ms = waited.as_millis() as u64,
-                "ready: holds the cluster's state"
-            ),
-            Some(WarmupEnd::TimedOut { waited }) => tracing::warn!(
-                members = members.len(),
-                waited_ms = waited.as_millis() as u64,
-                "ready without the state or the clock of every member: the warm-up timed out"
-            ),
-        }
-        self.warmup = None;
-        if let Some(saved) = self.saved.take() {
-            saved.restore(&self.limiter, now.cluster_ms);
-        }
-        self.limiter.set_warming_until(0);
-        self.view.set_ready();
     }
 
     /// One GC pass, and a warning (at most one per pass) when new keys met a full table.

@@ -10,7 +10,8 @@
 //! - `core.rs`: the state and the inputs; `receive.rs`: one datagram; `dissemination.rs`:
 //!   summary rounds, anti-entropy, bootstrap pushes; `ownership.rs` and `placement.rs`: in
 //!   large clusters, registers through each window's owners; `liveness.rs`: whose demand counts;
-//!   `warmup.rs`: when a starting node may admit; `clock_sync.rs`: cluster time;
+//!   `warmup.rs`: when a starting node may admit; `status.rs`: who counts, readiness, the
+//!   published member list; `clock_sync.rs`: cluster time;
 //!   `return_route.rs`: who may be sent registers in an insecure cluster; `timers.rs`: the
 //!   periodic work; `outbox.rs`: sealing.
 //! - `driver.rs`: the tokio loop; `builder.rs`: building a node.
@@ -31,6 +32,7 @@ mod placement;
 mod receive;
 mod return_route;
 mod stats;
+mod status;
 mod timers;
 mod view;
 mod warmup;

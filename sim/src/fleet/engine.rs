@@ -22,6 +22,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use super::config::{FleetConfig, FleetFault};
+use super::event::{Event, Queued};
 use super::record::Recorder;
 use super::traffic::{self, Arrivals, KeySpec, PROBE_KEY};
 use super::vtime::{NodeTime, VirtualClock};
@@ -35,58 +36,11 @@ const SAMPLE_EVERY_MS: u64 = 5;
 /// key and receives what it is sent.
 const OBSERVE_EVERY_MS: u64 = 500;
 
-/// An event at a time; earlier first, ties in the order they were made.
-#[derive(Debug)]
-struct Queued {
-    at_us: u64,
-    seq: u64,
-    event: Event,
-}
-
-impl PartialEq for Queued {
-    fn eq(&self, other: &Self) -> bool {
-        (self.at_us, self.seq) == (other.at_us, other.seq)
-    }
-}
-
-impl Eq for Queued {}
-
-impl PartialOrd for Queued {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Queued {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        (self.at_us, self.seq).cmp(&(other.at_us, other.seq))
-    }
-}
-
-#[derive(Debug)]
-enum Event {
-    Deliver {
-        to: SocketAddr,
-        from: SocketAddr,
-        datagram: Vec<u8>,
-    },
-    Wake {
-        slot: usize,
-        generation: u64,
-    },
-    Probe,
-    Observe,
-    Sample,
-    Fault(usize),
-    /// The `k`-th replacement of a rolling deploy.
-    Replace(usize),
-}
-
 /// One place in the fleet: the node process running there now (if any), its address, and
 /// what crossed its socket.
 #[derive(Debug)]
-struct Slot {
-    core: Option<NodeCore<NodeTime>>,
+pub(super) struct Slot {
+    pub core: Option<NodeCore<NodeTime>>,
     addr: SocketAddr,
     boots: u32,
     wake_us: u64,
@@ -100,18 +54,18 @@ pub struct Engine<'c> {
     pub keys: Vec<KeySpec>,
     clock: Arc<VirtualClock>,
     t0: Instant,
-    now_us: u64,
+    pub(super) now_us: u64,
     seq: u64,
     events: BinaryHeap<Reverse<Queued>>,
-    slots: Vec<Slot>,
+    pub(super) slots: Vec<Slot>,
     by_addr: BTreeMap<SocketAddr, usize>,
     arrivals: Arrivals,
     rng: StdRng,
     pub rec: Recorder,
-    partition: Option<(usize, bool)>,
+    pub(super) partition: Option<(usize, bool)>,
     probes_sent: u64,
     /// Replaced or crashed boots whose absence the others have yet to count: (boot id, since).
-    pending_detection: Vec<(uuid::Uuid, u64)>,
+    pub(super) pending_detection: Vec<(uuid::Uuid, u64)>,
 }
 
 impl std::fmt::Debug for Engine<'_> {
@@ -131,7 +85,7 @@ fn slot_addr(slot: usize, boot: u32) -> SocketAddr {
     ))
 }
 
-fn ms(us: u64) -> u64 {
+pub(super) fn ms(us: u64) -> u64 {
     us / 1_000
 }
 
@@ -210,13 +164,13 @@ impl<'c> Engine<'c> {
         self.t0 + Duration::from_micros(self.now_us)
     }
 
-    fn now_of(&self, slot: usize) -> Option<Now> {
+    pub(super) fn now_of(&self, slot: usize) -> Option<Now> {
         let core = self.slots[slot].core.as_ref()?;
         Some(Now::read_at(core.clock(), self.at()))
     }
 
     /// Starts a new process in `slot`: a new boot id, and a new address after the first boot.
-    fn boot(&mut self, slot: usize) {
+    pub(super) fn boot(&mut self, slot: usize) {
         let boots = self.slots[slot].boots;
         let addr = slot_addr(slot, boots);
         self.by_addr.remove(&self.slots[slot].addr);
@@ -253,7 +207,7 @@ impl<'c> Engine<'c> {
     }
 
     /// Sends what `slot` sealed, and schedules its next wake-up.
-    fn after_input(&mut self, slot: usize) {
+    pub(super) fn after_input(&mut self, slot: usize) {
         let Some(core) = self.slots[slot].core.as_mut() else {
             return;
         };
@@ -473,47 +427,5 @@ impl<'c> Engine<'c> {
             }
             still
         });
-    }
-
-    fn fault(&mut self, i: usize) {
-        let t = ms(self.now_us);
-        match self.cfg.faults[i] {
-            FleetFault::Partition {
-                from_ms, until_ms, ..
-            } => {
-                let side = self.cfg.partition().map_or(1, |(side, _, _)| side);
-                if t == from_ms {
-                    self.partition = Some((side, true));
-                    self.rec.partitioned = true;
-                } else if t == until_ms {
-                    self.partition = None;
-                }
-            }
-            FleetFault::Crash { node, .. } => {
-                if let Some(core) = self.slots[node].core.take() {
-                    self.pending_detection.push((core.identity().node, t));
-                    self.rec.crashes += 1;
-                }
-            }
-            FleetFault::Replace { .. } => {}
-        }
-    }
-
-    /// The `k`-th replacement of a rolling deploy: a node from the end (the last one is kept
-    /// for the crash), stopped gracefully, and a new process in its place.
-    fn replace(&mut self, k: usize) {
-        let slot = self.cfg.nodes.saturating_sub(2 + k).max(1);
-        let Some(now) = self.now_of(slot) else {
-            return;
-        };
-        if let Some(core) = self.slots[slot].core.as_mut() {
-            core.leave(now);
-            let gone = core.identity().node;
-            self.pending_detection.push((gone, ms(self.now_us)));
-        }
-        self.after_input(slot);
-        self.slots[slot].core = None;
-        self.rec.replacements += 1;
-        self.boot(slot);
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! - `config.rs`: the run and the fleet scenarios;
 //! - `traffic.rs`: the keys (global, tenant, local) and their Poisson arrivals;
-//! - `engine.rs`: the event loop;
+//! - `engine.rs`: the event loop; `event.rs`: what happens; `faults.rs`: partitions, crashes,
+//!   rolling deploys;
 //! - `record.rs` and `report.rs`: what is measured, and the measures.
 //!
 //! turmoil remains the end-to-end test of the real node, tokio driver included, at small
@@ -13,6 +14,8 @@
 
 mod config;
 mod engine;
+mod event;
+mod faults;
 mod record;
 mod report;
 mod traffic;
