@@ -137,6 +137,14 @@ impl Membership {
         m
     }
 
+    /// The boot ids of the live members.
+    pub fn member_ids(&self) -> Vec<u128> {
+        self.foca
+            .iter_members()
+            .map(|m| m.id().node.as_u128())
+            .collect()
+    }
+
     /// The boot ids of the members SWIM suspects.
     pub fn suspects(&self) -> std::collections::BTreeSet<u128> {
         self.foca

@@ -32,12 +32,7 @@ impl<T: TimeSource> NodeCore<T> {
     /// otherwise hear nothing from this node this round.
     /// Returns the time of the round, cluster time steered.
     pub(super) fn summary_round(&mut self, mut now: Now) -> Now {
-        let peers: Vec<u128> = self
-            .membership
-            .members()
-            .iter()
-            .map(|m| m.node.as_u128())
-            .collect();
+        let peers = self.membership.member_ids();
         self.clock_sync.round(
             &self.clock,
             &now,

@@ -255,7 +255,7 @@ mod tests {
 
     #[test]
     fn heard_and_settled_members_are_live_others_are_silent() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic_now();
         let ms = Duration::from_millis;
         let mut live = Liveness::new(ms(800), ms(500));
         let members = [member(1), member(2), member(3)];

@@ -106,12 +106,7 @@ impl<T: TimeSource> NodeCore<T> {
         let Some(w) = &self.warmup else {
             return;
         };
-        let members: Vec<u128> = self
-            .membership
-            .members()
-            .iter()
-            .map(|m| m.node.as_u128())
-            .collect();
+        let members = self.membership.member_ids();
         // Two rounds for the members' pushes to land, and their join grace, after which this
         // node counts them live (and so shares the limit with them).
         let settle = (2 * self.params.gossip_interval).max(self.params.join_grace);

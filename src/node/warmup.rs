@@ -84,7 +84,7 @@ mod tests {
 
     #[test]
     fn ends_when_every_member_pushed_and_the_set_settled() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic_now();
         let ms = Duration::from_millis;
         let mut w = Warmup::new(t0);
         w.member_changed(t0 + ms(100));
@@ -110,7 +110,7 @@ mod tests {
 
     #[test]
     fn times_out_without_members_or_their_state() {
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic_now();
         let w = Warmup::new(t0);
         assert_eq!(w.end(t0 + TIMEOUT / 2, &[], true, SETTLE, TIMEOUT), None);
         assert_eq!(
