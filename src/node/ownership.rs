@@ -27,6 +27,8 @@ use crate::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
 pub const FULL_MESH_UP_TO: usize = 16;
 /// A cluster in owner mode goes back to the full mesh once it is this small.
 pub const BACK_TO_FULL_MESH: usize = 12;
+/// A window far from its limit goes out once in this many rounds (see `owner_round`).
+pub const CALM_EVERY: u64 = 5;
 /// A node that has sent an owner no register of a window for this long stops hearing of it.
 const SUBSCRIPTION: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -160,34 +162,56 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// One owner-mode round: this node's registers to their owners, and the sums of the
     /// windows it owns to the nodes that use them.
+    ///
+    /// Windows that refused something lately (`Limiter::contended`) go out every round, to the
+    /// first owner, and their sums to their users; every [`CALM_EVERY`]th round every live
+    /// register goes to both owners, and the sums of every changed window to their users. A
+    /// window far from its limit admits the same whether the others' counts are a round old
+    /// or a second old; the second owner needs the registers only to take over.
     pub(super) fn owner_round(&mut self, now: Now, changed: Option<Batch>) {
         let me = self.params.node_id.as_u128();
         let origin = self.limiter.origin();
         self.refresh_ring();
+        let calm_round = self.rounds.is_multiple_of(CALM_EVERY);
         let resend_all = self
             .ownership
             .as_mut()
             .is_some_and(|o| std::mem::take(&mut o.resend_all));
-        let own = if resend_all {
-            Some(self.limiter.snapshot_local(now.cluster_ms))
+        let own = if resend_all || calm_round {
+            self.limiter.snapshot_local(now.cluster_ms).updates
         } else {
-            changed
+            let mut updates = changed.map(|b| b.updates).unwrap_or_default();
+            updates.retain(|u| self.limiter.contended(u.key, now.cluster_ms));
+            updates
         };
         let Some(ownership) = self.ownership.as_mut() else {
             return;
         };
         let mut to_owners: BTreeMap<Destination, Vec<RegisterUpdate>> = BTreeMap::new();
-        for update in own.map(|b| b.updates).unwrap_or_default() {
+        for update in own {
             if ownership.ring.owns(update.key, me) {
                 ownership.changed.insert(update.key);
             }
-            for to in ownership.ring.destinations(update.key, me) {
+            let both = resend_all || calm_round;
+            for to in ownership
+                .ring
+                .destinations(update.key, me)
+                .take(if both { 2 } else { 1 })
+            {
                 to_owners.entry(to).or_default().push(update.clone());
             }
         }
 
-        // The sums of the owned windows that changed, one datagram (or a few) per subscriber.
-        let changed = std::mem::take(&mut ownership.changed);
+        // The sums of the owned windows that changed, one datagram (or a few) per subscriber:
+        // the contended ones now, the others on a calm round.
+        let mut changed = std::mem::take(&mut ownership.changed);
+        if !calm_round {
+            let (now_due, later): (BTreeSet<KeyId>, BTreeSet<KeyId>) = changed
+                .into_iter()
+                .partition(|k| self.limiter.contended(*k, now.cluster_ms));
+            ownership.changed = later;
+            changed = now_due;
+        }
         let mut to_users: BTreeMap<Destination, Vec<RegisterUpdate>> = BTreeMap::new();
         for key in changed {
             let Some(subs) = ownership.subscribers.get_mut(&key) else {

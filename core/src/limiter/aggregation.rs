@@ -16,6 +16,30 @@ use super::{KeyId, Limiter, OriginId};
 use crate::crdt::Register;
 
 impl Limiter {
+    /// Whether window `key` refused anything lately, as far as this node knows: a refusal of
+    /// its own, or a register (or an owner's sum) whose demand exceeds what it admitted. Such
+    /// a window is near its limit, where the others' counts matter: its registers and sums go
+    /// out every round, the others' less often.
+    pub fn contended(&self, key: KeyId, now_ms: u64) -> bool {
+        let guard = self.table.guard();
+        let Some(state) = self.table.get(&key, &guard) else {
+            return false;
+        };
+        let spec = state.spec();
+        let local = state.ring.snapshot(&spec, now_ms);
+        if local.offered.by_age() != local.admitted.by_age() {
+            return true;
+        }
+        state.remote.load().as_deref().is_some_and(|replica| {
+            replica.iter().any(|(_, reg)| {
+                // Demand is the offered estimate over the window rounded up, admissions whole
+                // buckets: one more is rounding, two more is a refusal.
+                let admitted: u64 = reg.buckets().map(|(_, c)| c).sum();
+                u64::from(reg.live_demand(&spec, now_ms)) > admitted + 1
+            })
+        })
+    }
+
     /// For window `key`: one aggregate per subscriber, in order, each summing this node's ring
     /// and every register it holds except the subscriber's own, stamped with a fresh version.
     /// Empty if this node holds no such window.

@@ -217,7 +217,7 @@ impl<'c> Engine<'c> {
         let measuring = ms(self.now_us) >= self.cfg.warmup_ms;
         for out in outgoing {
             if measuring {
-                self.rec.sent(slot, out.datagram.len());
+                self.rec.sent(slot, out.kind.as_str(), out.datagram.len());
             }
             let Some(&to_slot) = self.by_addr.get(&out.to) else {
                 continue;

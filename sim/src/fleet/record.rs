@@ -19,10 +19,13 @@ pub struct Recorder {
     /// Bytes sent and received, and datagrams sent, per node, after warm-up.
     pub bytes: Vec<u64>,
     pub datagrams: Vec<u64>,
+    /// Bytes sent after warm-up, by datagram kind, all nodes.
+    pub sent_by_kind: std::collections::BTreeMap<&'static str, u64>,
     /// When node 0's probes were admitted (ms), and how many each observer has seen.
     pub probes: Vec<u64>,
     seen: Vec<usize>,
-    pub staleness_ms: Vec<u64>,
+    /// Per probe counted by an observer: when it was admitted, and how long until counted.
+    pub staleness_ms: Vec<(u64, u64)>,
     /// Crash or replacement to every node counting the member out (ms).
     pub detection_ms: Vec<u64>,
     /// Per node and window of the key every node shares (when there is only one such key):
@@ -73,6 +76,7 @@ impl Recorder {
             offered: vec![vec![0; slots]; n],
             bytes: vec![0; cfg.nodes],
             datagrams: vec![0; cfg.nodes],
+            sent_by_kind: std::collections::BTreeMap::new(),
             probes: Vec::new(),
             seen: vec![0; cfg.nodes],
             staleness_ms: Vec::new(),
@@ -108,9 +112,10 @@ impl Recorder {
         }
     }
 
-    pub fn sent(&mut self, node: usize, bytes: usize) {
+    pub fn sent(&mut self, node: usize, kind: &'static str, bytes: usize) {
         self.bytes[node] += bytes as u64;
         self.datagrams[node] += 1;
+        *self.sent_by_kind.entry(kind).or_default() += bytes as u64;
     }
 
     pub fn received(&mut self, node: usize, bytes: usize) {
@@ -126,8 +131,9 @@ impl Recorder {
     pub fn observed(&mut self, node: usize, seen: f64, t_ms: u64) {
         let counted = (seen.round() as usize).min(self.probes.len());
         while self.seen[node] < counted {
+            let admitted = self.probes[self.seen[node]];
             self.staleness_ms
-                .push(t_ms.saturating_sub(self.probes[self.seen[node]]));
+                .push((admitted, t_ms.saturating_sub(admitted)));
             self.seen[node] += 1;
         }
     }

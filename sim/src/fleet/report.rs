@@ -35,11 +35,14 @@ pub struct FleetReport {
     /// Largest admitted / L over windows ending inside a partition, over every overloaded key.
     pub partition_max_ratio: Option<f64>,
     pub staleness_p50_ms: Option<u64>,
+    pub staleness_p90_ms: Option<u64>,
     pub staleness_p99_ms: Option<u64>,
     /// Gossip bytes sent and received per node per second, after warm-up.
     pub gossip_bytes_per_node_per_s_mean: f64,
     pub gossip_bytes_per_node_per_s_max: f64,
     pub datagrams_per_node_per_s_mean: f64,
+    /// Bytes sent per node per second, by datagram kind.
+    pub sent_bytes_per_node_per_s_by_kind: BTreeMap<String, f64>,
     /// The slowest of the crashes and replacements: until every other node counted the member
     /// out (ms).
     pub detection_ms: Option<u64>,
@@ -180,7 +183,14 @@ impl FleetReport {
                 }
             }
         }
-        let mut stale = rec.staleness_ms.clone();
+        // Probes admitted after warm-up and before the first crash, as the windows.
+        let crash_ms = (until as u64).saturating_mul(SLOT_MS);
+        let mut stale: Vec<u64> = rec
+            .staleness_ms
+            .iter()
+            .filter(|(at, _)| *at >= cfg.warmup_ms && *at < crash_ms)
+            .map(|(_, d)| *d)
+            .collect();
         stale.sort_unstable();
         let seconds = (cfg.duration_ms.saturating_sub(cfg.warmup_ms) as f64 / 1e3).max(1e-3);
         let per_s: Vec<f64> = rec.bytes.iter().map(|b| *b as f64 / seconds).collect();
@@ -206,12 +216,18 @@ impl FleetReport {
                 .collect(),
             partition_max_ratio: partition_max,
             staleness_p50_ms: percentile(&stale, 0.5),
+            staleness_p90_ms: percentile(&stale, 0.9),
             staleness_p99_ms: percentile(&stale, 0.99),
             gossip_bytes_per_node_per_s_mean: per_s.iter().sum::<f64>() / nodes,
             gossip_bytes_per_node_per_s_max: per_s.iter().copied().fold(0.0, f64::max),
             datagrams_per_node_per_s_mean: rec.datagrams.iter().sum::<u64>() as f64
                 / seconds
                 / nodes,
+            sent_bytes_per_node_per_s_by_kind: rec
+                .sent_by_kind
+                .iter()
+                .map(|(k, b)| ((*k).to_owned(), *b as f64 / seconds / nodes))
+                .collect(),
             detection_ms: rec.detection_ms.iter().copied().max(),
             starved_windows_max: starved,
             crashes: rec.crashes,
