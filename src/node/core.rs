@@ -222,6 +222,9 @@ impl<T: TimeSource> NodeCore<T> {
                         |down| route.is_none_or(|r| r.is_verified(down)),
                         now.at,
                     );
+                    if self.ownership.is_some() {
+                        self.spread_membership(now);
+                    }
                 }
                 Periodic::CollectGarbage => self.collect_garbage(now),
             }
@@ -297,6 +300,19 @@ impl<T: TimeSource> NodeCore<T> {
             );
             self.table_full_seen = stats.refused_table_full;
         }
+    }
+
+    /// In a large cluster, windows' owners are only agreed on if the members' lists agree,
+    /// and SWIM's gossip can leave a member unknown to a node for minutes. So twice a second
+    /// this node announces itself to one member at random, whose answer carries members it
+    /// may not know yet.
+    fn spread_membership(&mut self, now: Now) {
+        let members = self.membership.members();
+        if members.is_empty() {
+            return;
+        }
+        let to = members[self.rng.random_range(0..members.len())].addr;
+        self.membership.announce(to, now.at);
     }
 
     /// Static and discovered seeds, this node excluded.

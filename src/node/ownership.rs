@@ -236,6 +236,13 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
+    /// The boot ids of `key`'s two owners in this node's view, in owner mode.
+    pub fn owners_of(&mut self, key: KeyId) -> Option<[uuid::Uuid; 2]> {
+        self.refresh_ring();
+        let [a, b] = self.ownership.as_ref()?.ring.owners(key)?;
+        Some([uuid::Uuid::from_u128(a.id), uuid::Uuid::from_u128(b.id)])
+    }
+
     /// Whether `key`'s owners (in this node's view) include `member`.
     pub(super) fn owned_by(&mut self, key: KeyId, member: u128) -> bool {
         self.refresh_ring();

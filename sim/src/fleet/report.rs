@@ -173,6 +173,7 @@ impl FleetReport {
                     o -= u64::from(off[t - w]);
                 }
                 all.add(a, o, limit);
+
                 by_class.entry(rec.classes[k]).or_default().add(a, o, limit);
                 if let Some((p0, p1)) = partition
                     && (t as u64) >= p0
