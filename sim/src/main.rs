@@ -25,6 +25,12 @@ struct Args {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
+    /// Fleet scenarios: simulated seconds (default 60).
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Fleet scenarios: run only this one of share, mesh, naive.
+    #[arg(long)]
+    only: Option<String>,
 }
 
 fn fmt_pct(v: Option<f64>) -> String {
@@ -171,8 +177,19 @@ fn fleet(args: &Args) -> anyhow::Result<()> {
         if base.nodes > FULL_MESH_UP_TO && base.nodes <= FULL_MESH_SIMULATED_UP_TO {
             runs.insert(1, ("mesh", share, Dissemination::FullMesh));
         }
+        if let Some(only) = &args.only {
+            runs.retain(|(label, _, _)| label == only);
+        }
         for (label, policy, dissemination) in runs {
             let mut cfg = base.clone();
+            if let Some(seconds) = args.seconds {
+                cfg.duration_ms = seconds.max(20) * 1_000;
+                for f in &mut cfg.faults {
+                    if let limitmesh_sim::fleet::FleetFault::Crash { at_ms, .. } = f {
+                        *at_ms = cfg.duration_ms * 3 / 4;
+                    }
+                }
+            }
             cfg.policy = policy;
             cfg.dissemination = dissemination;
             let started = limitmesh::clock::monotonic_now();

@@ -42,7 +42,9 @@ pub const UNFENCE_PER_MILLE: u64 = 850;
 /// Estimates of the members' wall clocks, each as "its wall − this node's mono".
 #[derive(Debug, Default)]
 pub struct Calibrator {
-    samples: BTreeMap<u128, VecDeque<i64>>,
+    /// Per peer, the last samples and their maximum (kept, as it is read far more often than
+    /// a sample arrives).
+    samples: BTreeMap<u128, (VecDeque<i64>, i64)>,
 }
 
 impl Calibrator {
@@ -52,16 +54,22 @@ impl Calibrator {
     /// or delayed datagram can only make a sample smaller, which the maximum ignores.
     pub fn observe(&mut self, peer: u128, sent_wall_ms: u64, mono_ms: u64) {
         let sample = signed_diff(sent_wall_ms, mono_ms);
-        let q = self.samples.entry(peer).or_default();
-        if q.len() == SAMPLES {
-            q.pop_front();
-        }
+        let (q, max) = self
+            .samples
+            .entry(peer)
+            .or_insert_with(|| (VecDeque::new(), i64::MIN));
+        let dropped = (q.len() == SAMPLES).then(|| q.pop_front()).flatten();
         q.push_back(sample);
+        *max = if dropped == Some(*max) {
+            q.iter().copied().max().unwrap_or(sample)
+        } else {
+            (*max).max(sample)
+        };
     }
 
     /// The peer's wall clock minus this node's monotonic clock, if it has sent anything.
     pub fn estimate(&self, peer: u128) -> Option<i64> {
-        self.samples.get(&peer)?.iter().copied().max()
+        self.samples.get(&peer).map(|(_, max)| *max)
     }
 
     /// Forgets peers that are no longer members.

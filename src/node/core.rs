@@ -273,8 +273,17 @@ impl<T: TimeSource> NodeCore<T> {
             }
         }
         if let Some(o) = &mut self.ownership {
+            // A large cluster: what depends on the whole member list is brought up to date
+            // once a round (`summary_round`), not at each of the thousands of changes a
+            // fleet's formation brings.
             o.members_changed();
+            return;
         }
+        self.members_changed(now);
+    }
+
+    /// Brings what depends on the member list up to date.
+    pub(super) fn members_changed(&mut self, now: Now) {
         let members = self.membership.members();
         let ids = self.liveness.set_members(&members);
         self.clock_sync.retain(|s| ids.contains(&s));

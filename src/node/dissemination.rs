@@ -44,6 +44,11 @@ impl<T: TimeSource> NodeCore<T> {
         now.cluster_ms = self.clock.now_ms();
         self.rounds += 1;
         let owners = self.choose_dissemination();
+        if let Some(o) = &mut self.ownership
+            && std::mem::take(&mut o.members_dirty)
+        {
+            self.members_changed(now);
+        }
         // The member list carries clock offsets and cut-offs, which move every round; a large
         // cluster's is published once a second.
         if !owners || self.rounds.is_multiple_of(5) {
@@ -148,6 +153,17 @@ impl<T: TimeSource> NodeCore<T> {
             route.defer_bootstrap(to.addr);
             return;
         }
+        if let Some(ownership) = &mut self.ownership {
+            // Once the ring includes the newcomer (next round): the windows it owns.
+            ownership.bootstrap(to);
+            return;
+        }
+        self.push_bootstrap(now, to);
+    }
+
+    /// Pushes `to` this node's live registers and those of origins that are no longer
+    /// members; in a large cluster, of the windows `to` owns.
+    pub(super) fn push_bootstrap(&mut self, now: Now, to: Destination) {
         let mut live: BTreeSet<OriginId> = self
             .membership
             .members()

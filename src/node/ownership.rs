@@ -54,8 +54,15 @@ struct Subscriber {
 #[derive(Debug, Default)]
 pub struct Ownership {
     ring: Ring,
+    /// Owners of the windows looked up since the ring was built (the same windows come up
+    /// every round).
+    cache: std::collections::HashMap<KeyId, Option<[Member; 2]>, crate::limiter::KeyIdHashBuilder>,
     /// The members changed since the ring was built.
     stale: bool,
+    /// The members changed since the last round brought the member list up to date.
+    pub(super) members_dirty: bool,
+    /// Newcomers to push the windows they own to, once the ring includes them.
+    bootstraps: Vec<Destination>,
     /// Per owned window, the nodes that use it: where they are and when they last sent.
     subscribers: BTreeMap<KeyId, BTreeMap<u128, Subscriber>>,
     /// Owned windows whose sums changed since the last round.
@@ -69,14 +76,47 @@ impl Ownership {
     fn new() -> Self {
         Self {
             stale: true,
+            members_dirty: true,
             resend_all: true,
             ..Self::default()
         }
     }
 
-    /// The members changed: rebuild the ring before the next use.
+    /// The owners of `key` on the current ring.
+    fn owners(&mut self, key: KeyId) -> Option<[Member; 2]> {
+        let ring = &self.ring;
+        *self.cache.entry(key).or_insert_with(|| ring.owners(key))
+    }
+
+    /// Where to send a register of `key`: its owners other than `me`.
+    fn destinations(&mut self, key: KeyId, me: u128) -> impl Iterator<Item = Destination> + use<> {
+        let mut out = [None, None];
+        if let Some([a, b]) = self.owners(key) {
+            if a.id != me {
+                out[0] = Some(a.destination());
+            }
+            if b.id != me && b.id != a.id {
+                out[1] = Some(b.destination());
+            }
+        }
+        out.into_iter().flatten()
+    }
+
+    fn owns(&mut self, key: KeyId, me: u128) -> bool {
+        self.owners(key).is_some_and(|[a, _]| a.id == me)
+    }
+
+    /// The members changed: rebuild the ring, and what depends on the members, next round.
     pub fn members_changed(&mut self) {
         self.stale = true;
+        self.members_dirty = true;
+    }
+
+    /// A newcomer to push the windows it owns to, next round.
+    pub fn bootstrap(&mut self, to: Destination) {
+        if !self.bootstraps.contains(&to) {
+            self.bootstraps.push(to);
+        }
     }
 
     /// Every own register goes to its owners next round.
@@ -113,8 +153,9 @@ impl<T: TimeSource> NodeCore<T> {
         owners
     }
 
-    /// Rebuilds the ring if the members changed; the owners it names may then have moved, so
-    /// this node's registers all go out again.
+    /// Rebuilds the ring if the members changed (at most once a round: between rounds the
+    /// ring of the last one serves); the owners it names may then have moved, so this node's
+    /// registers all go out again.
     pub(super) fn refresh_ring(&mut self) {
         let Some(ownership) = self.ownership.as_mut() else {
             return;
@@ -136,6 +177,7 @@ impl<T: TimeSource> NodeCore<T> {
             addr: self.params.advertise,
         });
         ownership.ring = Ring::new(&members);
+        ownership.cache.clear();
         ownership.stale = false;
         ownership.resend_all = true;
     }
@@ -144,12 +186,11 @@ impl<T: TimeSource> NodeCore<T> {
     /// them.
     pub(super) fn subscribe(&mut self, sender: u128, to: Destination, keys: &[KeyId], at: Instant) {
         let me = self.params.node_id.as_u128();
-        self.refresh_ring();
         let Some(ownership) = self.ownership.as_mut() else {
             return;
         };
         for key in keys {
-            if ownership.ring.owns(*key, me) {
+            if ownership.owns(*key, me) {
                 ownership
                     .subscribers
                     .entry(*key)
@@ -165,13 +206,23 @@ impl<T: TimeSource> NodeCore<T> {
     ///
     /// Windows that refused something lately (`Limiter::contended`) go out every round, to the
     /// first owner, and their sums to their users; every [`CALM_EVERY`]th round every live
-    /// register goes to both owners, and the sums of every changed window to their users. A
-    /// window far from its limit admits the same whether the others' counts are a round old
+    /// register goes to the first owner, and the sums of every changed window to their users;
+    /// at anti-entropy, and when the owners may have moved, every live register goes to both.
+    /// A window far from its limit admits the same whether the others' counts are a round old
     /// or a second old; the second owner needs the registers only to take over.
     pub(super) fn owner_round(&mut self, now: Now, changed: Option<Batch>) {
         let me = self.params.node_id.as_u128();
         let origin = self.limiter.origin();
         self.refresh_ring();
+        // Newcomers, now on the ring: the windows they own.
+        let newcomers = self
+            .ownership
+            .as_mut()
+            .map(|o| std::mem::take(&mut o.bootstraps))
+            .unwrap_or_default();
+        for to in newcomers {
+            self.push_bootstrap(now, to);
+        }
         let calm_round = self.rounds.is_multiple_of(CALM_EVERY);
         let resend_all = self
             .ownership
@@ -189,12 +240,13 @@ impl<T: TimeSource> NodeCore<T> {
         };
         let mut to_owners: BTreeMap<Destination, Vec<RegisterUpdate>> = BTreeMap::new();
         for update in own {
-            if ownership.ring.owns(update.key, me) {
+            if ownership.owns(update.key, me) {
                 ownership.changed.insert(update.key);
             }
-            let both = resend_all || calm_round;
+            // The second owner needs the registers only to take over: from anti-entropy (every
+            // `anti_entropy_interval`) and whenever the owners may have moved.
+            let both = resend_all;
             for to in ownership
-                .ring
                 .destinations(update.key, me)
                 .take(if both { 2 } else { 1 })
             {
@@ -239,16 +291,15 @@ impl<T: TimeSource> NodeCore<T> {
     /// The boot ids of `key`'s two owners in this node's view, in owner mode.
     pub fn owners_of(&mut self, key: KeyId) -> Option<[uuid::Uuid; 2]> {
         self.refresh_ring();
-        let [a, b] = self.ownership.as_ref()?.ring.owners(key)?;
+        let [a, b] = self.ownership.as_mut()?.owners(key)?;
         Some([uuid::Uuid::from_u128(a.id), uuid::Uuid::from_u128(b.id)])
     }
 
     /// Whether `key`'s owners (in this node's view) include `member`.
     pub(super) fn owned_by(&mut self, key: KeyId, member: u128) -> bool {
-        self.refresh_ring();
         self.ownership
-            .as_ref()
-            .and_then(|o| o.ring.owners(key))
+            .as_mut()
+            .and_then(|o| o.owners(key))
             .is_some_and(|[a, b]| a.id == member || b.id == member)
     }
 }

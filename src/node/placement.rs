@@ -24,7 +24,7 @@ pub struct Member {
 }
 
 impl Member {
-    fn destination(self) -> Destination {
+    pub fn destination(self) -> Destination {
         Destination {
             addr: self.addr,
             node: Some(self.id),
@@ -37,6 +37,8 @@ impl Member {
 pub struct Ring {
     /// `(point, index into members)`, sorted.
     points: Vec<(u64, u32)>,
+    /// Per point, the member of the next point clockwise that is another member.
+    next_other: Vec<u32>,
     members: Vec<Member>,
 }
 
@@ -63,8 +65,28 @@ impl Ring {
             }
         }
         points.sort_unstable();
+        // A point's next other member is the next point's member, unless that is the same
+        // member, whose next other it then shares. Twice round backwards settles the points
+        // whose run of one member wraps past the end.
+        let n = points.len();
+        let mut next_other = vec![u32::MAX; n];
+        for k in (0..2 * n).rev() {
+            let (i, j) = (k % n, (k + 1) % n);
+            next_other[i] = if points[j].1 != points[i].1 {
+                points[j].1
+            } else {
+                next_other[j]
+            };
+        }
+        for (i, other) in next_other.iter_mut().enumerate() {
+            if *other == u32::MAX {
+                // A ring of one member.
+                *other = points[i].1;
+            }
+        }
         Self {
             points,
+            next_other,
             members: members.to_vec(),
         }
     }
@@ -75,34 +97,10 @@ impl Ring {
             return None;
         }
         let at = fold(key.0);
-        let start = self.points.partition_point(|(p, _)| *p < at);
-        let n = self.points.len();
-        let first = self.points[start % n].1;
-        let second = (1..n)
-            .map(|k| self.points[(start + k) % n].1)
-            .find(|m| *m != first)
-            .unwrap_or(first);
+        let start = self.points.partition_point(|(p, _)| *p < at) % self.points.len();
+        let first = self.points[start].1;
+        let second = self.next_other[start];
         Some([self.members[first as usize], self.members[second as usize]])
-    }
-
-    /// Where to send a register of `key`: its owners other than `me`.
-    pub fn destinations(&self, key: KeyId, me: u128) -> impl Iterator<Item = Destination> {
-        let owners = self.owners(key);
-        let mut out = [None, None];
-        if let Some([a, b]) = owners {
-            if a.id != me {
-                out[0] = Some(a.destination());
-            }
-            if b.id != me && b.id != a.id {
-                out[1] = Some(b.destination());
-            }
-        }
-        out.into_iter().flatten()
-    }
-
-    /// Whether `me` is the first owner of `key`.
-    pub fn owns(&self, key: KeyId, me: u128) -> bool {
-        self.owners(key).is_some_and(|[a, _]| a.id == me)
     }
 }
 
@@ -169,15 +167,9 @@ mod tests {
     }
 
     #[test]
-    fn a_node_never_sends_to_itself() {
-        let m = members(3);
-        let ring = Ring::new(&m);
-        for k in 0..100 {
-            let [a, _] = ring.owners(key(k)).unwrap();
-            let to: Vec<Destination> = ring.destinations(key(k), a.id).collect();
-            assert_eq!(to.len(), 1);
-            assert!(to.iter().all(|d| d.node != Some(a.id)));
-        }
-        assert_eq!(Ring::new(&m[..1]).destinations(key(1), m[0].id).count(), 0);
+    fn a_ring_of_one_names_its_member_twice() {
+        let m = members(1);
+        assert_eq!(Ring::new(&m).owners(key(1)), Some([m[0], m[0]]));
+        assert_eq!(Ring::new(&[]).owners(key(1)), None);
     }
 }

@@ -28,7 +28,7 @@ fn keys() -> NodeKeys {
 fn limit() -> Limit {
     Limit {
         max: 1_000,
-        window: WindowSpec::with_default_buckets(10_000).unwrap(),
+        window: WindowSpec::with_default_buckets(60_000).unwrap(),
     }
 }
 
@@ -422,3 +422,4 @@ fn a_replayed_datagram_is_dropped_and_changes_nothing() {
 }
 
 mod far_clock;
+mod owners;

@@ -1,0 +1,123 @@
+//! Owner mode: registers through each window's owners instead of to every member.
+
+use super::*;
+
+/// `n` nodes on owner mode whatever their number, formed.
+fn owners_cluster(n: usize) -> Net {
+    let mut net = Net::new();
+    for i in 0..n {
+        let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
+        let mut p = net.params(i, i as u128 + 1, &seeds);
+        p.dissemination = Dissemination::Owners;
+        net.boot_with(p);
+    }
+    net.run_ms(4_000);
+    for i in 0..n {
+        assert_eq!(net.members(i), n - 1, "node {i} sees every other");
+    }
+    net
+}
+
+/// What node `i` estimates the cluster admitted on `key`.
+fn global(net: &Net, i: usize, key: &[u8]) -> f64 {
+    net.node(i)
+        .limiter()
+        .inspect(key, &limit(), net.now(i).cluster_ms)
+        .map_or(0.0, |ins| ins.global_admitted)
+}
+
+#[test]
+fn admissions_reach_every_user_through_the_owner() {
+    let mut net = owners_cluster(6);
+    // Nodes 0, 2 and 4 use the window; the others never hear of it unless they own it.
+    net.admit(0, b"k", 20);
+    net.admit(2, b"k", 5);
+    net.admit(4, b"k", 1);
+    let (summaries, aggregates) = (
+        net.sent_kind(0, Kind::Summary),
+        total(&net, Kind::Aggregate),
+    );
+    // Far from its limit, the window goes out on calm rounds: once a second from each user to
+    // the first owner, and its sums once a second back.
+    net.run_ms(2_500);
+    for i in [0, 2, 4] {
+        assert_eq!(global(&net, i, b"k"), 26.0, "node {i}");
+    }
+    assert!(
+        total(&net, Kind::Aggregate) > aggregates,
+        "owners sent sums"
+    );
+    // Node 0 sent its register to the window's owners only, not to every member.
+    let id = net.node(0).limiter().key_id(b"k", &limit().window);
+    let owners: Vec<SocketAddr> = {
+        let core = net.nodes[0].as_mut().unwrap();
+        let [a, b] = core.owners_of(id).unwrap();
+        [a, b]
+            .iter()
+            .map(|o| addr(o.as_u128() as usize - 1))
+            .collect()
+    };
+    let to: std::collections::BTreeSet<SocketAddr> = net.sent[0][summaries..]
+        .iter()
+        .filter(|o| o.kind == Kind::Summary)
+        .map(|o| o.to)
+        .collect();
+    assert!(!to.is_empty());
+    assert!(
+        to.iter().all(|a| owners.contains(a)),
+        "{to:?} beyond the owners {owners:?}"
+    );
+    // No heartbeats to every member any more.
+    let heartbeats = total(&net, Kind::Heartbeat);
+    net.run_ms(1_000);
+    assert_eq!(total(&net, Kind::Heartbeat), heartbeats);
+}
+
+#[test]
+fn when_an_owner_crashes_the_second_takes_over_with_the_registers() {
+    let mut net = owners_cluster(6);
+    let id = net.node(1).limiter().key_id(b"k", &limit().window);
+    let [first, second] = net.nodes[1].as_mut().unwrap().owners_of(id).unwrap();
+    let (first, second) = (first.as_u128() as usize - 1, second.as_u128() as usize - 1);
+    let users: Vec<usize> = (0..6)
+        .filter(|i| *i != first && *i != second)
+        .take(3)
+        .collect();
+    for (n, &u) in users.iter().enumerate() {
+        net.admit(u, b"k", 10 * (n + 1));
+    }
+    // Anti-entropy (5 s) hands every register to the second owner as well.
+    net.run_ms(6_000);
+    let held: Vec<OriginId> = net
+        .node(second)
+        .limiter()
+        .inspect(b"k", &limit(), net.now(second).cluster_ms)
+        .map(|ins| {
+            ins.origins
+                .iter()
+                .filter(|o| !o.is_local && !o.aggregate)
+                .map(|o| o.origin)
+                .collect()
+        })
+        .unwrap_or_default();
+    for &u in &users {
+        assert!(
+            held.contains(&OriginId(u as u128 + 1)),
+            "{held:?} lacks node {u}"
+        );
+    }
+    net.nodes[first] = None;
+    net.cut[first] = true;
+    // SWIM counts it out; the ring moves the window to the second owner, which holds the
+    // registers and starts summing them for the users.
+    net.run_ms(8_000);
+    for &u in &users {
+        assert_eq!(global(&net, u, b"k"), 60.0, "node {u}");
+        let [now_first, _] = net.nodes[u].as_mut().unwrap().owners_of(id).unwrap();
+        assert_ne!(now_first.as_u128() as usize - 1, first);
+    }
+}
+
+fn total(net: &Net, kind: Kind) -> usize {
+    (0..net.sent.len()).map(|i| net.sent_kind(i, kind)).sum()
+}
