@@ -62,6 +62,10 @@ const TELLS_PER_SECOND: u32 = 64;
 /// How long a sender heard with a clock a minute off still counts (SWIM probes every second,
 /// so a sender still running is heard again well within it).
 const FAR_MEMORY: Duration = Duration::from_secs(5);
+/// A member quiet for longer than this is not held any more (see [`Liveness::held`]): SWIM
+/// has long said whether it is down, and a relationship this old has simply ended.
+pub const HOLD_FOR: Duration = Duration::from_secs(30);
+
 /// Most senders remembered as far off: every member of a large cluster, when this node's own
 /// clock is the one that is off.
 const MAX_FAR: usize = 1 << 14;
@@ -211,6 +215,23 @@ impl Liveness {
                     .get(id)
                     .is_none_or(|t| at.saturating_duration_since(*t) >= self.join_grace);
                 !(heard && settled) || fences.own || fences.peers.contains(id)
+            })
+            .map(OriginId)
+            .collect()
+    }
+
+    /// In a large cluster: the members this node exchanged registers or sums with lately (in
+    /// the last [`HOLD_FOR`]) that have gone quiet for `quiet`: on the other side of a
+    /// partition, perhaps, and still admitting. Their demand is held (`Limiter::set_held`).
+    pub fn held(&self, members: &[NodeId], quiet: Duration, at: Instant) -> Vec<OriginId> {
+        members
+            .iter()
+            .map(|m| m.node.as_u128())
+            .filter(|id| {
+                self.last_heard.get(id).is_some_and(|t| {
+                    let since = at.saturating_duration_since(*t);
+                    since > quiet && since <= HOLD_FOR
+                })
             })
             .map(OriginId)
             .collect()

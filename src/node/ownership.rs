@@ -59,6 +59,8 @@ pub struct Ownership {
     cache: std::collections::HashMap<KeyId, Option<[Member; 2]>, crate::limiter::KeyIdHashBuilder>,
     /// The members changed since the ring was built.
     stale: bool,
+    /// The members SWIM suspected when the ring was built (left off it).
+    suspects: BTreeSet<u128>,
     /// The members changed since the last round brought the member list up to date.
     pub(super) members_dirty: bool,
     /// Newcomers to push the windows they own to, once the ring includes them.
@@ -156,10 +158,19 @@ impl<T: TimeSource> NodeCore<T> {
     /// Rebuilds the ring if the members changed (at most once a round: between rounds the
     /// ring of the last one serves); the owners it names may then have moved, so this node's
     /// registers all go out again.
+    ///
+    /// Members SWIM suspects are left off the ring: a window's owner across a partition would
+    /// leave its users without sums until SWIM declares it down, seconds later, while both
+    /// sides admit. So a change of the suspects rebuilds the ring too.
     pub(super) fn refresh_ring(&mut self) {
         let Some(ownership) = self.ownership.as_mut() else {
             return;
         };
+        let suspects = self.membership.suspects();
+        if suspects != ownership.suspects {
+            ownership.suspects = suspects;
+            ownership.stale = true;
+        }
         if !ownership.stale {
             return;
         }
@@ -167,6 +178,7 @@ impl<T: TimeSource> NodeCore<T> {
             .membership
             .members()
             .iter()
+            .filter(|m| !ownership.suspects.contains(&m.node.as_u128()))
             .map(|m| Member {
                 id: m.node.as_u128(),
                 addr: m.addr,

@@ -49,6 +49,13 @@ impl<T: TimeSource> NodeCore<T> {
         let fences = self.clock_sync.fences();
         let mut silent = if self.ownership.is_some() {
             let suspects = self.membership.suspects();
+            // Held from the silence threshold on, before anything it reported can lapse (a
+            // window's demand lapses one window after it was reported). Calm windows go out
+            // once a second, so their peers are often held between sends: harmless, as a held
+            // member only keeps what it last reported.
+            let quiet = self.params.silence_threshold;
+            let held = self.liveness.held(&members, quiet, now.at);
+            self.limiter.set_held(&held, now.cluster_ms);
             self.liveness
                 .silent_by_swim(&members, &suspects, fences, now.at)
         } else {

@@ -283,10 +283,22 @@ impl Replica {
 
     /// Drops registers whose buckets have all left the window. Returns how many were dropped.
     pub fn expire(&mut self, spec: &WindowSpec, now_ms: u64) -> usize {
-        if self.iter().all(|(_, r)| !r.is_expired(spec, now_ms)) {
+        self.expire_except(spec, now_ms, |_| false)
+    }
+
+    /// As [`Replica::expire`], keeping the registers of the origins `held` selects whatever
+    /// their age.
+    pub fn expire_except(
+        &mut self,
+        spec: &WindowSpec,
+        now_ms: u64,
+        held: impl Fn(OriginIdx) -> bool,
+    ) -> usize {
+        let expired = |o: OriginIdx, r: &RegisterRef<'_>| r.is_expired(spec, now_ms) && !held(o);
+        if self.iter().all(|(o, r)| !expired(o, &r)) {
             return 0;
         }
-        self.retain(|_, r| !r.is_expired(spec, now_ms))
+        self.retain(|o, r| !expired(o, r))
     }
 
     /// Removes one origin's register (its owner is gone for good).

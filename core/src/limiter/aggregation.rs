@@ -4,9 +4,11 @@
 //! the window's owners, and hears of the others from the owner: one register per round that
 //! sums, bucket by bucket, what every other origin the owner holds admitted, and their demand.
 //! The owner leaves the subscriber's own register out of its sum, so that the subscriber can
-//! add its own ring, which it knows better; and it excludes the demand of origins that have
-//! gone silent, as its own decisions do. A subscriber keeps each owner's sum as that owner's
-//! register of the window (`WindowState::aggregates`).
+//! add its own ring, which it knows better. It keeps the demand of every origin in the sum,
+//! silent or not: the subscriber scales its share by the members it counts live, and demand
+//! left out by the owner's view of who is silent, but scaled by the subscriber's, would hand
+//! out shares twice. A subscriber keeps each owner's sum as that owner's register of the
+//! window (`state::aggregate_of`).
 
 use std::collections::BTreeMap;
 
@@ -56,11 +58,13 @@ impl Limiter {
         let spec = state.spec();
         let mut sync = self.lock_sync();
         let (version, hlc) = sync.next_emission(now_ms);
-        let silent = self.silent_origins.load();
-        let is_silent = |idx| {
-            silent
-                .as_deref()
-                .is_some_and(|s| s.binary_search(&idx).is_ok())
+        // A held origin keeps the demand it last reported (see `Limiter::set_held`).
+        let demand_of = |idx, reg: &crate::crdt::RegisterRef<'_>| {
+            if self.is_held(idx) {
+                u64::from(reg.demand)
+            } else {
+                u64::from(reg.live_demand(&spec, now_ms))
+            }
         };
 
         // Everything held: bucket counts by epoch, and demand.
@@ -84,9 +88,7 @@ impl Limiter {
                 for (epoch, count) in reg.buckets() {
                     *total.entry(epoch).or_default() += count;
                 }
-                if !is_silent(idx) {
-                    demand += u64::from(reg.live_demand(&spec, now_ms));
-                }
+                demand += demand_of(idx, &reg);
             }
         }
 
@@ -105,9 +107,7 @@ impl Limiter {
                             *c = c.saturating_sub(count);
                         }
                     }
-                    if !is_silent(idx) {
-                        d = d.saturating_sub(u64::from(reg.live_demand(&spec, now_ms)));
-                    }
+                    d = d.saturating_sub(demand_of(idx, &reg));
                 }
                 let newest = sum
                     .iter()

@@ -211,8 +211,13 @@ impl Limiter {
             .div_ceil(spec.bucket_ms())
             .clamp(1, buckets);
         let local = state.ring.usage(spec, now_ms, recent_span as usize);
-        let silent = self.silent_origins.load();
-        let remote = state.remote_scalars(spec, now_ms, silent.as_deref().map(Vec::as_slice));
+        let (silent, held) = (self.silent_origins.load(), self.held_origins.load());
+        let remote = state.remote_scalars(
+            spec,
+            now_ms,
+            silent.as_deref().map(Vec::as_slice),
+            held.as_deref().map(Vec::as_slice),
+        );
         // Demand started recently if the oldest bucket with traffic is young (until one bucket
         // plus `onset_ms` after it began, peers' demand may not have been heard yet), or if it
         // surged: peers may be surging too, unheard.

@@ -64,7 +64,12 @@ impl Limiter {
                     is_local: false,
                     aggregate,
                     admitted: crate::window::sliding_sum(spec, now_ms, reg.buckets()),
-                    demand: u64::from(reg.live_demand(spec, now_ms)),
+                    // A held origin keeps the demand it last reported (`Limiter::set_held`).
+                    demand: if self.is_held(idx) {
+                        u64::from(reg.demand)
+                    } else {
+                        u64::from(reg.live_demand(spec, now_ms))
+                    },
                     version: reg.version,
                     age_ms: now_ms.saturating_sub(reg.hlc.physical_ms()),
                 });

@@ -71,6 +71,38 @@ impl Limiter {
         self.update_liveness(&mut sync, live, members, now_ms, changed);
     }
 
+    /// Tells the limiter which origins are members it has stopped hearing from, though they
+    /// are not down: in a large cluster a node hears only the members it shares windows with,
+    /// and one of those falling silent may be on the other side of a partition, still
+    /// admitting its share. Until the cluster knows, their registers keep the demand they last
+    /// reported (it does not lapse) and are not expired, so that no share grows in their
+    /// absence; a member that goes down is released.
+    pub fn set_held(&self, held: &[OriginId], now_ms: u64) {
+        let mut sync = self.lock_sync();
+        let mut idx: Vec<state::OriginIdx> = held
+            .iter()
+            .filter(|o| **o != self.origin)
+            .map(|o| sync.intern_origin(*o, now_ms))
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        let current = self.held_origins.load();
+        if current.as_deref().map_or(!idx.is_empty(), |c| *c != idx) {
+            self.held_origins
+                .store((!idx.is_empty()).then(|| std::sync::Arc::new(idx)));
+            // Shares change with the demand held: cached bounds were computed without it.
+            self.liveness_generation.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// Whether `idx` (an origin, or an owner's aggregate) is held.
+    pub(super) fn is_held(&self, idx: state::OriginIdx) -> bool {
+        self.held_origins
+            .load()
+            .as_deref()
+            .is_some_and(|h| h.binary_search(&(idx & !state::AGGREGATE)).is_ok())
+    }
+
     fn update_liveness(
         &self,
         sync: &mut ReplicationState,

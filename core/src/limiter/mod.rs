@@ -73,6 +73,9 @@ pub struct Limiter {
     expected: AtomicUsize,
     /// Members that have gone silent (sorted): their demand is left out of shares.
     silent_origins: arc_swap::ArcSwapOption<Vec<state::OriginIdx>>,
+    /// Members no longer heard from but not down (sorted): their demand is held, their
+    /// registers kept (see [`Limiter::set_held`]).
+    held_origins: arc_swap::ArcSwapOption<Vec<state::OriginIdx>>,
     /// A clock beyond the tolerance cuts a member (or this node) off: the strict policy's
     /// scale then applies whatever the partition policy (see [`Limiter::set_clock_fenced`]).
     clock_fenced: AtomicBool,
@@ -103,6 +106,7 @@ impl Limiter {
             live: AtomicUsize::new(1),
             expected: AtomicUsize::new(1),
             silent_origins: arc_swap::ArcSwapOption::empty(),
+            held_origins: arc_swap::ArcSwapOption::empty(),
             clock_fenced: AtomicBool::new(false),
             liveness_generation: AtomicU32::new(0),
             warming_until_ms: AtomicU64::new(0),
@@ -151,6 +155,7 @@ impl Limiter {
     pub fn gc(&self, now_ms: u64, budget: usize) -> GcReport {
         let _writer = self.lock_sync();
         let guard = self.table.guard();
-        self.table.collect_garbage(now_ms, budget, &guard)
+        self.table
+            .collect_garbage(now_ms, budget, |idx| self.is_held(idx), &guard)
     }
 }

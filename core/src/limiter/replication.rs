@@ -370,7 +370,7 @@ impl Limiter {
                 .map(|c| (*c).clone())
                 .unwrap_or_else(|| Replica::new(&state.spec()));
             let outcome = next.merge_register(idx, reg.as_ref(), arbitration);
-            next.expire(&state.spec(), now_ms);
+            next.expire_except(&state.spec(), now_ms, |o| self.is_held(o));
             slot.store(Some(Arc::new(next)));
             // Remote counts may have grown: the cached bound may no longer hold.
             state.bound.invalidate();

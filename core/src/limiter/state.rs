@@ -119,12 +119,25 @@ impl WindowState {
     /// Folds the remote registers at `now_ms`. Origins in `silent` (sorted) do not count
     /// towards demand: a member that has gone silent is not competing for this side's share.
     /// Their counts still count towards the global estimate.
+    ///
+    /// Origins in `held` (sorted) are members this node has stopped hearing from, though they
+    /// are not down yet: their registers (and, for an owner, its aggregates) keep the demand
+    /// they last reported instead of letting it lapse, so that nobody's share grows before the
+    /// cluster knows whether they are gone (see `node/ownership.rs`).
     pub fn remote_scalars(
         &self,
         spec: &WindowSpec,
         now_ms: u64,
         silent: Option<&[OriginIdx]>,
+        held: Option<&[OriginIdx]>,
     ) -> RemoteScalars {
+        let demand_of = |origin: OriginIdx, reg: &crate::crdt::RegisterRef<'_>| {
+            if held.is_some_and(|h| h.binary_search(&(origin & !AGGREGATE)).is_ok()) {
+                u64::from(reg.demand)
+            } else {
+                u64::from(reg.live_demand(spec, now_ms))
+            }
+        };
         let weigher = spec.weigher(now_ms);
         let fold = |reg: &crate::crdt::RegisterRef<'_>, out: &mut RemoteScalars| {
             for (epoch, count) in reg.buckets() {
@@ -144,13 +157,13 @@ impl WindowState {
                 if is_aggregate(origin) {
                     let mut one = RemoteScalars::default();
                     fold(&reg, &mut one);
-                    one.demand = u64::from(reg.live_demand(spec, now_ms));
+                    one.demand = demand_of(origin, &reg);
                     best = best.max(one);
                     continue;
                 }
                 fold(&reg, &mut out);
                 if silent.is_none_or(|s| s.binary_search(&origin).is_err()) {
-                    out.demand += u64::from(reg.live_demand(spec, now_ms));
+                    out.demand += demand_of(origin, &reg);
                 }
             }
         }

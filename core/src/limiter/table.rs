@@ -14,7 +14,7 @@ use papaya::{Guard, HashMap};
 
 use super::decision::CheckError;
 use super::key::{KeyId, KeyIdHashBuilder};
-use super::state::WindowState;
+use super::state::{OriginIdx, WindowState};
 use crate::window::WindowSpec;
 
 /// The longest a full table is taken to stay full without looking again.
@@ -211,7 +211,15 @@ impl KeyTable {
 
     /// Pops due keys (at most `budget`): removes the idle ones, reschedules the rest at their
     /// new end, expires stale registers and clears stale ring slots on the way.
-    pub fn collect_garbage(&self, now_ms: u64, budget: usize, guard: &impl Guard) -> GcReport {
+    /// Registers of origins `held` selects are kept whatever their age, and so are their
+    /// windows (see `Limiter::set_held`).
+    pub fn collect_garbage(
+        &self,
+        now_ms: u64,
+        budget: usize,
+        held: impl Fn(OriginIdx) -> bool,
+        guard: &impl Guard,
+    ) -> GcReport {
         let mut report = GcReport::default();
         let mut batch = Vec::new();
         {
@@ -237,10 +245,20 @@ impl KeyTable {
             let Some(state) = self.map.get(&id, guard) else {
                 continue;
             };
-            expire_remote(state, now_ms);
+            expire_remote(state, now_ms, &held);
             state.ring.clear_stale(&state.spec(), now_ms);
             let local = state.ring.snapshot(&state.spec(), now_ms);
-            let until = state.live_until_ms(&local);
+            let holds = state
+                .remote
+                .load()
+                .as_deref()
+                .is_some_and(|r| r.iter().any(|(o, _)| held(o)));
+            // A window with a held register stays until its origin is released.
+            let until = if holds {
+                Some(now_ms + 1_000)
+            } else {
+                state.live_until_ms(&local)
+            };
             // A window whose every bucket has expired has nothing left to emit either: peers
             // expire their copies of its registers on the same clock.
             match until {
@@ -273,16 +291,16 @@ impl KeyTable {
 }
 
 /// Drops remote registers (and owners' aggregates) that have left the window.
-fn expire_remote(state: &WindowState, now_ms: u64) {
+fn expire_remote(state: &WindowState, now_ms: u64, held: &impl Fn(OriginIdx) -> bool) {
     let Some(current) = state.remote.load_full() else {
         return;
     };
     if current
         .iter()
-        .any(|(_, r)| r.is_expired(&state.spec(), now_ms))
+        .any(|(o, r)| r.is_expired(&state.spec(), now_ms) && !held(o))
     {
         let mut next = (*current).clone();
-        next.expire(&state.spec(), now_ms);
+        next.expire_except(&state.spec(), now_ms, held);
         // Only the merge path and GC write `remote`, and both hold the limiter's sync lock.
         state
             .remote

@@ -322,3 +322,37 @@ fn an_owner_sums_every_other_origin_for_each_subscriber() {
     );
     assert_eq!(report.unsolicited, 1);
 }
+
+#[test]
+fn a_held_origin_keeps_its_demand_and_its_register_until_released() {
+    let a = limiter(); // origin 1, demand share policy
+    let b = limiter_with(LimiterConfig::default(), 2);
+    let lim = [second(100)];
+    // b was busy: 60 requests, of which it admitted what its share allowed.
+    admitted_in(&b, "k", &lim, 60, T0);
+    let from_b = b.collect_changed(T0 + 1).unwrap();
+    a.merge(&from_b, T0 + 2);
+    a.set_members(2, T0 + 2);
+    let demand_of_b = |now| {
+        a.inspect(b"k", &lim[0], now)
+            .and_then(|i| i.origins.into_iter().find(|o| o.origin == OriginId(2)))
+            .map(|o| o.demand)
+    };
+    assert_eq!(demand_of_b(T0 + 500), Some(60));
+    // One window later b's demand would lapse, and a would take the whole limit.
+    let later = T0 + 1_500;
+    assert_eq!(demand_of_b(later), Some(0));
+    let alone = check(&a, "k", &lim, 1, later).limits[0].remaining;
+    // Held (b went quiet but is not down), it keeps its demand and a its share.
+    a.set_held(&[OriginId(2)], later);
+    assert_eq!(demand_of_b(later), Some(60));
+    let held = check(&a, "k", &lim, 1, later).limits[0].remaining;
+    assert!(held < alone, "held {held} vs alone {alone}");
+    // GC keeps a held register (and its window) however old.
+    a.gc(T0 + 10_000, 100);
+    assert_eq!(demand_of_b(T0 + 10_000), Some(60));
+    // Released (down), it lapses and goes.
+    a.set_held(&[], T0 + 10_000);
+    a.gc(T0 + 12_000, 100);
+    assert_eq!(demand_of_b(T0 + 12_000), None);
+}
