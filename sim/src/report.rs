@@ -43,23 +43,17 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
-/// Counts in every window `(t − w, t]`, for `t` from `from` to the end (inclusive of `t`).
-fn window_sums(per_ms: &[u32], w: usize, from: usize) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut sum: u64 = per_ms[..from.min(per_ms.len())]
-        .iter()
-        .rev()
-        .take(w.saturating_sub(1))
-        .map(|c| u64::from(*c))
-        .sum();
-    for t in from..per_ms.len() {
-        sum += u64::from(per_ms[t]);
-        if t >= w {
-            sum -= u64::from(per_ms[t - w]);
-        }
-        out.push(sum);
+/// Counts in every window `(t − w, t]`, for `t` from `from` to the end (inclusive of `t`),
+/// from prefix sums so that no window depends on how the first one was seeded.
+pub(crate) fn window_sums(per_ms: &[u32], w: usize, from: usize) -> Vec<u64> {
+    let mut prefix = Vec::with_capacity(per_ms.len() + 1);
+    prefix.push(0u64);
+    for c in per_ms {
+        prefix.push(prefix[prefix.len() - 1] + u64::from(*c));
     }
-    out
+    (from..per_ms.len())
+        .map(|t| prefix[t + 1] - prefix[(t + 1).saturating_sub(w)])
+        .collect()
 }
 
 impl Report {
@@ -163,6 +157,27 @@ mod tests {
         let per_ms = [1, 0, 2, 0, 3, 0];
         assert_eq!(window_sums(&per_ms, 3, 2), vec![3, 2, 5, 3]);
         assert_eq!(window_sums(&per_ms, 2, 0), vec![1, 1, 2, 2, 3, 3]);
+        // Measuring from a whole window in, as every report does.
+        assert_eq!(window_sums(&per_ms, 3, 3), vec![2, 5, 3]);
+        assert_eq!(window_sums(&per_ms, 2, 4), vec![3, 3]);
+    }
+
+    #[test]
+    fn window_sums_match_counting_each_window() {
+        let per_ms: Vec<u32> = (0..200u32).map(|i| (i * 7919 + 13) % 5).collect();
+        for w in [1, 2, 3, 10, 50] {
+            for from in [0, 1, w - 1, w, w + 1, 120] {
+                let brute: Vec<u64> = (from..per_ms.len())
+                    .map(|t| {
+                        per_ms[(t + 1).saturating_sub(w)..=t]
+                            .iter()
+                            .map(|c| u64::from(*c))
+                            .sum()
+                    })
+                    .collect();
+                assert_eq!(window_sums(&per_ms, w, from), brute, "w {w}, from {from}");
+            }
+        }
     }
 
     #[test]

@@ -152,26 +152,12 @@ impl FleetReport {
         let mut by_class: BTreeMap<KeyClass, Windows> = BTreeMap::new();
         let mut partition_max: Option<f64> = None;
         for k in 0..rec.limits.len() {
-            let (adm, off, limit) = (&rec.admitted[k], &rec.offered[k], rec.limits[k]);
-            let mut a: u64 = adm[..from]
-                .iter()
-                .rev()
-                .take(w - 1)
-                .map(|c| u64::from(*c))
-                .sum();
-            let mut o: u64 = off[..from]
-                .iter()
-                .rev()
-                .take(w - 1)
-                .map(|c| u64::from(*c))
-                .sum();
-            for t in from..adm.len().min(until) {
-                a += u64::from(adm[t]);
-                o += u64::from(off[t]);
-                if t >= w {
-                    a -= u64::from(adm[t - w]);
-                    o -= u64::from(off[t - w]);
-                }
+            let limit = rec.limits[k];
+            let to = rec.admitted[k].len().min(until);
+            let admitted = crate::report::window_sums(&rec.admitted[k][..to], w, from);
+            let offered = crate::report::window_sums(&rec.offered[k][..to], w, from);
+            for (i, (&a, &o)) in admitted.iter().zip(&offered).enumerate() {
+                let t = from + i;
                 all.add(a, o, limit);
 
                 by_class.entry(rec.classes[k]).or_default().add(a, o, limit);
