@@ -66,6 +66,9 @@ pub struct Membership {
     events: Vec<MemberEvent>,
     max_packet: usize,
     sized_for: u32,
+    /// The active members in address order, as of the last change: a large cluster's node
+    /// asks for them several times a round and they change far less often.
+    members: std::cell::OnceCell<Vec<NodeId>>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -105,6 +108,7 @@ impl Membership {
             events: Vec::new(),
             max_packet,
             sized_for: 1,
+            members: std::cell::OnceCell::new(),
         }
     }
 
@@ -132,9 +136,13 @@ impl Membership {
 
     /// Live members, this node excluded, in address order.
     pub fn members(&self) -> Vec<NodeId> {
-        let mut m: Vec<NodeId> = self.foca.iter_members().map(|m| m.id().clone()).collect();
-        m.sort_by_key(|id| id.addr);
-        m
+        self.members
+            .get_or_init(|| {
+                let mut m: Vec<NodeId> = self.foca.iter_members().map(|m| m.id().clone()).collect();
+                m.sort_by_key(|id| id.addr);
+                m
+            })
+            .clone()
     }
 
     /// The boot ids of the live members.
@@ -257,6 +265,9 @@ impl Membership {
                 .push(Reverse((now + after, self.timer_seq, timer)));
         }
         while let Some(n) = self.runtime.to_notify() {
+            // Foca tells every change of its active members (up, down, renamed): the cached
+            // list is recomputed when next asked for.
+            self.members.take();
             let event = match n {
                 OwnedNotification::MemberUp(id) => MemberEvent::Up(id),
                 OwnedNotification::MemberDown(id) => MemberEvent::Down(id),
@@ -269,6 +280,13 @@ impl Membership {
                 _ => continue,
             };
             self.events.push(event);
+        }
+        if self
+            .members
+            .get()
+            .is_some_and(|m| m.len() != self.foca.num_members())
+        {
+            self.members.take();
         }
         self.resize();
     }

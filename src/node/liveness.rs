@@ -142,9 +142,14 @@ impl Liveness {
 
     /// Senders heard lately with clocks a minute off that are not members, forgetting the
     /// others.
-    pub fn far_clocks(&mut self, members: &BTreeSet<u128>, at: Instant) -> Vec<OriginId> {
+    pub fn far_clocks(&mut self, members: &[NodeId], at: Instant) -> Vec<OriginId> {
         self.far
             .retain(|_, f| at.saturating_duration_since(f.heard) < FAR_MEMORY);
+        if self.far.is_empty() {
+            self.far_members = 0;
+            return Vec::new();
+        }
+        let members: BTreeSet<u128> = members.iter().map(|m| m.node.as_u128()).collect();
         let far: Vec<OriginId> = self
             .far
             .iter()
@@ -223,17 +228,16 @@ impl Liveness {
     /// In a large cluster: the members this node exchanged registers or sums with lately (in
     /// the last [`HOLD_FOR`]) that have gone quiet for `quiet`: on the other side of a
     /// partition, perhaps, and still admitting. Their demand is held (`Limiter::set_held`).
-    pub fn held(&self, members: &[NodeId], quiet: Duration, at: Instant) -> Vec<OriginId> {
-        members
+    pub fn held(&self, quiet: Duration, at: Instant) -> Vec<OriginId> {
+        // `last_heard` holds members only (`set_members`), and only those heard at all: in a
+        // large cluster, far fewer than the members.
+        self.last_heard
             .iter()
-            .map(|m| m.node.as_u128())
-            .filter(|id| {
-                self.last_heard.get(id).is_some_and(|t| {
-                    let since = at.saturating_duration_since(*t);
-                    since > quiet && since <= HOLD_FOR
-                })
+            .filter(|(_, t)| {
+                let since = at.saturating_duration_since(**t);
+                since > quiet && since <= HOLD_FOR
             })
-            .map(OriginId)
+            .map(|(id, _)| OriginId(*id))
             .collect()
     }
 
@@ -241,24 +245,26 @@ impl Liveness {
     /// shares windows with: a member is silent while SWIM suspects it, rather than when this
     /// node has not heard from it lately.
     pub fn silent_by_swim(
-        &self,
+        &mut self,
         members: &[NodeId],
         suspects: &BTreeSet<u128>,
         fences: &Fences,
         at: Instant,
     ) -> Vec<OriginId> {
-        members
-            .iter()
-            .map(|m| m.node.as_u128())
-            .filter(|id| {
-                let settled = self
-                    .joined_at
-                    .get(id)
-                    .is_none_or(|t| at.saturating_duration_since(*t) >= self.join_grace);
-                suspects.contains(id) || !settled || fences.own || fences.peers.contains(id)
-            })
-            .map(OriginId)
-            .collect()
+        if fences.own {
+            return members.iter().map(|m| OriginId(m.node.as_u128())).collect();
+        }
+        // Past its grace a join says nothing more (a member with no entry is settled): so
+        // the entries left are the few recent joins, not every member of a large cluster.
+        self.joined_at
+            .retain(|_, t| at.saturating_duration_since(*t) < self.join_grace);
+        // Suspects, recent joins and fenced peers are all members (`set_members` keeps
+        // `joined_at` to the members; the fences are computed over them), so the union is the
+        // filter of the members that `silent` applies, at the cost of the few it names.
+        let mut silent: BTreeSet<u128> = suspects.clone();
+        silent.extend(self.joined_at.keys().copied());
+        silent.extend(fences.peers.iter().copied());
+        silent.into_iter().map(OriginId).collect()
     }
 }
 

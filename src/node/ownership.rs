@@ -69,9 +69,12 @@ pub struct Ownership {
     subscribers: BTreeMap<KeyId, BTreeMap<u128, Subscriber>>,
     /// Owned windows whose sums changed since the last round.
     changed: BTreeSet<KeyId>,
-    /// Send every live register of this node to its owners next round (owners moved, or
-    /// anti-entropy is due).
+    /// Send every live register of this node to both its owners next round (anti-entropy is
+    /// due, or owner mode just began).
     resend_all: bool,
+    /// Windows whose owners moved since the last round: this node's registers of them go to
+    /// both owners.
+    moved: BTreeSet<KeyId>,
 }
 
 impl Ownership {
@@ -188,10 +191,20 @@ impl<T: TimeSource> NodeCore<T> {
             id: self.params.node_id.as_u128(),
             addr: self.params.advertise,
         });
-        ownership.ring = Ring::new(&members);
-        ownership.cache.clear();
         ownership.stale = false;
-        ownership.resend_all = true;
+        if !ownership.ring.update(&members) {
+            return;
+        }
+        // The windows whose owners moved: this node's registers of them go to both new owners
+        // next round (the others' owners hold them already).
+        let before = std::mem::take(&mut ownership.cache);
+        for (key, owners) in before {
+            let now = ownership.ring.owners(key);
+            if now != owners {
+                ownership.moved.insert(key);
+            }
+            ownership.cache.insert(key, now);
+        }
     }
 
     /// A node's registers of `keys` arrived: of the windows this node owns, the sender uses
@@ -236,12 +249,32 @@ impl<T: TimeSource> NodeCore<T> {
             self.push_bootstrap(now, to);
         }
         let calm_round = self.rounds.is_multiple_of(CALM_EVERY);
-        let resend_all = self
+        let (resend_all, moved) = self
             .ownership
             .as_mut()
-            .is_some_and(|o| std::mem::take(&mut o.resend_all));
-        let own = if resend_all || calm_round {
-            self.limiter.snapshot_local(now.cluster_ms).updates
+            .map(|o| {
+                (
+                    std::mem::take(&mut o.resend_all),
+                    std::mem::take(&mut o.moved),
+                )
+            })
+            .unwrap_or_default();
+        let every = resend_all || calm_round;
+        let own = if every || !moved.is_empty() {
+            // This round's contended changes are among the live registers; they go out as on
+            // any round, and those of moved windows with them.
+            let contended: BTreeSet<KeyId> = changed
+                .map(|b| b.updates)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|u| self.limiter.contended(u.key, now.cluster_ms))
+                .map(|u| u.key)
+                .collect();
+            let mut all = self.limiter.snapshot_local(now.cluster_ms).updates;
+            if !every {
+                all.retain(|u| moved.contains(&u.key) || contended.contains(&u.key));
+            }
+            all
         } else {
             let mut updates = changed.map(|b| b.updates).unwrap_or_default();
             updates.retain(|u| self.limiter.contended(u.key, now.cluster_ms));
@@ -256,8 +289,8 @@ impl<T: TimeSource> NodeCore<T> {
                 ownership.changed.insert(update.key);
             }
             // The second owner needs the registers only to take over: from anti-entropy (every
-            // `anti_entropy_interval`) and whenever the owners may have moved.
-            let both = resend_all;
+            // `anti_entropy_interval`) and whenever the window's owners moved.
+            let both = resend_all || moved.contains(&update.key);
             for to in ownership
                 .destinations(update.key, me)
                 .take(if both { 2 } else { 1 })

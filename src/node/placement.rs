@@ -4,9 +4,10 @@
 //!
 //! Each member (this node included) has [`POINTS`] points on a ring of `u64`, placed by a hash
 //! of its boot id; a window's id hashes to a point, and its owners are the members of the
-//! first two distinct points clockwise from it. The ring is rebuilt when the members change
+//! first two distinct points clockwise from it. The ring is updated when the members change
 //! (at most once per summary round), and a lookup is a binary search.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use crate::gossip::wire::Destination;
@@ -33,13 +34,19 @@ impl Member {
 }
 
 /// The ring of one membership view.
+///
+/// Members hold slots that stay theirs while they are members, so a change of the members
+/// moves only their own points: the ring is updated in time linear in its points, with no
+/// sort of the whole (in a fleet's formation it changes every round, on every node).
 #[derive(Debug, Clone, Default)]
 pub struct Ring {
-    /// `(point, index into members)`, sorted.
+    /// `(point, slot)`, sorted.
     points: Vec<(u64, u32)>,
-    /// Per point, the member of the next point clockwise that is another member.
+    /// Per point, the slot of the next point clockwise that is another member's.
     next_other: Vec<u32>,
-    members: Vec<Member>,
+    /// The members, by slot; `None`: a free slot.
+    slots: Vec<Option<Member>>,
+    free: Vec<u32>,
 }
 
 /// A 64-bit mix (the finalizer of SplitMix64): ids and key ids are uniformly random already
@@ -54,20 +61,71 @@ fn fold(v: u128) -> u64 {
     (v as u64) ^ mix((v >> 64) as u64)
 }
 
+/// The points of the member with boot id `id`.
+fn points_of(id: u128) -> impl Iterator<Item = u64> {
+    let base = fold(id);
+    (0..POINTS).map(move |p| mix(base ^ mix(p + 1)))
+}
+
 impl Ring {
     /// The ring of `members` (this node included, in any order).
+    #[cfg(test)]
     pub fn new(members: &[Member]) -> Self {
-        let mut points = Vec::with_capacity(members.len() * POINTS as usize);
-        for (i, m) in members.iter().enumerate() {
-            let base = fold(m.id);
-            for p in 0..POINTS {
-                points.push((mix(base ^ mix(p + 1)), i as u32));
+        let mut ring = Self::default();
+        ring.update(members);
+        ring
+    }
+
+    /// Makes this the ring of `members` (in any order): the points of members that left
+    /// go, those of members that joined come in. Returns whether anything changed.
+    pub fn update(&mut self, members: &[Member]) -> bool {
+        let wanted: BTreeSet<(u128, SocketAddr)> = members.iter().map(|m| (m.id, m.addr)).collect();
+        let mut gone = vec![false; self.slots.len()];
+        let mut kept: BTreeSet<(u128, SocketAddr)> = BTreeSet::new();
+        for (slot, m) in self.slots.iter_mut().enumerate() {
+            if let Some(member) = m {
+                if wanted.contains(&(member.id, member.addr)) {
+                    kept.insert((member.id, member.addr));
+                } else {
+                    gone[slot] = true;
+                    *m = None;
+                    self.free.push(slot as u32);
+                }
             }
         }
-        points.sort_unstable();
-        // A point's next other member is the next point's member, unless that is the same
-        // member, whose next other it then shares. Twice round backwards settles the points
-        // whose run of one member wraps past the end.
+        let mut added: Vec<(u64, u32)> = Vec::new();
+        for &(id, addr) in wanted.difference(&kept) {
+            let member = Member { id, addr };
+            let slot = match self.free.pop() {
+                Some(s) => {
+                    self.slots[s as usize] = Some(member);
+                    s
+                }
+                None => {
+                    self.slots.push(Some(member));
+                    (self.slots.len() - 1) as u32
+                }
+            };
+            added.extend(points_of(id).map(|p| (p, slot)));
+        }
+        let removed_any = gone.iter().any(|g| *g);
+        if !removed_any && added.is_empty() {
+            return false;
+        }
+        if removed_any {
+            self.points.retain(|(_, s)| !gone[*s as usize]);
+        }
+        added.sort_unstable();
+        self.points = merge_sorted(std::mem::take(&mut self.points), added);
+        self.link();
+        true
+    }
+
+    /// Recomputes `next_other`. A point's next other member is the next point's member,
+    /// unless that is the same member, whose next other it then shares. Twice round backwards
+    /// settles the points whose run of one member wraps past the end.
+    fn link(&mut self) {
+        let points = &self.points;
         let n = points.len();
         let mut next_other = vec![u32::MAX; n];
         for k in (0..2 * n).rev() {
@@ -84,11 +142,7 @@ impl Ring {
                 *other = points[i].1;
             }
         }
-        Self {
-            points,
-            next_other,
-            members: members.to_vec(),
-        }
+        self.next_other = next_other;
     }
 
     /// The owner and the next owner of `key` (the same member twice only on a ring of one).
@@ -98,10 +152,30 @@ impl Ring {
         }
         let at = fold(key.0);
         let start = self.points.partition_point(|(p, _)| *p < at) % self.points.len();
-        let first = self.points[start].1;
-        let second = self.next_other[start];
-        Some([self.members[first as usize], self.members[second as usize]])
+        let first = self.slots[self.points[start].1 as usize]?;
+        let second = self.slots[self.next_other[start] as usize]?;
+        Some([first, second])
     }
+}
+
+/// The union of two sorted lists, sorted.
+fn merge_sorted(a: Vec<(u64, u32)>, b: Vec<(u64, u32)>) -> Vec<(u64, u32)> {
+    if b.is_empty() {
+        return a;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x <= y => a.next(),
+            (Some(_), Some(_)) => b.next(),
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -164,6 +238,48 @@ mod tests {
                 assert_eq!(now.id, next.id, "the second owner takes over");
             }
         }
+    }
+
+    #[test]
+    fn a_ring_updated_through_joins_and_leaves_names_the_owners_a_fresh_one_does() {
+        use rand::{RngExt, SeedableRng};
+        let all = members(120);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut ring = Ring::default();
+        let mut current: Vec<Member> = Vec::new();
+        for step in 0..60 {
+            let before: BTreeSet<u128> = current.iter().map(|m| m.id).collect();
+            // Some leave, some join (a few at once, as in a fleet's formation), in any order.
+            current.retain(|_| rng.random_range(0..10) != 0);
+            for _ in 0..rng.random_range(0..6) {
+                let m = all[rng.random_range(0..all.len())];
+                if !current.contains(&m) {
+                    current.push(m);
+                }
+            }
+            let mut shuffled = current.clone();
+            shuffled.rotate_left(step % current.len().max(1));
+            let after: BTreeSet<u128> = current.iter().map(|m| m.id).collect();
+            assert_eq!(ring.update(&shuffled), before != after, "step {step}");
+            let fresh = Ring::new(&current);
+            assert_eq!(ring.points.len(), fresh.points.len(), "step {step}");
+            for k in 0..300 {
+                assert_eq!(
+                    ring.owners(key(k)),
+                    fresh.owners(key(k)),
+                    "step {step}, key {k}"
+                );
+            }
+            assert!(
+                !ring.update(&current),
+                "step {step}: nothing changed the second time"
+            );
+        }
+        // A member at a new address is another member.
+        let mut moved = current.clone();
+        moved[0].addr = SocketAddr::from(([10, 9, 9, 9], 1));
+        assert!(ring.update(&moved));
+        assert!((0..300).all(|k| ring.owners(key(k)) == Ring::new(&moved).owners(key(k))));
     }
 
     #[test]

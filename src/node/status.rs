@@ -2,8 +2,6 @@
 //! clock forces the strict scale), whether the warm-up is over, and the member list it
 //! publishes.
 
-use std::collections::BTreeSet;
-
 use super::core::NodeCore;
 use super::view::{MemberInfo, MemberState};
 use super::warmup::WarmupEnd;
@@ -45,7 +43,6 @@ impl<T: TimeSource> NodeCore<T> {
     /// Tells the limiter who is live (see `liveness.rs`) and whose clock is cut off.
     pub(super) fn update_live(&mut self, now: Now) {
         let members = self.membership.members();
-        let ids: BTreeSet<u128> = members.iter().map(|m| m.node.as_u128()).collect();
         let fences = self.clock_sync.fences();
         let mut silent = if self.ownership.is_some() {
             let suspects = self.membership.suspects();
@@ -54,7 +51,7 @@ impl<T: TimeSource> NodeCore<T> {
             // once a second, so their peers are often held between sends: harmless, as a held
             // member only keeps what it last reported.
             let quiet = self.params.silence_threshold;
-            let held = self.liveness.held(&members, quiet, now.at);
+            let held = self.liveness.held(quiet, now.at);
             self.limiter.set_held(&held, now.cluster_ms);
             self.liveness
                 .silent_by_swim(&members, &suspects, fences, now.at)
@@ -66,7 +63,7 @@ impl<T: TimeSource> NodeCore<T> {
         // Senders a minute off count as silent members. When they are at least as many as the
         // live members (this node included), this node's own clock is the likelier one to be
         // wrong: it cuts itself off as for a clock beyond the tolerance.
-        let far = self.liveness.far_clocks(&ids, now.at);
+        let far = self.liveness.far_clocks(&members, now.at);
         let far_fenced = !far.is_empty() && far.len() >= live;
         if far_fenced != self.far_fenced {
             if far_fenced {

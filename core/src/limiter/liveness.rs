@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::replication::ReplicationState;
+use super::replication::{OriginList, ReplicationState};
 use super::{Limiter, MAX_PEERS_COUNT, OriginId, state};
 
 impl Limiter {
@@ -51,13 +51,7 @@ impl Limiter {
     /// down here, is still expected as long as its peers count it.
     pub fn set_liveness(&self, live: usize, silent: &[OriginId], peers_count: usize, now_ms: u64) {
         let mut sync = self.lock_sync();
-        let mut idx: Vec<state::OriginIdx> = silent
-            .iter()
-            .filter(|o| **o != self.origin)
-            .map(|o| sync.intern_origin(*o, now_ms))
-            .collect();
-        idx.sort_unstable();
-        idx.dedup();
+        let idx = sync.intern_list(OriginList::Silent, silent, self.origin, now_ms);
         // Silent members are still members: `N_expected` counts them, so that a member this
         // node never hears (one-way loss) is expected all the same and this side's scale
         // shrinks, rather than the member being forgotten and its share taken.
@@ -79,13 +73,7 @@ impl Limiter {
     /// absence; a member that goes down is released.
     pub fn set_held(&self, held: &[OriginId], now_ms: u64) {
         let mut sync = self.lock_sync();
-        let mut idx: Vec<state::OriginIdx> = held
-            .iter()
-            .filter(|o| **o != self.origin)
-            .map(|o| sync.intern_origin(*o, now_ms))
-            .collect();
-        idx.sort_unstable();
-        idx.dedup();
+        let idx = sync.intern_list(OriginList::Held, held, self.origin, now_ms);
         let current = self.held_origins.load();
         if current.as_deref().map_or(!idx.is_empty(), |c| *c != idx) {
             self.held_origins

@@ -32,6 +32,8 @@ pub(crate) struct OriginTable {
     by_id: BTreeMap<OriginId, OriginIdx>,
     entries: BTreeMap<OriginIdx, OriginEntry>,
     next: OriginIdx,
+    /// Origins forgotten so far: an index interned before one was may name another now.
+    forgotten: u64,
 }
 
 impl OriginTable {
@@ -64,7 +66,13 @@ impl OriginTable {
         if let Some((&idx, e)) = self.entries.iter().min_by_key(|(_, e)| e.last_seen_ms) {
             self.by_id.remove(&e.id);
             self.entries.remove(&idx);
+            self.forgotten += 1;
         }
+    }
+
+    /// Origins forgotten so far (see `forget_longest_unseen`).
+    pub fn forgotten(&self) -> u64 {
+        self.forgotten
     }
 
     /// The index of `id`, if it is known (unlike [`OriginTable::intern`], adds nothing).

@@ -21,6 +21,23 @@ pub(crate) struct ReplicationState {
     version: u64,
     origins: OriginTable,
     pub expected: ExpectedSize,
+    /// The last lists of silent and of held origins, interned (see `intern_list`).
+    interned: [Option<InternedList>; 2],
+}
+
+/// Which list of origins [`ReplicationState::intern_list`] interns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum OriginList {
+    Silent = 0,
+    Held = 1,
+}
+
+/// A list of origins as given, and its indices, sorted and deduplicated.
+#[derive(Debug)]
+struct InternedList {
+    ids: Vec<OriginId>,
+    forgotten: u64,
+    idx: Vec<super::state::OriginIdx>,
 }
 
 impl std::fmt::Debug for ReplicationState {
@@ -53,8 +70,36 @@ impl ReplicationState {
         self.origins.get(idx).map(|e| e.id)
     }
 
-    pub fn intern_origin(&mut self, origin: OriginId, now_ms: u64) -> super::state::OriginIdx {
-        self.origins.intern(origin, now_ms)
+    /// The indices of `ids` other than `own`, sorted and deduplicated. The node gives the same
+    /// list round after round (every member of a large cluster that has gone quiet, say), so
+    /// the last one's indices are kept and reused while no origin has been forgotten since.
+    pub fn intern_list(
+        &mut self,
+        which: OriginList,
+        ids: &[OriginId],
+        own: OriginId,
+        now_ms: u64,
+    ) -> Vec<super::state::OriginIdx> {
+        let forgotten = self.origins.forgotten();
+        if let Some(last) = &self.interned[which as usize]
+            && last.forgotten == forgotten
+            && last.ids == ids
+        {
+            return last.idx.clone();
+        }
+        let mut idx: Vec<super::state::OriginIdx> = ids
+            .iter()
+            .filter(|o| **o != own)
+            .map(|o| self.origins.intern(*o, now_ms))
+            .collect();
+        idx.sort_unstable();
+        idx.dedup();
+        self.interned[which as usize] = Some(InternedList {
+            ids: ids.to_vec(),
+            forgotten: self.origins.forgotten(),
+            idx: idx.clone(),
+        });
+        idx
     }
 
     pub fn new(hlc: Hlc, expected: ExpectedSize) -> Self {
@@ -63,6 +108,7 @@ impl ReplicationState {
             version: 0,
             origins: OriginTable::default(),
             expected,
+            interned: [None, None],
         }
     }
 }
