@@ -10,6 +10,11 @@ use limitmesh_sim::fleet::{FLEET_SCENARIOS, fleet_scenario};
 use limitmesh_sim::scenario::{SCENARIOS, scenario};
 use limitmesh_sim::{Report, run};
 
+// As in the service: a fleet run allocates for every datagram and register of a thousand
+// nodes, and mimalloc takes about 5 % off a 400-node run against glibc's malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Debug, Parser)]
 #[command(about = "Deterministic simulation of a limitmesh cluster")]
 struct Args {

@@ -8,7 +8,9 @@
 //! node's monotonic clock; cluster time is `mono + base`, and the calibrator says what `base`
 //! should be. Pure: it is handed every reading and reads no clock.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
+
+use crate::limiter::IdHashBuilder;
 
 /// Samples kept per peer. The estimate is the largest (see [`Calibrator::observe`]).
 const SAMPLES: usize = 16;
@@ -44,7 +46,9 @@ pub const UNFENCE_PER_MILLE: u64 = 850;
 pub struct Calibrator {
     /// Per peer, the last samples and their maximum (kept, as it is read far more often than
     /// a sample arrives).
-    samples: BTreeMap<u128, (VecDeque<i64>, i64)>,
+    /// Hashed (a large cluster's node looks up every member's each round); never iterated in
+    /// an order that matters.
+    samples: HashMap<u128, (VecDeque<i64>, i64), IdHashBuilder>,
 }
 
 impl Calibrator {

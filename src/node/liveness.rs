@@ -9,7 +9,7 @@
 //! whose own clock is a minute off would hear nobody, end its warm-up alone and admit the
 //! whole limit beside the cluster.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -23,15 +23,18 @@ use crate::membership::NodeId;
 pub struct Liveness {
     silence_threshold: Duration,
     join_grace: Duration,
+    // The per-member tables are hashed: every datagram updates two of them, and in a large
+    // cluster a tree's walk misses the cache at every level. Nothing depends on their order
+    // (what is listed from them is sorted).
     /// When each member was last heard from (registers and heartbeats only).
-    last_heard: BTreeMap<u128, Instant>,
-    /// When each member appeared (up or renamed).
-    joined_at: BTreeMap<u128, Instant>,
+    last_heard: Members<Instant>,
+    /// When each member appeared (up or renamed), while in its join grace.
+    joined_at: Members<Instant>,
     /// Each member's address, to tell whose datagrams may steer this node's clock.
-    addrs: BTreeMap<u128, SocketAddr>,
+    addrs: Members<SocketAddr>,
     /// How many members each member says it counts, itself included (the prefix of its
     /// register and heartbeat bodies).
-    counts: BTreeMap<u128, usize>,
+    counts: Members<usize>,
     /// Senders whose clocks are more than a minute from this node's: when last heard, and when
     /// last told so.
     far: BTreeMap<u128, FarSender>,
@@ -39,6 +42,8 @@ pub struct Liveness {
     /// Tells sent in the current second, and when it began.
     tells: (u32, Option<Instant>),
 }
+
+type Members<V> = HashMap<u128, V, crate::limiter::IdHashBuilder>;
 
 #[derive(Debug, Clone, Copy)]
 struct FarSender {
@@ -75,10 +80,10 @@ impl Liveness {
         Self {
             silence_threshold,
             join_grace,
-            last_heard: BTreeMap::new(),
-            joined_at: BTreeMap::new(),
-            addrs: BTreeMap::new(),
-            counts: BTreeMap::new(),
+            last_heard: Members::default(),
+            joined_at: Members::default(),
+            addrs: Members::default(),
+            counts: Members::default(),
             far: BTreeMap::new(),
             far_members: 0,
             tells: (0, None),
@@ -231,14 +236,17 @@ impl Liveness {
     pub fn held(&self, quiet: Duration, at: Instant) -> Vec<OriginId> {
         // `last_heard` holds members only (`set_members`), and only those heard at all: in a
         // large cluster, far fewer than the members.
-        self.last_heard
+        let mut held: Vec<OriginId> = self
+            .last_heard
             .iter()
             .filter(|(_, t)| {
                 let since = at.saturating_duration_since(**t);
                 since > quiet && since <= HOLD_FOR
             })
             .map(|(id, _)| OriginId(*id))
-            .collect()
+            .collect();
+        held.sort_unstable();
+        held
     }
 
     /// As [`Liveness::silent`], for a large cluster, where a node hears only the members it

@@ -69,12 +69,9 @@ pub struct Ownership {
     subscribers: BTreeMap<KeyId, BTreeMap<u128, Subscriber>>,
     /// Owned windows whose sums changed since the last round.
     changed: BTreeSet<KeyId>,
-    /// Send every live register of this node to both its owners next round (anti-entropy is
-    /// due, or owner mode just began).
+    /// Send every live register of this node to both its owners next round (owners moved, or
+    /// anti-entropy is due).
     resend_all: bool,
-    /// Windows whose owners moved since the last round: this node's registers of them go to
-    /// both owners.
-    moved: BTreeSet<KeyId>,
 }
 
 impl Ownership {
@@ -195,16 +192,13 @@ impl<T: TimeSource> NodeCore<T> {
         if !ownership.ring.update(&members) {
             return;
         }
-        // The windows whose owners moved: this node's registers of them go to both new owners
-        // next round (the others' owners hold them already).
-        let before = std::mem::take(&mut ownership.cache);
-        for (key, owners) in before {
-            let now = ownership.ring.owners(key);
-            if now != owners {
-                ownership.moved.insert(key);
-            }
-            ownership.cache.insert(key, now);
-        }
+        ownership.cache.clear();
+        // Owners may have moved: every register goes to both owners next round. Not only those
+        // of the windows whose owners moved: a second owner takes over with the registers it
+        // holds, and otherwise they are only as fresh as the last anti-entropy (5 s). Sending
+        // only the moved windows, `fleet-churn` at 50 nodes (seed 1) had a window at 2.31 × its
+        // limit; sending all, 1.20 ×.
+        ownership.resend_all = true;
     }
 
     /// A node's registers of `keys` arrived: of the windows this node owns, the sender uses
@@ -249,32 +243,12 @@ impl<T: TimeSource> NodeCore<T> {
             self.push_bootstrap(now, to);
         }
         let calm_round = self.rounds.is_multiple_of(CALM_EVERY);
-        let (resend_all, moved) = self
+        let resend_all = self
             .ownership
             .as_mut()
-            .map(|o| {
-                (
-                    std::mem::take(&mut o.resend_all),
-                    std::mem::take(&mut o.moved),
-                )
-            })
-            .unwrap_or_default();
-        let every = resend_all || calm_round;
-        let own = if every || !moved.is_empty() {
-            // This round's contended changes are among the live registers; they go out as on
-            // any round, and those of moved windows with them.
-            let contended: BTreeSet<KeyId> = changed
-                .map(|b| b.updates)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|u| self.limiter.contended(u.key, now.cluster_ms))
-                .map(|u| u.key)
-                .collect();
-            let mut all = self.limiter.snapshot_local(now.cluster_ms).updates;
-            if !every {
-                all.retain(|u| moved.contains(&u.key) || contended.contains(&u.key));
-            }
-            all
+            .is_some_and(|o| std::mem::take(&mut o.resend_all));
+        let own = if resend_all || calm_round {
+            self.limiter.snapshot_local(now.cluster_ms).updates
         } else {
             let mut updates = changed.map(|b| b.updates).unwrap_or_default();
             updates.retain(|u| self.limiter.contended(u.key, now.cluster_ms));
@@ -289,8 +263,8 @@ impl<T: TimeSource> NodeCore<T> {
                 ownership.changed.insert(update.key);
             }
             // The second owner needs the registers only to take over: from anti-entropy (every
-            // `anti_entropy_interval`) and whenever the window's owners moved.
-            let both = resend_all || moved.contains(&update.key);
+            // `anti_entropy_interval`) and whenever the owners may have moved.
+            let both = resend_all;
             for to in ownership
                 .destinations(update.key, me)
                 .take(if both { 2 } else { 1 })

@@ -42,8 +42,6 @@ impl Member {
 pub struct Ring {
     /// `(point, slot)`, sorted.
     points: Vec<(u64, u32)>,
-    /// Per point, the slot of the next point clockwise that is another member's.
-    next_other: Vec<u32>,
     /// The members, by slot; `None`: a free slot.
     slots: Vec<Option<Member>>,
     free: Vec<u32>,
@@ -117,32 +115,7 @@ impl Ring {
         }
         added.sort_unstable();
         self.points = merge_sorted(std::mem::take(&mut self.points), added);
-        self.link();
         true
-    }
-
-    /// Recomputes `next_other`. A point's next other member is the next point's member,
-    /// unless that is the same member, whose next other it then shares. Twice round backwards
-    /// settles the points whose run of one member wraps past the end.
-    fn link(&mut self) {
-        let points = &self.points;
-        let n = points.len();
-        let mut next_other = vec![u32::MAX; n];
-        for k in (0..2 * n).rev() {
-            let (i, j) = (k % n, (k + 1) % n);
-            next_other[i] = if points[j].1 != points[i].1 {
-                points[j].1
-            } else {
-                next_other[j]
-            };
-        }
-        for (i, other) in next_other.iter_mut().enumerate() {
-            if *other == u32::MAX {
-                // A ring of one member.
-                *other = points[i].1;
-            }
-        }
-        self.next_other = next_other;
     }
 
     /// The owner and the next owner of `key` (the same member twice only on a ring of one).
@@ -152,9 +125,15 @@ impl Ring {
         }
         let at = fold(key.0);
         let start = self.points.partition_point(|(p, _)| *p < at) % self.points.len();
-        let first = self.slots[self.points[start].1 as usize]?;
-        let second = self.slots[self.next_other[start] as usize]?;
-        Some([first, second])
+        let first = self.points[start].1;
+        // The next point of another member: with `POINTS` points per member, almost always
+        // the next point or the one after it; a ring of one member is the whole ring.
+        let n = self.points.len();
+        let second = (1..n)
+            .map(|d| self.points[(start + d) % n].1)
+            .find(|s| *s != first)
+            .unwrap_or(first);
+        Some([self.slots[first as usize]?, self.slots[second as usize]?])
     }
 }
 

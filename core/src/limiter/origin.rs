@@ -1,6 +1,8 @@
 //! Origins: who wrote a register. One origin per node process boot.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+
+use super::key::IdHashBuilder;
 
 use super::state::OriginIdx;
 
@@ -29,8 +31,11 @@ pub(crate) struct OriginEntry {
 /// Interns origins to small indices for compact per-key storage.
 #[derive(Debug, Default)]
 pub(crate) struct OriginTable {
-    by_id: BTreeMap<OriginId, OriginIdx>,
-    entries: BTreeMap<OriginIdx, OriginEntry>,
+    // Hashed: every datagram looks its sender up, and a large cluster's tables are too large
+    // for a tree's walk to stay in cache. Their order is never relied on
+    // (`forget_longest_unseen` breaks ties by index; `Limiter::digest` sorts).
+    by_id: HashMap<OriginId, OriginIdx, IdHashBuilder>,
+    entries: HashMap<OriginIdx, OriginEntry, IdHashBuilder>,
     next: OriginIdx,
     /// Origins forgotten so far: an index interned before one was may name another now.
     forgotten: u64,
@@ -63,7 +68,11 @@ impl OriginTable {
     }
 
     fn forget_longest_unseen(&mut self) {
-        if let Some((&idx, e)) = self.entries.iter().min_by_key(|(_, e)| e.last_seen_ms) {
+        if let Some((&idx, e)) = self
+            .entries
+            .iter()
+            .min_by_key(|(idx, e)| (e.last_seen_ms, **idx))
+        {
             self.by_id.remove(&e.id);
             self.entries.remove(&idx);
             self.forgotten += 1;

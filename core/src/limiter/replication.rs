@@ -90,7 +90,12 @@ impl ReplicationState {
         let mut idx: Vec<super::state::OriginIdx> = ids
             .iter()
             .filter(|o| **o != own)
-            .map(|o| self.origins.intern(*o, now_ms))
+            // Members already known keep their index; looking it up is all it takes.
+            .map(|o| {
+                self.origins
+                    .lookup(*o)
+                    .unwrap_or_else(|| self.origins.intern(*o, now_ms))
+            })
             .collect();
         idx.sort_unstable();
         idx.dedup();

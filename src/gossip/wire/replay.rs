@@ -5,7 +5,9 @@
 //! Because addressed datagrams are bound to their receiver by authentication, a datagram
 //! captured on its way to another node never reaches these windows here.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+
+use crate::limiter::IdHashBuilder;
 
 /// Width of a window, in datagrams: how far out of order a datagram may arrive (a bootstrap
 /// push can be hundreds of datagrams sent at once).
@@ -74,7 +76,9 @@ impl ReplayWindow {
 /// The windows of the streams heard from most recently, at most [`MAX_TRACKED_STREAMS`].
 #[derive(Debug, Default)]
 pub(super) struct ReplayTable {
-    streams: BTreeMap<StreamId, ReplayWindow>,
+    /// Hashed: looked up for every datagram, and as large as the cluster. Iteration order is
+    /// never relied on (the eviction below breaks ties by stream).
+    streams: HashMap<StreamId, ReplayWindow, IdHashBuilder>,
 }
 
 impl ReplayTable {
@@ -87,7 +91,7 @@ impl ReplayTable {
             if let Some(oldest) = self
                 .streams
                 .iter()
-                .min_by_key(|(_, w)| w.last_seen_ms)
+                .min_by_key(|(s, w)| (w.last_seen_ms, **s))
                 .map(|(s, _)| *s)
             {
                 self.streams.remove(&oldest);
