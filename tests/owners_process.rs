@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::*;
 
@@ -35,17 +35,7 @@ async fn eighteen_processes_share_a_limit_through_owners() {
         wait_ready(n, &format!("n{i}"));
     }
     // Formation: every node lists every member alive.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !nodes.iter().all(|n| {
-        http_get(n.http, "/v1/members")
-            .is_some_and(|(_, b)| b.matches("\"alive\"").count() == NODES)
-    }) {
-        assert!(
-            Instant::now() < deadline,
-            "the cluster of {NODES} did not form"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_formed(&nodes, NODES, Duration::from_secs(30));
 
     // 300 requests per second spread over every node for 5 s, against 100 per second: each
     // node sees about 17 a second, so each must count the others' admissions to refuse.

@@ -155,13 +155,7 @@ async fn three_processes_share_a_limit_and_survive_a_kill() {
         nodes.push(start(&scratch, name, &rules_path, &[seed]));
     }
     // Formation: each node lists three alive members.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !nodes.iter().all(|n| {
-        http_get(n.http, "/v1/members").is_some_and(|(_, b)| b.matches("\"alive\"").count() == 3)
-    }) {
-        assert!(Instant::now() < deadline, "the cluster did not form");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_formed(&nodes, 3, Duration::from_secs(20));
 
     // 300 requests per second spread over the three nodes for 4 s, against 100 per second.
     let mut clients = Vec::new();

@@ -230,6 +230,21 @@ pub fn wait_ready(node: &Node, name: &str) {
     }
 }
 
+/// Waits (at most `within`) until every one of `nodes` lists `members` alive members.
+pub fn wait_formed(nodes: &[Node], members: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !nodes.iter().all(|n| {
+        http_get(n.http, "/v1/members")
+            .is_some_and(|(_, b)| b.matches("\"alive\"").count() == members)
+    }) {
+        assert!(
+            Instant::now() < deadline,
+            "the cluster of {members} did not form within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Sends SIGTERM and waits (at most 10 s) for a clean exit.
 pub fn stop(node: &mut Node) {
     kill(node, Signal::TERM);
