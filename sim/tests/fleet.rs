@@ -41,3 +41,20 @@ fn a_small_fleet_holds_the_limits_and_counts_a_crashed_member_out() {
         "seed {SEED}: probes were seen"
     );
 }
+
+/// Owner mode (past 16 members) through a rolling deploy: owners' sums flow, and replacing
+/// nodes one by one (owners among them) leaves no window far over its limit.
+#[test]
+fn a_fleet_past_sixteen_members_shares_through_owners_and_holds_the_limits() {
+    let cfg = short("fleet-churn", 24);
+    let r = fleet::run("fleet-churn", "share", &cfg);
+    assert!(r.replacements > 0, "seed {SEED}: nodes were replaced");
+    let aggregates = r
+        .sent_bytes_per_node_per_s_by_kind
+        .get("aggregate")
+        .copied()
+        .unwrap_or(0.0);
+    assert!(aggregates > 0.0, "seed {SEED}: owners sent sums: {r:?}");
+    assert!(r.over_admission_mean <= 0.01, "seed {SEED}: {r:?}");
+    assert!(r.over_admission_max <= 0.5, "seed {SEED}: {r:?}");
+}
