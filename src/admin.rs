@@ -61,6 +61,8 @@ struct MemberJson {
     boot_ms: u64,
     clock_offset_ms: Option<i64>,
     clock_fenced: bool,
+    /// Cluster time (Unix ms) of the member's last datagram; absent if never (and for self).
+    last_heard_ms: Option<u64>,
 }
 
 async fn metrics(State(s): State<AdminState>) -> Response {
@@ -99,6 +101,7 @@ async fn members(State(s): State<AdminState>) -> axum::Json<Vec<MemberJson>> {
             boot_ms: m.boot_ms,
             clock_offset_ms: m.clock_offset_ms,
             clock_fenced: m.clock_fenced,
+            last_heard_ms: m.last_heard_ms,
         })
         .collect();
     axum::Json(members)

@@ -283,14 +283,17 @@ pub async fn inspect(args: CheckArgs) -> Result<ExitCode, CliError> {
 pub async fn members(args: ClientArgs) -> Result<ExitCode, CliError> {
     let mut client = connect(&args.addr).await?;
     let r = client.members(MembersRequest {}).await?.into_inner();
+    let now_ms = crate::clock::Clock::now_ms(&crate::clock::RawSystemClock);
     for m in &r.members {
         let state = member::State::try_from(m.state).map_or("?", |s| s.as_str_name());
         println!(
-            "{:<36} {:<22} {:<7} offset {:>5} ms{}{}",
+            "{:<36} {:<22} {:<7} offset {:>8} heard {:>9}{}{}",
             m.id,
             m.address,
             state,
-            m.clock_offset_ms,
+            m.clock_offset_ms
+                .map_or_else(|| "-".to_owned(), |o| format!("{o} ms")),
+            heard_ago(m.last_heard_ms, now_ms, m.is_self),
             if m.clock_fenced {
                 "  CUT OFF: clock beyond limiter.max_clock_drift_ms"
             } else {
@@ -300,6 +303,16 @@ pub async fn members(args: ClientArgs) -> Result<ExitCode, CliError> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long ago a member was last heard from, for `members`: "-" for this node, "never" when
+/// nothing has arrived from it.
+fn heard_ago(last_heard_ms: Option<u64>, now_ms: u64, is_self: bool) -> String {
+    match last_heard_ms {
+        _ if is_self => "-".to_owned(),
+        None => "never".to_owned(),
+        Some(t) => format!("{:.1} s ago", now_ms.saturating_sub(t) as f64 / 1000.0),
+    }
 }
 
 /// `limitmesh validate`: exit 0 when every file is valid.

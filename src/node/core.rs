@@ -22,6 +22,7 @@ use tokio::time::Instant;
 
 use super::clock_sync::ClockSync;
 use super::liveness::Liveness;
+use super::member_log::MemberLog;
 use super::outbox::{Outbox, Outgoing};
 use super::ownership::Ownership;
 use super::return_route::ReturnRoute;
@@ -70,6 +71,8 @@ pub struct NodeCore<T> {
     pub(super) ownership: Option<Ownership>,
     /// Summary rounds run, to publish the member list of a large cluster less often.
     pub(super) rounds: u64,
+    /// Membership changes as the log tells them.
+    pub(super) member_log: MemberLog,
 }
 
 impl<T> std::fmt::Debug for NodeCore<T> {
@@ -148,6 +151,7 @@ impl<T: TimeSource> NodeCore<T> {
             saved,
             ownership: None,
             rounds: 0,
+            member_log: MemberLog::default(),
             return_route,
             params,
             clock,
@@ -264,6 +268,9 @@ impl<T: TimeSource> NodeCore<T> {
         }
         for event in &events {
             tracing::debug!(?event, "membership");
+            if let Some(change) = self.member_log.event(event, now.at) {
+                change.log();
+            }
             if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
                 self.liveness.joined(id.node.as_u128(), now.at);
                 if let Some(w) = &mut self.warmup {

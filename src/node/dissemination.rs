@@ -43,6 +43,9 @@ impl<T: TimeSource> NodeCore<T> {
         // Steering moved cluster time: the one second reading of an input.
         now.cluster_ms = self.clock.now_ms();
         self.rounds += 1;
+        for change in self.member_log.round(self.membership.suspect_members()) {
+            change.log();
+        }
         let owners = self.choose_dissemination();
         if let Some(o) = &mut self.ownership
             && std::mem::take(&mut o.members_dirty)

@@ -32,6 +32,9 @@ pub struct Liveness {
     joined_at: Members<Instant>,
     /// Each member's address, to tell whose datagrams may steer this node's clock.
     addrs: Members<SocketAddr>,
+    /// When each member's last datagram of any kind (SWIM's included) arrived, in cluster
+    /// time: what `members` shows an operator.
+    last_datagram: Members<u64>,
     /// How many members each member says it counts, itself included (the prefix of its
     /// register and heartbeat bodies).
     counts: Members<usize>,
@@ -83,6 +86,7 @@ impl Liveness {
             last_heard: Members::default(),
             joined_at: Members::default(),
             addrs: Members::default(),
+            last_datagram: Members::default(),
             counts: Members::default(),
             far: BTreeMap::new(),
             far_members: 0,
@@ -176,6 +180,19 @@ impl Liveness {
         self.last_heard.insert(sender, at);
     }
 
+    /// A datagram of any kind from `sender` opened at cluster time `at_ms`. Recorded for
+    /// members only: the table cannot grow past the member list.
+    pub fn heard_any(&mut self, sender: u128, at_ms: u64) {
+        if self.addrs.contains_key(&sender) {
+            self.last_datagram.insert(sender, at_ms);
+        }
+    }
+
+    /// When `member`'s last datagram arrived (cluster time, Unix ms).
+    pub fn last_datagram(&self, member: u128) -> Option<u64> {
+        self.last_datagram.get(&member).copied()
+    }
+
     /// `member` came up or was renamed (a restart): its demand is unknown until its registers
     /// can have arrived.
     pub fn joined(&mut self, member: u128, at: Instant) {
@@ -203,6 +220,7 @@ impl Liveness {
         self.addrs = members.iter().map(|m| (m.node.as_u128(), m.addr)).collect();
         let ids: BTreeSet<u128> = self.addrs.keys().copied().collect();
         self.last_heard.retain(|s, _| ids.contains(s));
+        self.last_datagram.retain(|s, _| ids.contains(s));
         self.joined_at.retain(|s, _| ids.contains(s));
         self.counts.retain(|s, _| ids.contains(s));
         ids

@@ -64,6 +64,7 @@ impl<T: TimeSource> NodeCore<T> {
             }
         };
         let header = opened.header;
+        self.liveness.heard_any(header.sender, now.cluster_ms);
         if let Some(route) = &mut self.return_route {
             route.heard_from(from);
         }

@@ -25,6 +25,7 @@ impl<T: TimeSource> NodeCore<T> {
                     .load(std::sync::atomic::Ordering::Relaxed),
             ),
             clock_fenced: fences.own || self.far_fenced,
+            last_heard_ms: None,
         }];
         for (_, (id, state)) in self.membership.states() {
             members.push(MemberInfo {
@@ -35,6 +36,7 @@ impl<T: TimeSource> NodeCore<T> {
                 boot_ms: id.boot_ms,
                 clock_offset_ms: self.clock_sync.offset_of(id.node.as_u128()),
                 clock_fenced: fences.peers.contains(&id.node.as_u128()),
+                last_heard_ms: self.liveness.last_datagram(id.node.as_u128()),
             });
         }
         self.view.publish(members);

@@ -49,6 +49,9 @@ pub struct MemberInfo {
     /// Cut off for admission by this node because its clock is beyond `max_clock_drift_ms`
     /// (for this node itself: because its own clock is).
     pub clock_fenced: bool,
+    /// When this node last opened a datagram from the member (cluster time, Unix ms); `None`
+    /// if it never has (or for this node itself).
+    pub last_heard_ms: Option<u64>,
 }
 
 /// Shared between the node loop (writer) and readers on other tasks.

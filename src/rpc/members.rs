@@ -35,6 +35,7 @@ impl SingleNode {
                 boot_ms,
                 clock_offset_ms: Some(0),
                 clock_fenced: false,
+                last_heard_ms: None,
             }]),
         }
     }

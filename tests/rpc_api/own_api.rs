@@ -283,6 +283,7 @@ async fn own_members_lists_this_node() {
     );
     assert!(me.is_self);
     assert_eq!(me.state, own::member::State::Alive as i32);
-    assert_eq!((me.boot_ms, me.clock_offset_ms), (T0 - 5_000, 0));
+    assert_eq!((me.boot_ms, me.clock_offset_ms), (T0 - 5_000, Some(0)));
+    assert_eq!(me.last_heard_ms, None, "this node is not heard from");
     server.stop().await;
 }

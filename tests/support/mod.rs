@@ -16,6 +16,8 @@ use limitmesh::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimi
 pub use rustix::process::Signal;
 use tonic::transport::Channel;
 
+pub mod partition;
+
 /// The tests here take turns: each starts real processes, and on a two-core machine four nodes
 /// and two clients at once starve each other's gossip and skew the timing being measured.
 pub static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -79,6 +81,9 @@ pub struct Ports {
     pub grpc: u16,
     pub http: u16,
     pub gossip: u16,
+    /// The gossip port peers are told to use (`cluster.advertise`), when it is not `gossip`'s:
+    /// a [`partition::Proxy`] in between.
+    pub advertise: Option<u16>,
 }
 
 impl Ports {
@@ -98,6 +103,7 @@ impl Node {
             grpc: self.grpc.port(),
             http: self.http.port(),
             gossip: self.gossip.port(),
+            advertise: None,
         }
     }
 }
@@ -133,8 +139,15 @@ pub fn spawn_with_env(
     extra: &str,
     env: &[(&str, &str)],
 ) -> Node {
-    let Ports { grpc, http, gossip } = ports;
+    let Ports {
+        grpc,
+        http,
+        gossip,
+        advertise,
+    } = ports;
     let seeds: Vec<String> = seeds.iter().map(|s| format!("\"{s}\"")).collect();
+    let advertise =
+        advertise.map_or_else(String::new, |p| format!("advertise = \"127.0.0.1:{p}\""));
     let config = format!(
         r#"
 [node]
@@ -145,6 +158,7 @@ listen = "127.0.0.1:{grpc}"
 listen = "127.0.0.1:{http}"
 [cluster]
 bind = "127.0.0.1:{gossip}"
+{advertise}
 seeds = [{seeds}]
 cluster_id = "process-test"
 keys = ["{KEY_B64}"]
@@ -170,7 +184,7 @@ filter = "warn"
         .spawn()
         .expect("the binary starts");
     let stdout = child.stdout.take().expect("piped");
-    let Some(bound) = read_bound_addresses(stdout) else {
+    let Some(bound) = read_bound_addresses(stdout, &log_path(scratch, name)) else {
         // Not left running: a bare `Child` does not stop its process when dropped.
         let _ = child.kill();
         let _ = child.wait();
@@ -185,10 +199,16 @@ filter = "warn"
     }
 }
 
+/// Where the node `name` writes its log (its standard output after the addresses).
+pub fn log_path(scratch: &Scratch, name: &str) -> PathBuf {
+    scratch.path().join(format!("{name}.stdout"))
+}
+
 /// The gRPC, HTTP and gossip addresses a starting node prints (at most 20 s; `None` if it
-/// says nothing of them). Its standard output is drained from then on, so that its logs never
-/// fill the pipe.
-fn read_bound_addresses(stdout: std::process::ChildStdout) -> Option<[SocketAddr; 3]> {
+/// says nothing of them). Its standard output goes to `log` from then on, so that its logs
+/// never fill the pipe and a test can read them.
+fn read_bound_addresses(stdout: std::process::ChildStdout, log: &Path) -> Option<[SocketAddr; 3]> {
+    let mut log = std::fs::File::create(log).ok()?;
     const LABELS: [&str; 3] = ["  gRPC (", "  admin HTTP (", "  gossip (UDP): "];
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -213,8 +233,17 @@ fn read_bound_addresses(stdout: std::process::ChildStdout) -> Option<[SocketAddr
             }
             if let [Some(g), Some(h), Some(u)] = found {
                 let _ = tx.send([g, h, u]);
-                let _ = std::io::copy(&mut reader, &mut std::io::sink());
-                return;
+                // Line by line, so that a test reading the file sees whole lines.
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match reader.read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => return,
+                        Ok(_) => {
+                            let _ = std::io::Write::write_all(&mut log, &line);
+                        }
+                    }
+                }
             }
         }
     });

@@ -274,7 +274,8 @@ pub(crate) fn own_member(m: &MemberInfo) -> own::Member {
         state: state as i32,
         is_self: m.is_self,
         boot_ms: m.boot_ms,
-        clock_offset_ms: m.clock_offset_ms.unwrap_or(0),
+        clock_offset_ms: m.clock_offset_ms,
         clock_fenced: m.clock_fenced,
+        last_heard_ms: m.last_heard_ms,
     }
 }
