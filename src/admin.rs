@@ -65,15 +65,33 @@ struct MemberJson {
     last_heard_ms: Option<u64>,
 }
 
-async fn metrics(State(s): State<AdminState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        s.metrics.encode(),
-    )
-        .into_response()
+/// OpenMetrics to whoever asks for it (Prometheus does, first); the classic text format to
+/// everyone else.
+async fn metrics(State(s): State<AdminState>, headers: axum::http::HeaderMap) -> Response {
+    let openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("application/openmetrics-text"));
+    if openmetrics {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            s.metrics.encode(),
+        )
+            .into_response()
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            s.metrics.encode_classic(),
+        )
+            .into_response()
+    }
 }
 
 async fn healthz() -> &'static str {

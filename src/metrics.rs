@@ -191,18 +191,95 @@ impl Metrics {
             .set(i64::try_from(rules).unwrap_or(i64::MAX));
     }
 
-    /// The Prometheus text exposition of every family.
+    /// The OpenMetrics text exposition of every family (what Prometheus asks for first).
     pub fn encode(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+
+    /// The classic Prometheus text format (0.0.4), for scrapers and tools that do not ask for
+    /// OpenMetrics (`promtool check metrics`, older agents, a person with curl).
+    pub fn encode_classic(&self) -> String {
+        openmetrics_to_classic(&self.encode())
+    }
+}
+
+/// The OpenMetrics text that `prometheus_client` writes, in the classic format. The two
+/// differ, for what this registry holds (counters and gauges), in three ways: a counter
+/// family's `HELP` and `TYPE` name its sample (`x_total`), not the family (`x`); there are no
+/// `UNIT` lines; and there is no `# EOF`. Samples are the same.
+fn openmetrics_to_classic(text: &str) -> String {
+    let counters: std::collections::HashSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match meta {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = if counters.contains(name) {
+                    format!("{name}_total")
+                } else {
+                    name.to_owned()
+                };
+                let _ = writeln!(out, "{prefix}{name} {tail}");
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_classic_format_names_counters_by_their_samples_and_has_no_eof() {
+        let m = Metrics::new();
+        m.record_decisions("api", DecisionResult::Allowed, 2);
+        let open = m.encode();
+        assert!(
+            open.contains("# TYPE limitmesh_decisions counter"),
+            "{open}"
+        );
+        let classic = m.encode_classic();
+        assert!(
+            classic.contains("# TYPE limitmesh_decisions_total counter\n"),
+            "{classic}"
+        );
+        assert!(
+            classic.contains("# HELP limitmesh_decisions_total "),
+            "{classic}"
+        );
+        assert!(
+            classic.contains(r#"limitmesh_decisions_total{domain="api",result="allowed"} 2"#),
+            "{classic}"
+        );
+        // Gauges keep their names.
+        assert!(
+            classic.contains("# TYPE limitmesh_rules_loaded gauge\n"),
+            "{classic}"
+        );
+        assert!(!classic.contains("# EOF"), "{classic}");
+        assert!(
+            !classic.contains("limitmesh_decisions counter"),
+            "{classic}"
+        );
+    }
 
     #[test]
     fn encodes_counters_with_labels_and_gauges() {

@@ -27,6 +27,15 @@ fn gauge(encoder: &mut DescriptorEncoder, name: &str, help: &str, v: i64) -> std
     ConstGauge::new(v).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
 }
 
+fn gauge_f64(encoder: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
+    ConstGauge::new(v).encode(encoder.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// Milliseconds as seconds: Prometheus names its base units.
+fn seconds(ms: i64) -> f64 {
+    ms as f64 / 1000.0
+}
+
 fn labelled_counters<'a>(
     encoder: &mut DescriptorEncoder,
     name: &str,
@@ -101,14 +110,14 @@ impl Collector for ClusterCollector {
         )?;
         counter(
             e,
-            "summary_rounds",
-            "Summary rounds run",
+            "gossip_rounds",
+            "Gossip (summary) rounds run",
             wire.summary_rounds,
         )?;
         counter(
             e,
-            "summary_register_sends",
-            "Registers sent in summary rounds, once per peer",
+            "gossip_register_sends",
+            "Registers sent in gossip rounds, once per peer",
             wire.summary_register_sends,
         )?;
         counter(
@@ -146,15 +155,15 @@ impl Collector for ClusterCollector {
         }
         {
             let mut family = e.encode_descriptor(
-                "clock_offset_ms",
-                "Estimated clock offset of each peer (its clock minus ours), in milliseconds",
+                "clock_peer_offset_seconds",
+                "Estimated clock offset of each peer (its wall clock minus cluster time)",
                 None,
                 MetricType::Gauge,
             )?;
             for m in members.iter().filter(|m| !m.is_self) {
                 if let Some(offset) = m.clock_offset_ms {
                     let peer = m.addr.to_string();
-                    ConstGauge::new(offset)
+                    ConstGauge::new(seconds(offset))
                         .encode(family.encode_family(&[("peer", peer.as_str())])?)?;
                 }
             }
@@ -213,19 +222,21 @@ impl Collector for ClusterCollector {
             "Times the wall clock stepped forwards (cluster time does not follow it)",
             load(&clock.forward_steps),
         )?;
-        gauge(
+        gauge_f64(
             e,
-            "clock_own_offset_ms",
-            "This node's wall clock minus cluster time, in milliseconds",
-            clock.offset_ms.load(std::sync::atomic::Ordering::Relaxed),
+            "clock_own_offset_seconds",
+            "This node's wall clock minus cluster time",
+            seconds(clock.offset_ms.load(std::sync::atomic::Ordering::Relaxed)),
         )?;
-        gauge(
+        gauge_f64(
             e,
-            "clock_correction_ms",
-            "How far this node's cluster time was moved from its wall clock, in milliseconds",
-            clock
-                .correction_ms
-                .load(std::sync::atomic::Ordering::Relaxed),
+            "clock_correction_seconds",
+            "How far this node's cluster time was moved from its wall clock",
+            seconds(
+                clock
+                    .correction_ms
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
         )?;
         gauge(
             e,
