@@ -251,6 +251,7 @@ impl<T: TimeSource> NodeCore<T> {
         self.warmup = None;
         let now = self.summary_round(now);
         self.settle(now);
+        self.member_log.leaving();
         self.membership.leave(now.at);
         self.settle(now);
         tracing::info!(id = %self.params.node_id, "left the cluster");

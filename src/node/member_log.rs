@@ -58,12 +58,20 @@ pub struct MemberLog {
     suspects: BTreeMap<u128, SocketAddr>,
     /// Members seen going down, and when.
     gone: BTreeMap<u128, Instant>,
+    /// This node is leaving: foca then counts it as down, which is no trouble.
+    leaving: bool,
 }
 
 impl MemberLog {
+    /// This node leaves the cluster (a graceful stop).
+    pub fn leaving(&mut self) {
+        self.leaving = true;
+    }
+
     /// What SWIM's `event` means for the log, if anything.
     pub fn event(&mut self, event: &MemberEvent, at: Instant) -> Option<MemberChange> {
         Some(match event {
+            MemberEvent::Defunct | MemberEvent::Idle if self.leaving => return None,
             MemberEvent::Up(m) => {
                 let key = m.node.as_u128();
                 self.suspects.remove(&key);
@@ -293,6 +301,19 @@ mod tests {
                 addr: new.addr
             })
         );
+    }
+
+    #[test]
+    fn a_node_that_leaves_is_not_said_to_be_in_trouble() {
+        let t = Instant::now();
+        let mut log = MemberLog::default();
+        assert_eq!(
+            log.event(&MemberEvent::Defunct, t),
+            Some(MemberChange::ThisNodeDefunct)
+        );
+        log.leaving();
+        assert_eq!(log.event(&MemberEvent::Defunct, t), None);
+        assert_eq!(log.event(&MemberEvent::Idle, t), None);
     }
 
     #[test]
