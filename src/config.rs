@@ -268,6 +268,11 @@ pub struct RulesConfig {
     pub path: String,
     /// How often the files are checked for changes. Default: 1000.
     pub reload_interval_ms: u64,
+    /// One domain's descriptors may be spread over several files, which are merged (as
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG`); a descriptor defined at the top of a
+    /// domain in two files is an error naming both. Default: false (a domain in two files is
+    /// an error).
+    pub merge_domains: bool,
 }
 
 impl Default for RulesConfig {
@@ -275,6 +280,7 @@ impl Default for RulesConfig {
         Self {
             path: String::new(),
             reload_interval_ms: 1_000,
+            merge_domains: false,
         }
     }
 }

@@ -55,6 +55,7 @@ impl Config {
     pub fn rules_load_options(&self) -> LoadOptions {
         LoadOptions {
             default_buckets: self.limiter.default_buckets,
+            merge_domains: self.rules.merge_domains,
         }
     }
 

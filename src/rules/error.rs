@@ -41,11 +41,25 @@ pub enum RulesError {
     MissingDomain { file: String, line: u64 },
     #[error("{file}:{line}: `domain` is empty")]
     EmptyDomain { file: String, line: u64 },
-    #[error("{file}:{line}: domain `{domain}` is already defined at {first}")]
+    #[error(
+        "{file}:{line}: domain `{domain}` is already defined at {first} (set \
+         rules.merge_domains = true to spread a domain over several files)"
+    )]
     DuplicateDomain {
         file: String,
         line: u64,
         domain: String,
+        first: String,
+    },
+    #[error(
+        "{file}:{line}: descriptor {descriptor} of domain `{domain}` is already defined at \
+         {first} (rules.merge_domains merges a domain's files, not the same descriptor twice)"
+    )]
+    DuplicateAcrossFiles {
+        file: String,
+        line: u64,
+        domain: String,
+        descriptor: String,
         first: String,
     },
     #[error("{file}:{line}: descriptor `key` is missing or empty")]
@@ -104,6 +118,7 @@ impl RulesError {
             | RulesError::MissingDomain { file, .. }
             | RulesError::EmptyDomain { file, .. }
             | RulesError::DuplicateDomain { file, .. }
+            | RulesError::DuplicateAcrossFiles { file, .. }
             | RulesError::EmptyKey { file, .. }
             | RulesError::DuplicateDescriptor { file, .. }
             | RulesError::MissingUnit { file, .. }
@@ -127,6 +142,7 @@ impl RulesError {
             | RulesError::MissingDomain { line, .. }
             | RulesError::EmptyDomain { line, .. }
             | RulesError::DuplicateDomain { line, .. }
+            | RulesError::DuplicateAcrossFiles { line, .. }
             | RulesError::EmptyKey { line, .. }
             | RulesError::DuplicateDescriptor { line, .. }
             | RulesError::MissingUnit { line, .. }

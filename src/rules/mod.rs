@@ -51,12 +51,15 @@ use crate::window::DEFAULT_BUCKETS;
 pub struct LoadOptions {
     /// Buckets per window for rules that do not set `buckets`.
     pub default_buckets: u16,
+    /// A domain may span several files (`rules.merge_domains`).
+    pub merge_domains: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
             default_buckets: DEFAULT_BUCKETS,
+            merge_domains: false,
         }
     }
 }
@@ -119,23 +122,40 @@ impl RuleSet {
 
     fn add_file(&mut self, file: &str, text: &str) -> Result<(), RulesError> {
         let parsed = parse::parse_file(file, text, &self.options)?;
-        if let Some(existing) = self.domains.get(&parsed.domain) {
-            return Err(RulesError::DuplicateDomain {
-                file: file.to_owned(),
-                line: parsed.domain_line,
-                domain: parsed.domain,
-                first: existing.location.clone(),
-            });
+        let rules = parsed.root.rule_count();
+        match self.domains.get_mut(&parsed.domain) {
+            Some(existing) if self.options.merge_domains => {
+                existing
+                    .root
+                    .merge_top_level(parsed.root)
+                    .map_err(|clash| RulesError::DuplicateAcrossFiles {
+                        file: file.to_owned(),
+                        line: clash.line,
+                        domain: parsed.domain.clone(),
+                        descriptor: clash.descriptor,
+                        first: clash.first,
+                    })?;
+            }
+            Some(existing) => {
+                return Err(RulesError::DuplicateDomain {
+                    file: file.to_owned(),
+                    line: parsed.domain_line,
+                    domain: parsed.domain,
+                    first: existing.location.clone(),
+                });
+            }
+            None => {
+                self.domains.insert(
+                    parsed.domain,
+                    DomainRules {
+                        root: parsed.root,
+                        location: format!("{file}:{}", parsed.domain_line),
+                    },
+                );
+            }
         }
-        self.rule_count += parsed.root.rule_count();
+        self.rule_count += rules;
         self.files.push(file.to_owned());
-        self.domains.insert(
-            parsed.domain,
-            DomainRules {
-                root: parsed.root,
-                location: format!("{file}:{}", parsed.domain_line),
-            },
-        );
         Ok(())
     }
 

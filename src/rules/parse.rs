@@ -136,7 +136,10 @@ pub(crate) fn parse_file(
         });
     }
     let builder = Builder { file, options };
-    let mut root = Node::default();
+    let mut root = Node {
+        location: format!("{file}:{domain_line}"),
+        ..Node::default()
+    };
     builder.add_level(&mut root, "", doc.descriptors.unwrap_or_default())?;
     Ok(ParsedFile {
         domain: domain.value,
@@ -231,6 +234,7 @@ impl Builder<'_> {
                     .map(|rl| self.rule(rl, &path, doc.shadow_mode))
                     .transpose()?,
                 children: Default::default(),
+                location: format!("{}:{at}", self.file),
             };
             self.add_level(&mut node, &path, doc.descriptors.unwrap_or_default())?;
             let siblings: &mut KeyRules = parent.children.entry(key).or_default();

@@ -113,6 +113,19 @@ impl Pattern {
 pub(crate) struct Node {
     pub rule: Option<Rule>,
     pub children: BTreeMap<String, KeyRules>,
+    /// `file:line` of the descriptor that made this node (of its `domain`, for a root).
+    pub location: String,
+}
+
+/// A descriptor defined at the top of a domain in two files (see [`Node::merge_top_level`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Clash {
+    /// `key` or `key: value`, quoted.
+    pub descriptor: String,
+    /// Its line in the file being merged in.
+    pub line: u64,
+    /// `file:line` of its first definition.
+    pub first: String,
 }
 
 /// The rules below a node for one entry key.
@@ -156,6 +169,61 @@ impl KeyRules {
 }
 
 impl Node {
+    /// Adds the top-level descriptors of another file's rules of the same domain, as
+    /// envoyproxy/ratelimit's `MERGE_DOMAIN_CONFIG` does: appended (wildcards after this
+    /// domain's, in file order), and a descriptor (key and value, or key alone, or the same
+    /// wildcard) already defined here is an error rather than merged level by level. Nothing
+    /// is changed on error.
+    pub fn merge_top_level(&mut self, other: Node) -> Result<(), Clash> {
+        let clash = |key: &str, value: Option<&str>, theirs: &Node, ours: &Node| {
+            let descriptor = match value {
+                Some(v) => format!("`{key}: {v}`"),
+                None => format!("`{key}`"),
+            };
+            let line = theirs
+                .location
+                .rsplit_once(':')
+                .and_then(|(_, l)| l.parse().ok())
+                .unwrap_or(0);
+            Clash {
+                descriptor,
+                line,
+                first: ours.location.clone(),
+            }
+        };
+        for (key, theirs) in &other.children {
+            let Some(ours) = self.children.get(key) else {
+                continue;
+            };
+            for (value, node) in &theirs.exact {
+                if let Some(first) = ours.exact.get(value) {
+                    return Err(clash(key, Some(value), node, first));
+                }
+            }
+            for w in &theirs.wildcards {
+                if let Some(first) = ours
+                    .wildcards
+                    .iter()
+                    .find(|o| o.pattern.as_str() == w.pattern.as_str())
+                {
+                    return Err(clash(key, Some(w.pattern.as_str()), &w.node, &first.node));
+                }
+            }
+            if let (Some(node), Some(first)) = (&theirs.any, &ours.any) {
+                return Err(clash(key, None, node, first));
+            }
+        }
+        for (key, theirs) in other.children {
+            let ours = self.children.entry(key).or_default();
+            ours.exact.extend(theirs.exact);
+            ours.wildcards.extend(theirs.wildcards);
+            if theirs.any.is_some() {
+                ours.any = theirs.any;
+            }
+        }
+        Ok(())
+    }
+
     /// The rule that applies to `entries` below this node (a domain's root), if any.
     pub fn lookup<'r>(&'r self, entries: &[DescriptorEntry<'_>]) -> Option<Match<'r>> {
         let mut node = self;

@@ -159,7 +159,10 @@ fn error_default_buckets_that_do_not_divide_the_window_name_the_rule() {
     let err = RuleSet::parse(
         FILE,
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n",
-        LoadOptions { default_buckets: 7 },
+        LoadOptions {
+            default_buckets: 7,
+            ..LoadOptions::default()
+        },
     )
     .unwrap_err();
     assert!(

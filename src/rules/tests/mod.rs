@@ -2,6 +2,7 @@
 
 mod errors;
 mod matching;
+mod merging;
 mod parsing;
 mod reload;
 

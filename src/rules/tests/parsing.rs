@@ -62,7 +62,15 @@ descriptors:
     let set = parse_ok(text);
     assert_eq!(limit_of(&set, "d", &[e("a", "1")]).3, 20);
     assert_eq!(limit_of(&set, "d", &[e("b", "1")]).3, 10);
-    let four = RuleSet::parse(FILE, text, LoadOptions { default_buckets: 4 }).unwrap();
+    let four = RuleSet::parse(
+        FILE,
+        text,
+        LoadOptions {
+            default_buckets: 4,
+            ..LoadOptions::default()
+        },
+    )
+    .unwrap();
     assert_eq!(limit_of(&four, "d", &[e("b", "1")]).3, 4);
     assert_eq!(four.default_buckets(), 4);
 }
