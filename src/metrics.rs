@@ -98,6 +98,9 @@ pub struct Metrics {
     /// counted as `unlimited` decisions); a high rate often means a descriptor the rules do
     /// not expect.
     pub unmatched_descriptors: Family<DomainLabels, Counter>,
+    /// `limitmesh_near_limit_total{domain}`: descriptors admitted with less than a fifth of
+    /// their limit left (envoyproxy/ratelimit's `near_limit`, at its default 80 % ratio).
+    pub near_limit: Family<DomainLabels, Counter>,
     /// `limitmesh_rules_reloads_total{outcome}`.
     pub rules_reloads: Family<ReloadLabels, Counter>,
     /// `limitmesh_rules_loaded`: rules (with a `rate_limit`) in force.
@@ -127,6 +130,12 @@ impl Metrics {
             "Descriptors no rule applied to (reported as unlimited)",
             unmatched_descriptors.clone(),
         );
+        let near_limit = Family::<DomainLabels, Counter>::default();
+        registry.register(
+            "near_limit",
+            "Descriptors admitted with less than 20 % of their limit left (80 % used), by domain",
+            near_limit.clone(),
+        );
         let rules_reloads = Family::<ReloadLabels, Counter>::default();
         registry.register(
             "rules_reloads",
@@ -145,6 +154,7 @@ impl Metrics {
             registry,
             decisions,
             unmatched_descriptors,
+            near_limit,
             rules_reloads,
             rules_loaded,
             rules_domains,
@@ -158,6 +168,16 @@ impl Metrics {
                 .get_or_create(&DecisionLabels {
                     domain: domain.to_owned(),
                     result,
+                })
+                .inc_by(n);
+        }
+    }
+
+    pub fn record_near_limit(&self, domain: &str, n: u64) {
+        if n > 0 {
+            self.near_limit
+                .get_or_create(&DomainLabels {
+                    domain: domain.to_owned(),
                 })
                 .inc_by(n);
         }

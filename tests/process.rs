@@ -56,6 +56,11 @@ async fn one_node_envoy_reload_metrics_health_and_sigterm() {
         "{metrics}"
     );
     assert!(metrics.contains("limitmesh_decisions_total{domain=\"test\",result=\"over_limit\"} 1"));
+    // The fifth of five went past 80 % of the limit.
+    assert!(
+        metrics.contains("limitmesh_near_limit_total{domain=\"test\"} 1"),
+        "{metrics}"
+    );
 
     // Health reports SERVING.
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", node.grpc))

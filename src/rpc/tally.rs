@@ -37,9 +37,10 @@ impl<'a> Tally<'a> {
             (DecisionResult::ShadowOverLimit, 0),
             (DecisionResult::Unlimited, 0),
         ];
-        let mut unmatched = 0;
+        let (mut unmatched, mut near) = (0, 0);
         for verdict in &outcome.verdicts {
             unmatched += u64::from(matches!(verdict.planned, Planned::Unmatched));
+            near += u64::from(verdict.limited().is_some_and(|(_, s)| near_limit(s)));
             let result = result_of(verdict);
             if let Some((_, n)) = counts.iter_mut().find(|(r, _)| *r == result) {
                 *n += 1;
@@ -49,6 +50,7 @@ impl<'a> Tally<'a> {
             self.metrics.record_decisions(self.domain, result, n);
         }
         self.metrics.record_unmatched(self.domain, unmatched);
+        self.metrics.record_near_limit(self.domain, near);
     }
 
     /// Counts an invalid request and turns it into INVALID_ARGUMENT.
@@ -77,6 +79,14 @@ impl<'a> Tally<'a> {
     }
 }
 
+/// Admitted with less than a fifth of the limit left: 80 % used, envoyproxy/ratelimit's
+/// default `NEAR_LIMIT_RATIO`. What is left is what this node could still admit (its share of
+/// what the cluster has left), so a key is near its limit here when this node is near being
+/// refused.
+fn near_limit(status: &crate::limiter::LimitStatus) -> bool {
+    status.allowed && status.remaining.saturating_mul(5) < u64::from(status.limit)
+}
+
 fn result_of(verdict: &Verdict<'_, '_>) -> DecisionResult {
     match (&verdict.planned, &verdict.status) {
         (Planned::Limited(item), Some(status)) => match (item.shadow, status.allowed) {
@@ -85,5 +95,41 @@ fn result_of(verdict: &Verdict<'_, '_>) -> DecisionResult {
             (true, false) => DecisionResult::ShadowOverLimit,
         },
         _ => DecisionResult::Unlimited,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::LimitStatus;
+
+    fn status(limit: u32, remaining: u64, allowed: bool) -> LimitStatus {
+        LimitStatus {
+            allowed,
+            limit,
+            remaining,
+            reset_after_ms: 0,
+            retry_after_ms: 0,
+        }
+    }
+
+    #[test]
+    fn near_limit_is_past_80_percent_used_as_envoyproxy_counts_it() {
+        // envoyproxy/ratelimit: near once the count after the hit passes floor(0.8 * limit).
+        for limit in [1u32, 5, 10, 100, 1_000] {
+            let threshold = (f64::from(limit) * 0.8).floor() as u64;
+            for remaining in 0..=u64::from(limit) {
+                let after = u64::from(limit) - remaining;
+                assert_eq!(
+                    near_limit(&status(limit, remaining, true)),
+                    after > threshold,
+                    "limit {limit}, {remaining} left"
+                );
+            }
+        }
+        assert!(
+            !near_limit(&status(10, 0, false)),
+            "refused is over, not near"
+        );
     }
 }
