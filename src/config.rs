@@ -94,6 +94,7 @@ pub enum RateLimitHeadersName {
     None,
     #[serde(rename = "draft-03")]
     Draft03,
+    Ietf,
 }
 
 impl Default for GrpcConfig {

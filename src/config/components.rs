@@ -97,6 +97,7 @@ impl Config {
             rate_limit_headers: match grpc.rate_limit_headers {
                 RateLimitHeadersName::None => RateLimitHeaders::None,
                 RateLimitHeadersName::Draft03 => RateLimitHeaders::Draft03,
+                RateLimitHeadersName::Ietf => RateLimitHeaders::Ietf,
             },
         }
     }

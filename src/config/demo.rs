@@ -12,7 +12,7 @@ name = "demo"
 listen = "127.0.0.1:8081"          # own API and Envoy RLS v3
 request_timeout_ms = 50
 max_concurrent_streams = 1024
-rate_limit_headers = "none"          # or "draft-03": x-ratelimit-* in Envoy responses
+rate_limit_headers = "none"          # or "draft-03" (x-ratelimit-*) or "ietf" (RateLimit, RateLimit-Policy)
 
 [http]
 listen = "127.0.0.1:8080"          # /metrics, /healthz, /readyz

@@ -20,6 +20,9 @@ pub enum RateLimitHeaders {
     /// `x-ratelimit-limit`, `-remaining` and `-reset` in the style of the IETF draft
     /// (draft-ietf-httpapi-ratelimit-headers-03), on every response a limit applied to.
     Draft03,
+    /// `RateLimit-Policy` and `RateLimit` as structured fields, as the current IETF draft
+    /// (draft-ietf-httpapi-ratelimit-headers-09) defines them.
+    Ietf,
 }
 
 /// The `envoy.service.ratelimit.v3.RateLimitService` service.

@@ -226,6 +226,52 @@ async fn envoy_adds_rate_limit_headers_for_the_tightest_limit() {
 }
 
 #[tokio::test]
+async fn envoy_adds_the_ietf_ratelimit_fields_when_configured() {
+    let rules = format!(
+        "{RULES}  - key: odd\n    rate_limit: {{ unit: minute, requests_per_unit: 4, name: 'quote\"and é' }}\n"
+    );
+    let server =
+        TestServer::start_with_headers(&rules, LimiterConfig::default(), RateLimitHeaders::Ietf)
+            .await;
+    let req = || {
+        envoy_request(
+            "test",
+            vec![
+                envoy_descriptor(&[("client", "lena")]),
+                envoy_descriptor(&[("tenant", "t"), ("path", "/h")]),
+            ],
+        )
+    };
+    let first = envoy_call(&server, req()).await;
+    assert_eq!(
+        header(&first, "ratelimit-policy"),
+        Some(r#""tenant-path";q=2;w=1"#)
+    );
+    assert_eq!(
+        header(&first, "ratelimit"),
+        Some(r#""tenant-path";r=1;t=2"#)
+    );
+    assert_eq!(header(&first, "x-ratelimit-limit"), None, "one style only");
+    envoy_call(&server, req()).await;
+    let over = envoy_call(&server, req()).await;
+    assert_eq!(overall(&over), Code::OverLimit);
+    let state = header(&over, "ratelimit").unwrap();
+    assert!(state.starts_with(r#""tenant-path";r=0;t="#), "{state}");
+    // A name a structured-field string cannot hold as is: the quote escaped, the rest made
+    // printable ASCII.
+    let odd = envoy_call(
+        &server,
+        envoy_request("test", vec![envoy_descriptor(&[("odd", "x")])]),
+    )
+    .await;
+    assert_eq!(
+        header(&odd, "ratelimit-policy"),
+        Some(r#""quote\"and _";q=4;w=60"#)
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn envoy_unmatched_and_unlimited_descriptors_are_ok_without_a_limit() {
     let server = TestServer::start().await;
     for _ in 0..5 {

@@ -81,6 +81,14 @@ impl TestServer {
     }
 
     pub(crate) async fn start_with(rules: &str, config: LimiterConfig) -> Self {
+        Self::start_with_headers(rules, config, RateLimitHeaders::Draft03).await
+    }
+
+    pub(crate) async fn start_with_headers(
+        rules: &str,
+        config: LimiterConfig,
+        rate_limit_headers: RateLimitHeaders,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let clock = ManualClock::new(T0);
@@ -113,7 +121,7 @@ impl TestServer {
         // `the_embedded_demo_config_and_rules_serve_a_node` and the process test check that).
         let options = ServeOptions {
             request_timeout: TEST_TIMEOUT,
-            rate_limit_headers: RateLimitHeaders::Draft03,
+            rate_limit_headers,
             ..ServeOptions::default()
         };
         let task = tokio::spawn(limitmesh::rpc::serve_with_options(

@@ -153,6 +153,18 @@ fn the_demo_rules_load_and_mean_what_they_say() {
 }
 
 #[test]
+fn rate_limit_headers_and_merged_domains_are_read() {
+    let c = parse_ok(
+        "[grpc]\nrate_limit_headers = \"ietf\"\n[rules]\nmerge_domains = true\n",
+        &[],
+    );
+    assert_eq!(c.grpc.rate_limit_headers, RateLimitHeadersName::Ietf);
+    assert!(c.rules.merge_domains);
+    assert!(c.rules_load_options().merge_domains);
+    assert!(!Config::default().rules.merge_domains);
+}
+
+#[test]
 fn every_field_is_read_from_toml() {
     let c = parse_ok(
         r#"

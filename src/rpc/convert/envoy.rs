@@ -171,18 +171,18 @@ fn envoy_status(verdict: &Verdict<'_, '_>) -> DescriptorStatus {
     }
 }
 
-/// `x-ratelimit-limit`, `-remaining` and `-reset` (in the style of draft-ietf-httpapi-ratelimit-
-/// headers), describing one non-shadow limited descriptor: among those over their limit, the
-/// one that asks the longest wait; if none is, the one with the least room left (the first, on
-/// ties). The limit carries its window as a quota policy (`10, 10;w=60`); the reset is in whole
-/// seconds, rounded up (see [`reset_ms`]). No headers when no limit applied.
-fn rate_limit_headers(outcome: &Outcome<'_, '_>) -> Vec<HeaderValue> {
+/// The limit the rate limit headers describe: among the non-shadow limited descriptors, of
+/// those over their limit the one that asks the longest wait; if none is, the one with the
+/// least room left (the first, on ties). `None` when no limit applied.
+fn headline<'a>(
+    outcome: &'a Outcome<'_, '_>,
+) -> Option<(&'a LimitedItem<'a, 'a>, &'a LimitStatus)> {
     let candidates = outcome
         .verdicts
         .iter()
         .filter_map(Verdict::limited)
         .filter(|(item, _)| !item.shadow);
-    let mut chosen: Option<(&LimitedItem<'_, '_>, &LimitStatus)> = None;
+    let mut chosen: Option<(&'a LimitedItem<'a, 'a>, &'a LimitStatus)> = None;
     for (item, status) in candidates {
         let better = match chosen {
             None => true,
@@ -197,13 +197,24 @@ fn rate_limit_headers(outcome: &Outcome<'_, '_>) -> Vec<HeaderValue> {
             chosen = Some((item, status));
         }
     }
-    let Some((item, status)) = chosen else {
-        return Vec::new();
-    };
-    let header = |key: &str, value: String| HeaderValue {
+    chosen
+}
+
+fn header(key: &str, value: String) -> HeaderValue {
+    HeaderValue {
         key: key.to_owned(),
         value,
         raw_value: Vec::new(),
+    }
+}
+
+/// `x-ratelimit-limit`, `-remaining` and `-reset` (draft-ietf-httpapi-ratelimit-headers-03, as
+/// Envoy's own `enable_x_ratelimit_headers` writes them) for the [`headline`] limit. The
+/// limit carries its window as a quota policy (`10, 10;w=60`); the reset is in whole seconds,
+/// rounded up (see [`reset_ms`]).
+fn draft03_headers(outcome: &Outcome<'_, '_>) -> Vec<HeaderValue> {
+    let Some((item, status)) = headline(outcome) else {
+        return Vec::new();
     };
     let window_s = ceil_seconds(item.limit.window.window_ms());
     vec![
@@ -216,6 +227,51 @@ fn rate_limit_headers(outcome: &Outcome<'_, '_>) -> Vec<HeaderValue> {
             "x-ratelimit-reset",
             ceil_seconds(reset_ms(status)).to_string(),
         ),
+    ]
+}
+
+/// The policy name of a limit in the IETF headers: the rule's name (else its path), the
+/// inline limit's name, or `override` for Envoy's descriptor limit. A structured-field string
+/// holds printable ASCII only; anything else becomes `_`.
+fn policy_name(item: &LimitedItem<'_, '_>) -> String {
+    let name = match &item.applied {
+        Applied::Rule(rule) => rule.label(),
+        Applied::Inline { name } => name,
+        Applied::Override { .. } => "override",
+    };
+    name.chars()
+        .map(|c| if (' '..='~').contains(&c) { c } else { '_' })
+        .collect()
+}
+
+/// `RateLimit-Policy` and `RateLimit` as structured fields (draft-ietf-httpapi-ratelimit-
+/// headers-09) for the [`headline`] limit: `"per-tenant";q=100;w=60` and
+/// `"per-tenant";r=37;t=12` (quota, window in seconds; remaining, seconds until reset).
+fn ietf_headers(outcome: &Outcome<'_, '_>) -> Vec<HeaderValue> {
+    let Some((item, status)) = headline(outcome) else {
+        return Vec::new();
+    };
+    let name = policy_name(item);
+    // Printable ASCII always makes a string; integers past 10^15 cannot occur here (a
+    // limit is a u32 and windows are at most a year) but are capped, not trusted.
+    let Ok(name) = sfv::StringRef::from_str(&name) else {
+        return Vec::new();
+    };
+    let int = |v: u64| sfv::integer(i64::try_from(v.min(999_999_999_999_999)).unwrap_or(0));
+    let key = sfv::KeyRef::constant;
+    let policy = sfv::ItemSerializer::new()
+        .bare_item(name)
+        .parameter(key("q"), int(u64::from(status.limit)))
+        .parameter(key("w"), int(ceil_seconds(item.limit.window.window_ms())))
+        .finish();
+    let state = sfv::ItemSerializer::new()
+        .bare_item(name)
+        .parameter(key("r"), int(status.remaining))
+        .parameter(key("t"), int(ceil_seconds(reset_ms(status))))
+        .finish();
+    vec![
+        header("ratelimit-policy", policy),
+        header("ratelimit", state),
     ]
 }
 
@@ -232,7 +288,8 @@ pub(crate) fn envoy_response(
         statuses: outcome.verdicts.iter().map(envoy_status).collect(),
         response_headers_to_add: match headers {
             RateLimitHeaders::None => Vec::new(),
-            RateLimitHeaders::Draft03 => rate_limit_headers(outcome),
+            RateLimitHeaders::Draft03 => draft03_headers(outcome),
+            RateLimitHeaders::Ietf => ietf_headers(outcome),
         },
         ..Default::default()
     }
