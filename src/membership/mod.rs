@@ -172,15 +172,6 @@ impl Membership {
             .collect()
     }
 
-    /// The boot ids of the members SWIM suspects.
-    pub fn suspects(&self) -> std::collections::BTreeSet<u128> {
-        self.foca
-            .iter_membership_state()
-            .filter(|m| m.state() == foca::State::Suspect)
-            .map(|m| m.id().node.as_u128())
-            .collect()
-    }
-
     /// The members SWIM suspects, by id.
     pub fn suspect_members(&self) -> BTreeMap<u128, NodeId> {
         self.foca

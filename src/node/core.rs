@@ -73,6 +73,9 @@ pub struct NodeCore<T> {
     pub(super) rounds: u64,
     /// Membership changes as the log tells them.
     pub(super) member_log: MemberLog,
+    /// The members SWIM suspected at the start of the last round (one look a round serves
+    /// the log, the ring and liveness).
+    pub(super) suspects: std::collections::BTreeSet<u128>,
 }
 
 impl<T> std::fmt::Debug for NodeCore<T> {
@@ -152,6 +155,7 @@ impl<T: TimeSource> NodeCore<T> {
             ownership: None,
             rounds: 0,
             member_log: MemberLog::default(),
+            suspects: Default::default(),
             return_route,
             params,
             clock,

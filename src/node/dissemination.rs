@@ -43,7 +43,9 @@ impl<T: TimeSource> NodeCore<T> {
         // Steering moved cluster time: the one second reading of an input.
         now.cluster_ms = self.clock.now_ms();
         self.rounds += 1;
-        for change in self.member_log.round(self.membership.suspect_members()) {
+        let suspects = self.membership.suspect_members();
+        self.suspects = suspects.keys().copied().collect();
+        for change in self.member_log.round(suspects) {
             change.log();
         }
         let owners = self.choose_dissemination();

@@ -166,9 +166,8 @@ impl<T: TimeSource> NodeCore<T> {
         let Some(ownership) = self.ownership.as_mut() else {
             return;
         };
-        let suspects = self.membership.suspects();
-        if suspects != ownership.suspects {
-            ownership.suspects = suspects;
+        if self.suspects != ownership.suspects {
+            ownership.suspects = self.suspects.clone();
             ownership.stale = true;
         }
         if !ownership.stale {

@@ -47,7 +47,6 @@ impl<T: TimeSource> NodeCore<T> {
         let members = self.membership.members();
         let fences = self.clock_sync.fences();
         let mut silent = if self.ownership.is_some() {
-            let suspects = self.membership.suspects();
             // Held from the silence threshold on, before anything it reported can lapse (a
             // window's demand lapses one window after it was reported). Calm windows go out
             // once a second, so their peers are often held between sends: harmless, as a held
@@ -56,7 +55,7 @@ impl<T: TimeSource> NodeCore<T> {
             let held = self.liveness.held(quiet, now.at);
             self.limiter.set_held(&held, now.cluster_ms);
             self.liveness
-                .silent_by_swim(&members, &suspects, fences, now.at)
+                .silent_by_swim(&members, &self.suspects, fences, now.at)
         } else {
             self.liveness.silent(&members, fences, now.at)
         };
