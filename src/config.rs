@@ -274,6 +274,14 @@ pub struct RulesConfig {
     /// domain in two files is an error naming both. Default: false (a domain in two files is
     /// an error).
     pub merge_domains: bool,
+    /// Answer every request OK, whatever the limits say, and count the decisions as usual
+    /// (envoyproxy/ratelimit's `SHADOW_MODE`): for trying rules out on live traffic. Default:
+    /// false.
+    pub shadow_mode: bool,
+    /// Every limited descriptor in quota mode (envoyproxy/ratelimit's `QUOTA_MODE`): a
+    /// request is refused only when all of its descriptors are over their limits. Default:
+    /// false.
+    pub quota_mode: bool,
 }
 
 impl Default for RulesConfig {
@@ -282,6 +290,8 @@ impl Default for RulesConfig {
             path: String::new(),
             reload_interval_ms: 1_000,
             merge_domains: false,
+            shadow_mode: false,
+            quota_mode: false,
         }
     }
 }

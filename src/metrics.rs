@@ -101,6 +101,9 @@ pub struct Metrics {
     /// `limitmesh_near_limit_total{domain}`: descriptors admitted with less than a fifth of
     /// their limit left (envoyproxy/ratelimit's `near_limit`, at its default 80 % ratio).
     pub near_limit: Family<DomainLabels, Counter>,
+    /// `limitmesh_global_shadow_mode_total{domain}`: requests the limits refused and the global
+    /// shadow switch answered OK (envoyproxy/ratelimit's `global_shadow_mode`).
+    pub global_shadow_mode: Family<DomainLabels, Counter>,
     /// `limitmesh_rules_reloads_total{outcome}`.
     pub rules_reloads: Family<ReloadLabels, Counter>,
     /// `limitmesh_rules_loaded`: rules (with a `rate_limit`) in force.
@@ -136,6 +139,12 @@ impl Metrics {
             "Descriptors admitted with less than 20 % of their limit left (80 % used), by domain",
             near_limit.clone(),
         );
+        let global_shadow_mode = Family::<DomainLabels, Counter>::default();
+        registry.register(
+            "global_shadow_mode",
+            "Requests refused by the limits and answered OK by rules.shadow_mode, by domain",
+            global_shadow_mode.clone(),
+        );
         let rules_reloads = Family::<ReloadLabels, Counter>::default();
         registry.register(
             "rules_reloads",
@@ -155,6 +164,7 @@ impl Metrics {
             decisions,
             unmatched_descriptors,
             near_limit,
+            global_shadow_mode,
             rules_reloads,
             rules_loaded,
             rules_domains,
@@ -181,6 +191,14 @@ impl Metrics {
                 })
                 .inc_by(n);
         }
+    }
+
+    pub fn record_global_shadow(&self, domain: &str) {
+        self.global_shadow_mode
+            .get_or_create(&DomainLabels {
+                domain: domain.to_owned(),
+            })
+            .inc();
     }
 
     pub fn record_unmatched(&self, domain: &str, n: u64) {

@@ -56,6 +56,8 @@ impl Config {
         LoadOptions {
             default_buckets: self.limiter.default_buckets,
             merge_domains: self.rules.merge_domains,
+            shadow_mode: self.rules.shadow_mode,
+            quota_mode: self.rules.quota_mode,
         }
     }
 

@@ -6,7 +6,14 @@
 //!   one unit each: if one of them has no room, the request is refused and the others are only
 //!   dry-run too;
 //! - each shadow descriptor in its own check: it counts like its rule would, and never changes
-//!   the answer.
+//!   the answer;
+//! - quota-mode descriptors (envoyproxy/ratelimit's `quota_mode`) each in its own dry run
+//!   first: the request is refused if every one of them is over its limit (or if any other
+//!   descriptor is); once it is admitted, those that had room consume. So a refused request
+//!   still consumes nothing.
+//!
+//! With the global shadow switch (`rules.shadow_mode`) a refused request is answered OK
+//! all the same; its descriptors report what the limits said.
 
 use smallvec::SmallVec;
 
@@ -31,8 +38,10 @@ impl Verdict<'_, '_> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Outcome<'r, 'q> {
-    /// Every non-shadow limit allowed.
+    /// Every non-shadow limit allowed (or the global shadow switch let the request through).
     pub allowed: bool,
+    /// Refused by the limits, answered OK by the global shadow switch.
+    pub shadowed: bool,
     /// One per descriptor (or one for the key), in request order.
     pub verdicts: Vec<Verdict<'r, 'q>>,
 }
@@ -46,23 +55,27 @@ fn peek_status(mut status: LimitStatus) -> LimitStatus {
     status
 }
 
-/// Runs a plan against the limiter at `now_ms` (see the module docs for the grouping).
+/// Runs a plan against the limiter at `now_ms` (see the module docs for the grouping). With
+/// `global_shadow`, a refused request is answered OK (`Outcome::shadowed`).
 pub(crate) fn execute<'r, 'q>(
     limiter: &Limiter,
     planned: Vec<Planned<'r, 'q>>,
     dry_run: bool,
+    global_shadow: bool,
     now_ms: u64,
 ) -> Result<Outcome<'r, 'q>, CheckError> {
     let mut statuses: Vec<Option<LimitStatus>> = vec![None; planned.len()];
     let mut peeks: SmallVec<[usize; 4]> = SmallVec::new();
     let mut consuming: SmallVec<[usize; 4]> = SmallVec::new();
     let mut shadows: SmallVec<[usize; 4]> = SmallVec::new();
+    let mut quotas: SmallVec<[usize; 4]> = SmallVec::new();
     for (i, p) in planned.iter().enumerate() {
         if let Planned::Limited(item) = p {
-            match (item.shadow, item.peek) {
-                (true, _) => shadows.push(i),
-                (false, true) => peeks.push(i),
-                (false, false) => consuming.push(i),
+            match (item.shadow, item.quota, item.peek) {
+                (true, _, _) => shadows.push(i),
+                (false, true, _) => quotas.push(i),
+                (false, false, true) => peeks.push(i),
+                (false, false, false) => consuming.push(i),
             }
         }
     }
@@ -74,8 +87,23 @@ pub(crate) fn execute<'r, 'q>(
         }),
         _ => None,
     };
+    let is_peek = |i: usize| matches!(&planned[i], Planned::Limited(l) if l.peek);
     let group = |indices: &[usize]| -> SmallVec<[CheckItem<'_>; 4]> {
         indices.iter().filter_map(|&i| item(i)).collect()
+    };
+    let check_one = |i: usize, dry: bool| -> Result<Option<LimitStatus>, CheckError> {
+        let items = group(&[i]);
+        let decision = limiter.check(
+            &CheckRequest {
+                items: &items,
+                dry_run: dry,
+            },
+            now_ms,
+        )?;
+        Ok(decision
+            .limits
+            .first()
+            .map(|s| if is_peek(i) { peek_status(*s) } else { *s }))
     };
 
     let mut allowed = true;
@@ -94,20 +122,17 @@ pub(crate) fn execute<'r, 'q>(
         }
     }
     for &i in &shadows {
-        let items = group(&[i]);
-        let peek = matches!(&planned[i], Planned::Limited(l) if l.peek);
-        let decision = limiter.check(
-            &CheckRequest {
-                items: &items,
-                dry_run: dry_run || peek,
-            },
-            now_ms,
-        )?;
-        statuses[i] = decision
-            .limits
-            .first()
-            .map(|s| if peek { peek_status(*s) } else { *s });
+        statuses[i] = check_one(i, dry_run || is_peek(i))?;
     }
+    // Quota-mode descriptors: the request needs one of them with room, if it has any.
+    for &i in &quotas {
+        statuses[i] = check_one(i, true)?;
+    }
+    let quota_room = quotas.is_empty()
+        || quotas
+            .iter()
+            .any(|&i| statuses[i].is_some_and(|s| s.allowed));
+    allowed &= quota_room;
     if !consuming.is_empty() {
         let items = group(&consuming);
         let decision = limiter.check(
@@ -122,10 +147,24 @@ pub(crate) fn execute<'r, 'q>(
             statuses[i] = Some(status);
         }
     }
+    if allowed && !dry_run {
+        // Admitted: the quota-mode descriptors that had room consume. One that lost its room
+        // to another request since keeps the status of its dry run.
+        for &i in &quotas {
+            if !is_peek(i) && statuses[i].is_some_and(|s| s.allowed) {
+                statuses[i] = check_one(i, false)?.or(statuses[i]);
+            }
+        }
+    }
+    let shadowed = !allowed && global_shadow;
     let verdicts = planned
         .into_iter()
         .zip(statuses)
         .map(|(planned, status)| Verdict { planned, status })
         .collect();
-    Ok(Outcome { allowed, verdicts })
+    Ok(Outcome {
+        allowed: allowed || shadowed,
+        shadowed,
+        verdicts,
+    })
 }

@@ -80,8 +80,14 @@ impl RpcContext {
     ) -> Result<Outcome<'r, 'q>, Status> {
         let planned = plan::plan(rules, req).map_err(|e| tally.invalid(e))?;
         let now_ms = self.clock.now_ms();
-        let outcome = execute::execute(&self.limiter, planned, req.dry_run, now_ms)
-            .map_err(|e| tally.refused(e))?;
+        let outcome = execute::execute(
+            &self.limiter,
+            planned,
+            req.dry_run,
+            rules.options().shadow_mode,
+            now_ms,
+        )
+        .map_err(|e| tally.refused(e))?;
         tally.decided(&outcome);
         Ok(outcome)
     }

@@ -88,11 +88,17 @@ impl RateLimiter for RateLimiterService {
         let mut results = Vec::with_capacity(planned.len());
         for (i, (query, plan)) in planned.into_iter().enumerate() {
             let tally = self.ctx.tally(&rules, query.domain);
-            let outcome = execute::execute(&self.ctx.limiter, plan, query.dry_run, now_ms)
-                .map_err(|e| {
-                    let status = tally.refused(e);
-                    Status::new(status.code(), format!("checks[{i}]: {}", status.message()))
-                })?;
+            let outcome = execute::execute(
+                &self.ctx.limiter,
+                plan,
+                query.dry_run,
+                rules.options().shadow_mode,
+                now_ms,
+            )
+            .map_err(|e| {
+                let status = tally.refused(e);
+                Status::new(status.code(), format!("checks[{i}]: {}", status.message()))
+            })?;
             tally.decided(&outcome);
             results.push(convert::own_check_response(&outcome));
         }

@@ -30,6 +30,8 @@ pub(crate) struct LimitedItem<'r, 'q> {
     pub limit: Limit,
     pub applied: Applied<'r, 'q>,
     pub shadow: bool,
+    /// `quota_mode` (the rule's, or every descriptor's with `rules.quota_mode`).
+    pub quota: bool,
     pub peek: bool,
     /// Units consumed (1 for a peek).
     pub cost: u32,
@@ -126,6 +128,7 @@ pub(crate) fn plan<'r, 'q>(
                 limit: *limit,
                 applied: Applied::Inline { name },
                 shadow: false,
+                quota: rules.options().quota_mode,
                 peek: false,
                 cost,
             })]);
@@ -241,6 +244,8 @@ pub(crate) fn plan<'r, 'q>(
             limit,
             applied,
             shadow: matches!(applied, Applied::Rule(rule) if rule.shadow),
+            quota: rules.options().quota_mode
+                || matches!(applied, Applied::Rule(rule) if rule.quota),
             peek,
             cost,
         }));

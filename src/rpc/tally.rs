@@ -51,6 +51,9 @@ impl<'a> Tally<'a> {
         }
         self.metrics.record_unmatched(self.domain, unmatched);
         self.metrics.record_near_limit(self.domain, near);
+        if outcome.shadowed {
+            self.metrics.record_global_shadow(self.domain);
+        }
     }
 
     /// Counts an invalid request and turns it into INVALID_ARGUMENT.

@@ -104,8 +104,6 @@ pub enum RulesError {
     },
     #[error("{file}:{line}: `share_threshold` needs a wildcard value (one containing `*`)")]
     ShareThresholdWithoutWildcard { file: String, line: u64 },
-    #[error("{file}:{line}: `quota_mode` is not supported by limitmesh")]
-    QuotaModeUnsupported { file: String, line: u64 },
 }
 
 impl RulesError {
@@ -128,8 +126,7 @@ impl RulesError {
             | RulesError::BadBuckets { file, .. }
             | RulesError::EmptyReplaces { file, .. }
             | RulesError::SelfReplace { file, .. }
-            | RulesError::ShareThresholdWithoutWildcard { file, .. }
-            | RulesError::QuotaModeUnsupported { file, .. } => file.clone(),
+            | RulesError::ShareThresholdWithoutWildcard { file, .. } => file.clone(),
             RulesError::TooManyFiles { dir, .. } | RulesError::NoRulesFiles { dir } => dir.clone(),
             RulesError::NotFileOrDirectory { path } => path.display().to_string(),
         }
@@ -152,8 +149,7 @@ impl RulesError {
             | RulesError::BadBuckets { line, .. }
             | RulesError::EmptyReplaces { line, .. }
             | RulesError::SelfReplace { line, .. }
-            | RulesError::ShareThresholdWithoutWildcard { line, .. }
-            | RulesError::QuotaModeUnsupported { line, .. } => Some(*line),
+            | RulesError::ShareThresholdWithoutWildcard { line, .. } => Some(*line),
             RulesError::Read { .. }
             | RulesError::FileTooLarge { .. }
             | RulesError::TooManyFiles { .. }

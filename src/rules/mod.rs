@@ -17,8 +17,8 @@
 //!
 //! Supported: `domain`; nested `descriptors` with `key` and optional `value` (`*` wildcards
 //! anywhere in it); `rate_limit` with `unit` (second to year), `requests_per_unit`,
-//! `unlimited`, `name`, `replaces`; `shadow_mode`; `share_threshold`. `detailed_metric`,
-//! `value_to_metric` and `metadata` are accepted and ignored; `quota_mode: true` is refused.
+//! `unlimited`, `name`, `replaces`; `shadow_mode`; `quota_mode`; `share_threshold`.
+//! `detailed_metric`, `value_to_metric` and `metadata` are accepted and ignored.
 //! Matching is described on [`RuleSet::lookup`]; `replaces` acts per request, in `rpc`.
 //!
 //! A [`RuleSet`] is immutable; [`RulesHandle`] swaps in a new one on reload and keeps the old
@@ -53,6 +53,12 @@ pub struct LoadOptions {
     pub default_buckets: u16,
     /// A domain may span several files (`rules.merge_domains`).
     pub merge_domains: bool,
+    /// Every request is answered OK, whatever the limits say; decisions are counted as
+    /// usual (`rules.shadow_mode`, envoyproxy/ratelimit's `SHADOW_MODE`).
+    pub shadow_mode: bool,
+    /// Every limited descriptor is in quota mode (`rules.quota_mode`, envoyproxy/ratelimit's
+    /// `QUOTA_MODE`).
+    pub quota_mode: bool,
 }
 
 impl Default for LoadOptions {
@@ -60,6 +66,8 @@ impl Default for LoadOptions {
         Self {
             default_buckets: DEFAULT_BUCKETS,
             merge_domains: false,
+            shadow_mode: false,
+            quota_mode: false,
         }
     }
 }

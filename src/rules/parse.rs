@@ -220,18 +220,13 @@ impl Builder<'_> {
                 Pattern::new(&value).map_or_else(|| Slot::Exact(value.clone()), Slot::Wildcard)
             };
             let shared = self.share_threshold(&doc, &slot, at)?;
-            if let Some(quota) = &doc.quota_mode
-                && quota.value
-            {
-                return Err(RulesError::QuotaModeUnsupported {
-                    file: self.file(),
-                    line: line(quota.referenced),
-                });
-            }
             let mut node = Node {
                 rule: doc
                     .rate_limit
-                    .map(|rl| self.rule(rl, &path, doc.shadow_mode))
+                    .map(|rl| {
+                        let quota = doc.quota_mode.as_ref().is_some_and(|q| q.value);
+                        self.rule(rl, &path, doc.shadow_mode, quota)
+                    })
                     .transpose()?,
                 children: Default::default(),
                 location: format!("{}:{at}", self.file),
@@ -276,6 +271,7 @@ impl Builder<'_> {
         spanned: Spanned<RateLimitDoc>,
         path: &str,
         shadow: bool,
+        quota: bool,
     ) -> Result<Rule, RulesError> {
         let at = line(spanned.referenced);
         let doc = spanned.value;
@@ -368,6 +364,7 @@ impl Builder<'_> {
             path: path.to_owned(),
             limit,
             shadow,
+            quota,
             replaces,
             location: format!("{}:{at}", self.file),
         })

@@ -44,6 +44,9 @@ pub struct Rule {
     pub limit: RuleLimit,
     /// Counted, but never refuses (`shadow_mode`).
     pub shadow: bool,
+    /// `quota_mode`: over its limit, it refuses a request only if every quota-mode
+    /// descriptor of the request is over its limit too (envoyproxy/ratelimit's rule).
+    pub quota: bool,
     /// Names of the rules this one drops when both match one request.
     pub replaces: Vec<String>,
     /// `file:line` of the rule, for logs and errors.

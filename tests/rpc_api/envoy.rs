@@ -364,3 +364,112 @@ async fn envoy_week_unit_is_reported_as_week() {
     assert_eq!((limit.unit, limit.requests_per_unit), (7, 1_000));
     server.stop().await;
 }
+
+const QUOTA_RULES: &str = r#"
+domain: q
+descriptors:
+  - key: a
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: b
+    quota_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: c
+    rate_limit: { unit: minute, requests_per_unit: 2 }
+"#;
+
+fn q_request(descriptors: &[(&str, &str)]) -> RateLimitRequest {
+    envoy_request(
+        "q",
+        descriptors
+            .iter()
+            .map(|(k, v)| envoy_descriptor(&[(k, v)]))
+            .collect(),
+    )
+}
+
+/// envoyproxy/ratelimit's rule (its `src/service/ratelimit.go`): a request is refused when a
+/// descriptor not in quota mode is over its limit, or when every quota-mode descriptor is;
+/// each descriptor's status says what its limit says.
+#[tokio::test]
+async fn envoy_quota_mode_refuses_only_when_every_quota_descriptor_is_over() {
+    let server = TestServer::start_with(QUOTA_RULES, LimiterConfig::default()).await;
+    let first = envoy_call(&server, q_request(&[("a", "1"), ("b", "1")])).await;
+    assert_eq!(overall(&first), Code::Ok);
+    // Both used their one: both over now, so the request is refused.
+    let both_over = envoy_call(&server, q_request(&[("a", "1"), ("b", "1")])).await;
+    assert_eq!(overall(&both_over), Code::OverLimit);
+    assert_eq!(code(&both_over.statuses[0]), Code::OverLimit);
+    assert_eq!(code(&both_over.statuses[1]), Code::OverLimit);
+    // One quota descriptor over, another with room: admitted; the one over says so.
+    let one_over = envoy_call(&server, q_request(&[("a", "1"), ("b", "2")])).await;
+    assert_eq!(overall(&one_over), Code::Ok);
+    assert_eq!(code(&one_over.statuses[0]), Code::OverLimit);
+    assert_eq!(code(&one_over.statuses[1]), Code::Ok);
+    // b=2 consumed its one, a=1 nothing (it had no room).
+    let b2_again = envoy_call(&server, q_request(&[("b", "2")])).await;
+    assert_eq!(overall(&b2_again), Code::OverLimit, "b=2 was consumed");
+    // A quota descriptor over beside a plain one with room: every quota descriptor of the
+    // request is over, so it is refused, and the plain one consumes nothing.
+    let with_plain = envoy_call(&server, q_request(&[("a", "1"), ("c", "1")])).await;
+    assert_eq!(overall(&with_plain), Code::OverLimit);
+    assert_eq!(code(&with_plain.statuses[1]), Code::Ok);
+    let c_alone = envoy_call(&server, q_request(&[("c", "1")])).await;
+    assert_eq!(
+        c_alone.statuses[0].limit_remaining, 1,
+        "c consumed once, not twice"
+    );
+    // A plain descriptor over refuses whatever the quota ones say; a quota one with room
+    // then consumes nothing.
+    envoy_call(&server, q_request(&[("c", "1")])).await;
+    let plain_over = envoy_call(&server, q_request(&[("a", "3"), ("c", "1")])).await;
+    assert_eq!(overall(&plain_over), Code::OverLimit);
+    let a3 = envoy_call(&server, q_request(&[("a", "3")])).await;
+    assert_eq!(overall(&a3), Code::Ok, "a=3 kept its one");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn envoy_global_quota_mode_puts_every_descriptor_in_quota_mode() {
+    let options = LoadOptions {
+        quota_mode: true,
+        ..LoadOptions::default()
+    };
+    let server = TestServer::start_with_options(QUOTA_RULES, options).await;
+    for _ in 0..2 {
+        envoy_call(&server, q_request(&[("c", "1")])).await;
+    }
+    // c (not in quota mode in the file) is over, a has room: admitted under QUOTA_MODE.
+    let r = envoy_call(&server, q_request(&[("c", "1"), ("a", "1")])).await;
+    assert_eq!(overall(&r), Code::Ok);
+    assert_eq!(code(&r.statuses[0]), Code::OverLimit);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn envoy_global_shadow_mode_answers_ok_and_counts_what_it_let_through() {
+    let options = LoadOptions {
+        shadow_mode: true,
+        ..LoadOptions::default()
+    };
+    let server = TestServer::start_with_options(QUOTA_RULES, options).await;
+    for i in 0..4 {
+        let r = envoy_call(&server, q_request(&[("c", "z")])).await;
+        assert_eq!(overall(&r), Code::Ok, "request {i}");
+        let want = if i < 2 { Code::Ok } else { Code::OverLimit };
+        assert_eq!(
+            code(&r.statuses[0]),
+            want,
+            "request {i}: the limit's own word"
+        );
+    }
+    assert_eq!(
+        server.metric(r#"limitmesh_global_shadow_mode_total{domain="q"}"#),
+        2
+    );
+    assert_eq!(
+        server.metric(r#"limitmesh_decisions_total{domain="q",result="over_limit"}"#),
+        2
+    );
+    server.stop().await;
+}

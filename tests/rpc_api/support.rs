@@ -89,11 +89,31 @@ impl TestServer {
         config: LimiterConfig,
         rate_limit_headers: RateLimitHeaders,
     ) -> Self {
+        Self::start_custom(rules, config, rate_limit_headers, LoadOptions::default()).await
+    }
+
+    /// A server on `rules` read with `options` (the global shadow and quota switches).
+    pub(crate) async fn start_with_options(rules: &str, options: LoadOptions) -> Self {
+        Self::start_custom(
+            rules,
+            LimiterConfig::default(),
+            RateLimitHeaders::Draft03,
+            options,
+        )
+        .await
+    }
+
+    async fn start_custom(
+        rules: &str,
+        config: LimiterConfig,
+        rate_limit_headers: RateLimitHeaders,
+        options: LoadOptions,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let clock = ManualClock::new(T0);
         let metrics = Arc::new(Metrics::new());
-        let set = RuleSet::parse("test-rules.yaml", rules, LoadOptions::default()).unwrap();
+        let set = RuleSet::parse("test-rules.yaml", rules, options).unwrap();
         let ctx = RpcContext {
             limiter: Arc::new(Limiter::new(
                 config,

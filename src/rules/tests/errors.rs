@@ -203,16 +203,17 @@ fn error_share_threshold_without_wildcard() {
 }
 
 #[test]
-fn error_quota_mode_is_refused_rather_than_ignored() {
-    let err = parse_err(
-        "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n    rate_limit: { unit: second, requests_per_unit: 1 }\n",
+fn quota_mode_is_read_per_descriptor() {
+    let set = parse_ok(
+        "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n    rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: b\n    quota_mode: false\n    rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: c\n    rate_limit: { unit: second, requests_per_unit: 1 }\n",
     );
-    assert!(
-        matches!(err, RulesError::QuotaModeUnsupported { .. }),
-        "{err}"
-    );
-    assert_at(&err, 4);
-    parse_ok("domain: d\ndescriptors:\n  - key: a\n    quota_mode: false\n");
+    let quota = |key: &str| match set.lookup("d", &[DescriptorEntry { key, value: "v" }]) {
+        Lookup::Matched(m) => m.rule.quota,
+        other => panic!("{other:?}"),
+    };
+    assert!(quota("a"));
+    assert!(!quota("b"));
+    assert!(!quota("c"));
 }
 
 #[test]

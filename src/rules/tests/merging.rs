@@ -10,6 +10,8 @@ fn e<'a>(key: &'a str, value: &'a str) -> DescriptorEntry<'a> {
 const MERGING: LoadOptions = LoadOptions {
     default_buckets: crate::window::DEFAULT_BUCKETS,
     merge_domains: true,
+    shadow_mode: false,
+    quota_mode: false,
 };
 
 fn load(dir: &TempDir, options: LoadOptions) -> Result<RuleSet, RulesError> {
