@@ -64,6 +64,24 @@ pub struct DecisionLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DescriptorLabels {
+    pub domain: String,
+    /// The descriptor as envoyproxy/ratelimit names its detailed stats:
+    /// `key_value.key2_value2`, or [`OVERFLOW_DESCRIPTOR`].
+    pub descriptor: String,
+    pub result: DecisionResult,
+}
+
+/// Most descriptor values counted in series of their own (`detailed_metric`); the rest are
+/// counted together under [`OVERFLOW_DESCRIPTOR`]. The values come from requests: without a
+/// cap, a client could add series without end.
+pub const MAX_DETAILED_DESCRIPTORS: usize = 1_000;
+/// Longest descriptor label kept (longer ones are cut at a character boundary).
+pub const MAX_DESCRIPTOR_LABEL: usize = 256;
+/// The `descriptor` label of detailed decisions past [`MAX_DETAILED_DESCRIPTORS`].
+pub const OVERFLOW_DESCRIPTOR: &str = "_overflow";
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DomainLabels {
     pub domain: String,
 }
@@ -101,6 +119,12 @@ pub struct Metrics {
     /// `limitmesh_near_limit_total{domain}`: descriptors admitted with less than a fifth of
     /// their limit left (envoyproxy/ratelimit's `near_limit`, at its default 80 % ratio).
     pub near_limit: Family<DomainLabels, Counter>,
+    /// `limitmesh_descriptor_decisions_total{domain, descriptor, result}`: decisions of rules
+    /// with `detailed_metric: true`, per descriptor value, at most
+    /// [`MAX_DETAILED_DESCRIPTORS`] of them.
+    pub descriptor_decisions: Family<DescriptorLabels, Counter>,
+    /// The (domain, descriptor) pairs with series of their own.
+    detailed_seen: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
     /// `limitmesh_global_shadow_mode_total{domain}`: requests the limits refused and the global
     /// shadow switch answered OK (envoyproxy/ratelimit's `global_shadow_mode`).
     pub global_shadow_mode: Family<DomainLabels, Counter>,
@@ -139,6 +163,13 @@ impl Metrics {
             "Descriptors admitted with less than 20 % of their limit left (80 % used), by domain",
             near_limit.clone(),
         );
+        let descriptor_decisions = Family::<DescriptorLabels, Counter>::default();
+        registry.register(
+            "descriptor_decisions",
+            "Decisions of rules with detailed_metric, per descriptor value (at most 1000 values; \
+             the rest under descriptor=\"_overflow\")",
+            descriptor_decisions.clone(),
+        );
         let global_shadow_mode = Family::<DomainLabels, Counter>::default();
         registry.register(
             "global_shadow_mode",
@@ -164,6 +195,8 @@ impl Metrics {
             decisions,
             unmatched_descriptors,
             near_limit,
+            descriptor_decisions,
+            detailed_seen: Default::default(),
             global_shadow_mode,
             rules_reloads,
             rules_loaded,
@@ -191,6 +224,38 @@ impl Metrics {
                 })
                 .inc_by(n);
         }
+    }
+
+    /// Counts one decision of a `detailed_metric` rule for `descriptor` (its entries as
+    /// `key_value.key2_value2`) in `domain`: under its own series while fewer than
+    /// [`MAX_DETAILED_DESCRIPTORS`] have one, else under [`OVERFLOW_DESCRIPTOR`].
+    pub fn record_detailed(&self, domain: &str, descriptor: &str, result: DecisionResult) {
+        let mut cut = descriptor.len().min(MAX_DESCRIPTOR_LABEL);
+        while !descriptor.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let descriptor = &descriptor[..cut];
+        let own = {
+            // A poisoned lock only means another thread panicked mid-insert; the set is
+            // still a set.
+            let mut seen = self
+                .detailed_seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let key = (domain.to_owned(), descriptor.to_owned());
+            seen.contains(&key) || (seen.len() < MAX_DETAILED_DESCRIPTORS && seen.insert(key))
+        };
+        self.descriptor_decisions
+            .get_or_create(&DescriptorLabels {
+                domain: domain.to_owned(),
+                descriptor: if own {
+                    descriptor.to_owned()
+                } else {
+                    OVERFLOW_DESCRIPTOR.to_owned()
+                },
+                result,
+            })
+            .inc();
     }
 
     pub fn record_global_shadow(&self, domain: &str) {
@@ -284,6 +349,43 @@ fn openmetrics_to_classic(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn detailed_series_are_capped_and_the_rest_overflow() {
+        let m = Metrics::new();
+        for i in 0..MAX_DETAILED_DESCRIPTORS + 5 {
+            m.record_detailed("api", &format!("user_{i}"), DecisionResult::Allowed);
+        }
+        // Known values keep their series after the cap.
+        m.record_detailed("api", "user_0", DecisionResult::OverLimit);
+        let text = m.encode();
+        let own = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("limitmesh_descriptor_decisions_total{")
+                    && !l.contains(OVERFLOW_DESCRIPTOR)
+            })
+            .count();
+        assert_eq!(
+            own,
+            MAX_DETAILED_DESCRIPTORS + 1,
+            "1000 values, one of them twice"
+        );
+        assert!(
+            text.contains(r#"limitmesh_descriptor_decisions_total{domain="api",descriptor="_overflow",result="allowed"} 5"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"descriptor="user_0",result="over_limit"} 1"#),
+            "{text}"
+        );
+        // Labels are cut, at a character boundary.
+        let long = "é".repeat(MAX_DESCRIPTOR_LABEL);
+        let m = Metrics::new();
+        m.record_detailed("api", &long, DecisionResult::Allowed);
+        let cut = "é".repeat(MAX_DESCRIPTOR_LABEL / 2);
+        assert!(m.encode().contains(&format!("descriptor=\"{cut}\"")));
+    }
 
     #[test]
     fn the_classic_format_names_counters_by_their_samples_and_has_no_eof() {

@@ -88,7 +88,7 @@ impl RpcContext {
             now_ms,
         )
         .map_err(|e| tally.refused(e))?;
-        tally.decided(&outcome);
+        tally.decided(&outcome, req);
         Ok(outcome)
     }
 }

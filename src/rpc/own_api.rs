@@ -99,7 +99,7 @@ impl RateLimiter for RateLimiterService {
                 let status = tally.refused(e);
                 Status::new(status.code(), format!("checks[{i}]: {}", status.message()))
             })?;
-            tally.decided(&outcome);
+            tally.decided(&outcome, &query);
             results.push(convert::own_check_response(&outcome));
         }
         Ok(Response::new(CheckBatchResponse { results }))

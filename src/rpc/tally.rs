@@ -5,7 +5,8 @@ use tonic::Status;
 
 use super::execute::{Outcome, Verdict};
 use super::invalid::InvalidRequest;
-use super::plan::Planned;
+use super::plan::{Applied, Planned};
+use super::request::{DescriptorQuery, Query, Request};
 use crate::limiter::CheckError;
 use crate::metrics::{DecisionResult, Metrics, UNCONFIGURED_DOMAIN};
 use crate::rules::RuleSet;
@@ -30,7 +31,7 @@ impl<'a> Tally<'a> {
 
     /// Counts each verdict. A limited descriptor counts by its own verdict: one that had room
     /// counts as allowed even if another descriptor refused the request.
-    pub fn decided(&self, outcome: &Outcome<'_, '_>) {
+    pub fn decided(&self, outcome: &Outcome<'_, '_>, req: &Request<'_>) {
         let mut counts = [
             (DecisionResult::Allowed, 0),
             (DecisionResult::OverLimit, 0),
@@ -38,7 +39,16 @@ impl<'a> Tally<'a> {
             (DecisionResult::Unlimited, 0),
         ];
         let (mut unmatched, mut near) = (0, 0);
-        for verdict in &outcome.verdicts {
+        for (i, verdict) in outcome.verdicts.iter().enumerate() {
+            if let Some((item, _)) = verdict.limited()
+                && let Applied::Rule(rule) = item.applied
+                && rule.detailed
+                && let Query::Descriptors(descriptors) = &req.query
+                && let Some(d) = descriptors.get(i)
+            {
+                self.metrics
+                    .record_detailed(self.domain, &detailed_name(d), result_of(verdict));
+            }
             unmatched += u64::from(matches!(verdict.planned, Planned::Unmatched));
             near += u64::from(verdict.limited().is_some_and(|(_, s)| near_limit(s)));
             let result = result_of(verdict);
@@ -80,6 +90,22 @@ impl<'a> Tally<'a> {
             }
         }
     }
+}
+
+/// A descriptor as envoyproxy/ratelimit names its detailed stats: `key_value.key2_value2`.
+fn detailed_name(d: &DescriptorQuery<'_>) -> String {
+    let mut name = String::new();
+    for (n, e) in d.entries.iter().enumerate() {
+        if n > 0 {
+            name.push('.');
+        }
+        name.push_str(e.key);
+        if !e.value.is_empty() {
+            name.push('_');
+            name.push_str(e.value);
+        }
+    }
+    name
 }
 
 /// Admitted with less than a fifth of the limit left: 80 % used, envoyproxy/ratelimit's

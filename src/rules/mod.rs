@@ -17,8 +17,8 @@
 //!
 //! Supported: `domain`; nested `descriptors` with `key` and optional `value` (`*` wildcards
 //! anywhere in it); `rate_limit` with `unit` (second to year), `requests_per_unit`,
-//! `unlimited`, `name`, `replaces`; `shadow_mode`; `quota_mode`; `share_threshold`.
-//! `detailed_metric`, `value_to_metric` and `metadata` are accepted and ignored.
+//! `unlimited`, `name`, `replaces`; `shadow_mode`; `quota_mode`; `share_threshold`;
+//! `detailed_metric`. `value_to_metric` and `metadata` are accepted and ignored.
 //! Matching is described on [`RuleSet::lookup`]; `replaces` acts per request, in `rpc`.
 //!
 //! A [`RuleSet`] is immutable; [`RulesHandle`] swaps in a new one on reload and keeps the old

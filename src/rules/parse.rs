@@ -41,10 +41,9 @@ struct DescriptorDoc {
     shadow_mode: bool,
     share_threshold: Option<Spanned<bool>>,
     quota_mode: Option<Spanned<bool>>,
-    // Metrics and response-metadata options of envoyproxy/ratelimit: accepted so that its files
-    // load unchanged, and ignored (they change no decision).
-    #[serde(default, rename = "detailed_metric")]
-    _detailed_metric: IgnoredAny,
+    detailed_metric: Option<Spanned<bool>>,
+    // Options of envoyproxy/ratelimit that change no decision: accepted so that its files
+    // load unchanged, and ignored.
     #[serde(default, rename = "value_to_metric")]
     _value_to_metric: IgnoredAny,
     #[serde(default, rename = "metadata")]
@@ -225,7 +224,8 @@ impl Builder<'_> {
                     .rate_limit
                     .map(|rl| {
                         let quota = doc.quota_mode.as_ref().is_some_and(|q| q.value);
-                        self.rule(rl, &path, doc.shadow_mode, quota)
+                        let detailed = doc.detailed_metric.as_ref().is_some_and(|d| d.value);
+                        self.rule(rl, &path, doc.shadow_mode, quota, detailed)
                     })
                     .transpose()?,
                 children: Default::default(),
@@ -272,6 +272,7 @@ impl Builder<'_> {
         path: &str,
         shadow: bool,
         quota: bool,
+        detailed: bool,
     ) -> Result<Rule, RulesError> {
         let at = line(spanned.referenced);
         let doc = spanned.value;
@@ -365,6 +366,7 @@ impl Builder<'_> {
             limit,
             shadow,
             quota,
+            detailed,
             replaces,
             location: format!("{}:{at}", self.file),
         })

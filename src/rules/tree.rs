@@ -47,6 +47,9 @@ pub struct Rule {
     /// `quota_mode`: over its limit, it refuses a request only if every quota-mode
     /// descriptor of the request is over its limit too (envoyproxy/ratelimit's rule).
     pub quota: bool,
+    /// `detailed_metric`: its decisions are counted per descriptor value
+    /// (`limitmesh_descriptor_decisions_total`).
+    pub detailed: bool,
     /// Names of the rules this one drops when both match one request.
     pub replaces: Vec<String>,
     /// `file:line` of the rule, for logs and errors.

@@ -473,3 +473,50 @@ async fn envoy_global_shadow_mode_answers_ok_and_counts_what_it_let_through() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn envoy_detailed_metric_counts_each_descriptor_value() {
+    let rules = "
+domain: d
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+  - key: plain
+    rate_limit: { unit: minute, requests_per_unit: 1 }
+";
+    let server = TestServer::start_with(rules, LimiterConfig::default()).await;
+    let call =
+        |k: &'static str, v: &'static str| envoy_request("d", vec![envoy_descriptor(&[(k, v)])]);
+    envoy_call(&server, call("user", "ann")).await;
+    envoy_call(&server, call("user", "ann")).await;
+    envoy_call(&server, call("user", "bo")).await;
+    envoy_call(&server, call("plain", "x")).await;
+    let m = |series: &str| server.metric(series);
+    assert_eq!(
+        m(
+            r#"limitmesh_descriptor_decisions_total{domain="d",descriptor="user_ann",result="allowed"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        m(
+            r#"limitmesh_descriptor_decisions_total{domain="d",descriptor="user_ann",result="over_limit"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        m(
+            r#"limitmesh_descriptor_decisions_total{domain="d",descriptor="user_bo",result="allowed"}"#
+        ),
+        1
+    );
+    assert_eq!(
+        m(
+            r#"limitmesh_descriptor_decisions_total{domain="d",descriptor="plain_x",result="allowed"}"#
+        ),
+        0,
+        "no detailed_metric, no series"
+    );
+    server.stop().await;
+}
