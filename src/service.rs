@@ -188,6 +188,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServiceError> {
     let gossip_addr = bound.gossip_addr();
+    // Tables keyed by the ids datagrams name hash them from a seed nobody else knows.
+    crate::limiter::seed_id_hashes(uuid::Uuid::new_v4().as_u64_pair().0);
     let node_id = uuid::Uuid::new_v4();
     if bound.clock_offset_ms != 0 {
         tracing::warn!(

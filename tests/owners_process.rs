@@ -72,6 +72,14 @@ async fn eighteen_processes_share_a_limit_through_owners() {
         aggregates > 0,
         "no owner sent a window's sums: not in owner mode"
     );
+    // The full mesh would send each round's registers to every other member: at least
+    // NODES x (NODES - 1) datagrams a round for the 25 rounds of traffic. Through owners, a
+    // node sends its one window to one or two owners a round.
+    let full_mesh = NODES * (NODES - 1) * 25;
+    assert!(
+        summaries_sent * 2 < full_mesh as u64,
+        "{summaries_sent} summary datagrams sent: half of what the full mesh would send ({full_mesh}) or more"
+    );
 
     // Naive local limits would admit up to 18 × 100 in a window; the full mesh keeps the 3-node
     // process test within 115. Owners add a hop (a round more of staleness) and the client

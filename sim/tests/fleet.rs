@@ -27,6 +27,28 @@ fn a_seed_gives_the_same_run_twice() {
     assert_eq!(a, b, "seed {SEED}");
 }
 
+/// Owner mode too, through a rolling deploy: its hashed tables must leak no order into what
+/// a run does.
+#[test]
+fn a_seed_gives_the_same_owner_mode_run_twice() {
+    let mut cfg = short("fleet-churn", 20);
+    cfg.duration_ms = 14_000;
+    cfg.warmup_ms = 6_000;
+    for f in &mut cfg.faults {
+        if let fleet::FleetFault::Crash { at_ms, .. } = f {
+            *at_ms = 12_000;
+        }
+    }
+    let a = fleet::run("fleet-churn", "share", &cfg);
+    assert!(a.replacements > 0, "seed {SEED}: nodes were replaced");
+    let b = fleet::run("fleet-churn", "share", &cfg);
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap(),
+        "seed {SEED}"
+    );
+}
+
 #[test]
 fn a_small_fleet_holds_the_limits_and_counts_a_crashed_member_out() {
     let cfg = short("fleet", 5);
@@ -56,5 +78,9 @@ fn a_fleet_past_sixteen_members_shares_through_owners_and_holds_the_limits() {
         .unwrap_or(0.0);
     assert!(aggregates > 0.0, "seed {SEED}: owners sent sums: {r:?}");
     assert!(r.over_admission_mean <= 0.01, "seed {SEED}: {r:?}");
-    assert!(r.over_admission_max <= 0.5, "seed {SEED}: {r:?}");
+    eprintln!(
+        "seed {SEED}: worst window {:.2} x L",
+        1.0 + r.over_admission_max
+    );
+    assert!(r.over_admission_max <= 0.3, "seed {SEED}: {r:?}");
 }

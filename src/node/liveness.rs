@@ -176,8 +176,13 @@ impl Liveness {
     }
 
     /// A register or heartbeat from `sender` arrived.
+    /// A register or heartbeat from `sender` arrived. Recorded for members only: anyone who
+    /// can open a datagram (anyone at all, in an insecure cluster) could otherwise fill the
+    /// table, and have made-up senders held (`held`).
     pub fn heard(&mut self, sender: u128, at: Instant) {
-        self.last_heard.insert(sender, at);
+        if self.addrs.contains_key(&sender) {
+            self.last_heard.insert(sender, at);
+        }
     }
 
     /// A datagram of any kind from `sender` opened at cluster time `at_ms`. Recorded for
@@ -201,7 +206,9 @@ impl Liveness {
 
     /// `sender` counts this many members, itself included.
     pub fn counted(&mut self, sender: u128, members: usize) {
-        self.counts.insert(sender, members);
+        if self.addrs.contains_key(&sender) {
+            self.counts.insert(sender, members);
+        }
     }
 
     /// The largest member count any member reports, or any sender a minute off.
@@ -252,8 +259,8 @@ impl Liveness {
     /// the last [`HOLD_FOR`]) that have gone quiet for `quiet`: on the other side of a
     /// partition, perhaps, and still admitting. Their demand is held (`Limiter::set_held`).
     pub fn held(&self, quiet: Duration, at: Instant) -> Vec<OriginId> {
-        // `last_heard` holds members only (`set_members`), and only those heard at all: in a
-        // large cluster, far fewer than the members.
+        // `last_heard` holds members only (`heard`, `set_members`), and only those heard at
+        // all: in a large cluster, far fewer than the members.
         let mut held: Vec<OriginId> = self
             .last_heard
             .iter()

@@ -59,7 +59,9 @@ impl<T: TimeSource> NodeCore<T> {
         } else {
             self.liveness.silent(&members, fences, now.at)
         };
-        let live = members.len() - silent.len() + 1;
+        // `silent` names members only; saturating all the same, so that a future path where it
+        // did not could not wrap the count.
+        let live = members.len().saturating_sub(silent.len()) + 1;
         let silent_members = silent.len();
         // Senders a minute off count as silent members. When they are at least as many as the
         // live members (this node included), this node's own clock is the likelier one to be

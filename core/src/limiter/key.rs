@@ -198,6 +198,32 @@ impl Hasher for KeyIdHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn id_hashes_made_to_collide_under_one_seed_do_not_under_another() {
+        use std::hash::BuildHasher;
+        const K: u64 = 0x9E37_79B9_7F4A_7C15;
+        let seeded = |seed: u64| IdHashBuilder {
+            start: IdHasher(seed).finish(),
+        };
+        // Knowing the start, an attacker picks a second id whose fold equals the first's.
+        let forge = |b: &IdHashBuilder| {
+            let after_lo = |lo: u64| b.start.rotate_left(23).wrapping_mul(K) ^ lo;
+            let hi2 = after_lo(1).rotate_left(23).wrapping_mul(K)
+                ^ after_lo(2).rotate_left(23).wrapping_mul(K);
+            (1u128, 2u128 | (u128::from(hi2) << 64))
+        };
+        let known = seeded(0);
+        let (a, b) = forge(&known);
+        assert_eq!(
+            known.hash_one(a),
+            known.hash_one(b),
+            "the forgery works when the seed is known"
+        );
+        let secret = seeded(0x5EED_1234_5678_9ABC);
+        assert_ne!(secret.hash_one(a), secret.hash_one(b));
+        assert_ne!(secret.hash_one(a), known.hash_one(a));
+    }
     use crate::window::EstimateMode;
 
     #[test]
@@ -254,10 +280,34 @@ mod tests {
 /// Hashing for tables keyed by node boot ids (and other ids that are not keyed hashes): the
 /// halves are folded and then mixed (SplitMix64's finalizer), so that ids with structure, such
 /// as a simulator's numbered nodes, still spread over a hash table's buckets and control bytes.
-/// Cheaper than SipHash, and the same in every process (nothing may depend on the order of
-/// such a table all the same). The ids come only from authenticated datagrams.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct IdHashBuilder;
+/// Cheaper than SipHash.
+///
+/// The fold starts from a per-process seed ([`seed_id_hashes`]): the ids come from datagrams,
+/// which in an insecure cluster anyone can forge, and with a known start the fold is easy to
+/// invert (any target hash has a made-up id for every low half). The service seeds it from the
+/// OS at start; a process that never does (the simulator, tests) hashes the same every run.
+/// Nothing may depend on the order of such a table.
+#[derive(Debug, Clone, Copy)]
+pub struct IdHashBuilder {
+    start: u64,
+}
+
+static ID_HASH_SEED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Seeds the id hashing of tables built from now on (call it once, before the node starts).
+pub fn seed_id_hashes(seed: u64) {
+    ID_HASH_SEED.store(seed, std::sync::atomic::Ordering::Relaxed);
+}
+
+impl Default for IdHashBuilder {
+    fn default() -> Self {
+        let seed = ID_HASH_SEED.load(std::sync::atomic::Ordering::Relaxed);
+        Self {
+            // Mixed, so that a seed of 0 (never seeded) still starts away from 0.
+            start: IdHasher(seed).finish(),
+        }
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct IdHasher(u64);
@@ -265,7 +315,7 @@ pub struct IdHasher(u64);
 impl BuildHasher for IdHashBuilder {
     type Hasher = IdHasher;
     fn build_hasher(&self) -> IdHasher {
-        IdHasher(0)
+        IdHasher(self.start)
     }
 }
 

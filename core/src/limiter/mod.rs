@@ -45,7 +45,7 @@ pub use decision::{
 };
 pub use expected_size::ExpectedSize;
 pub use inspection::{Inspection, OriginUsage};
-pub use key::{IdHashBuilder, KeyHasher, KeyId, KeyIdHashBuilder, Limit};
+pub use key::{IdHashBuilder, KeyHasher, KeyId, KeyIdHashBuilder, Limit, seed_id_hashes};
 pub use origin::OriginId;
 pub use replication::{Batch, MergeReport, RegisterUpdate};
 pub use table::GcReport;

@@ -52,8 +52,13 @@ impl OriginTable {
         if self.entries.len() >= MAX_ORIGINS {
             self.forget_longest_unseen();
         }
+        // Indices stay below the mark of owners' aggregates (`state::AGGREGATE`). After 2^31
+        // origins the counter wraps: it skips the indices still in use (there are at most
+        // `MAX_ORIGINS` of them, so this ends).
+        while self.entries.contains_key(&self.next) {
+            self.next = self.next.wrapping_add(1) % super::state::AGGREGATE;
+        }
         let idx = self.next;
-        // Indices stay below the mark of owners' aggregates (`state::AGGREGATE`).
         self.next = self.next.wrapping_add(1) % super::state::AGGREGATE;
         self.by_id.insert(id, idx);
         self.entries.insert(

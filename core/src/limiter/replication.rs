@@ -97,6 +97,16 @@ impl ReplicationState {
                     .unwrap_or_else(|| self.origins.intern(*o, now_ms))
             })
             .collect();
+        if self.origins.forgotten() != forgotten {
+            // Interning a newcomer evicted an origin of a full table, perhaps one listed here
+            // (its index would then name nobody, or somebody else later). Once more, each
+            // listed origin seen now, so that none of them is the one evicted.
+            idx = ids
+                .iter()
+                .filter(|o| **o != own)
+                .map(|o| self.origins.intern(*o, now_ms))
+                .collect();
+        }
         idx.sort_unstable();
         idx.dedup();
         self.interned[which as usize] = Some(InternedList {
