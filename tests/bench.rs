@@ -109,3 +109,57 @@ fn bad_arguments_are_refused_by_name() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// `bench --config`: the node serves the given configuration's rules, and the calls go to
+/// each of them; the limits refuse most calls, and a refusal is a served call, not an error.
+#[test]
+fn a_bench_of_a_real_configuration_calls_its_own_rules() {
+    let scratch = Scratch::new("bench-config");
+    let rules = scratch.write(
+        "rules.yaml",
+        "domain: shop\ndescriptors:\n  - key: tenant\n    rate_limit: { unit: second, requests_per_unit: 2 }\n  - key: path\n    value: /api/*\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n  - key: route\n    value: login\n    descriptors:\n      - key: ip\n        rate_limit: { unit: hour, requests_per_unit: 1 }\n",
+    );
+    let config = scratch.write(
+        "node.toml",
+        &format!(
+            "[rules]\npath = \"{}\"\n[cluster]\nseeds = [\"192.0.2.1:7946\"]\ninsecure = true\n",
+            rules.display()
+        ),
+    );
+    let config = config.to_str().expect("a UTF-8 path");
+    let out = bench(&[
+        "--config",
+        config,
+        "--shapes",
+        "2x2",
+        "--seconds",
+        "0.2",
+        "--warmup",
+        "0.05",
+        "--rounds",
+        "1",
+        "--keys",
+        "30",
+        "--json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+    assert_eq!(report["rules"], 3, "{report}");
+    let node = &report["shapes"][0]["limitmesh"];
+    assert_eq!(node["errors"], 0, "{node}");
+    assert!(node["calls_per_s"].as_f64().unwrap() > 100.0, "{node}");
+
+    // The synthetic load's own API has no place in a bench of rules.
+    let own = bench(&["--config", config, "--api", "own"]);
+    assert!(!own.status.success());
+    assert!(
+        String::from_utf8_lossy(&own.stderr).contains("--api own"),
+        "{}",
+        String::from_utf8_lossy(&own.stderr)
+    );
+}

@@ -90,6 +90,14 @@ pub enum Lookup<'r> {
     Matched(Match<'r>),
 }
 
+/// A descriptor that reaches one rule (see [`RuleSet::descriptor_templates`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescriptorTemplate {
+    pub domain: String,
+    /// Per entry: the key, and the value (`None`: any value; a value with `*` is a pattern).
+    pub entries: Vec<(String, Option<String>)>,
+}
+
 /// Every domain's rules, as loaded at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleSet {
@@ -184,6 +192,18 @@ impl RuleSet {
 
     pub fn has_domain(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)
+    }
+
+    /// One descriptor for each rule (with a `rate_limit`) of every domain, as a load generator
+    /// would send it: the domain and, per entry, the key and the value the rule names (exact,
+    /// a wildcard pattern, or `None` for any value). In domain order, then tree order.
+    pub fn descriptor_templates(&self) -> Vec<DescriptorTemplate> {
+        let mut out = Vec::new();
+        for (domain, rules) in &self.domains {
+            let mut path = Vec::new();
+            rules.root.templates(domain, &mut path, &mut out);
+        }
+        out
     }
 
     /// Domain names, sorted.

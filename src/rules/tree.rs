@@ -247,6 +247,39 @@ impl Node {
         None
     }
 
+    /// Appends a template for every rule below this node, whose entries so far are `path`.
+    pub(crate) fn templates(
+        &self,
+        domain: &str,
+        path: &mut Vec<(String, Option<String>)>,
+        out: &mut Vec<super::DescriptorTemplate>,
+    ) {
+        for (key, rules) in &self.children {
+            let below = rules
+                .exact
+                .iter()
+                .map(|(v, n)| (Some(v.clone()), n))
+                .chain(
+                    rules
+                        .wildcards
+                        .iter()
+                        .map(|w| (Some(w.pattern.as_str().to_owned()), &w.node)),
+                )
+                .chain(rules.any.as_deref().map(|n| (None, n)));
+            for (value, node) in below {
+                path.push((key.clone(), value));
+                if node.rule.is_some() {
+                    out.push(super::DescriptorTemplate {
+                        domain: domain.to_owned(),
+                        entries: path.clone(),
+                    });
+                }
+                node.templates(domain, path, out);
+                path.pop();
+            }
+        }
+    }
+
     /// Rules (nodes with a `rate_limit`) at or below this node.
     pub fn rule_count(&self) -> usize {
         let here = usize::from(self.rule.is_some());

@@ -151,25 +151,21 @@ impl From<h2::Error> for CallError {
     }
 }
 
-/// The calls' fixed parts, encoded once: a load generator must cost far less than the server
-/// it measures, so each call sends a pre-encoded gRPC message over HTTP/2 (as h2load does) and
-/// checks the answer, rather than going through a full gRPC client stack.
-struct Calls {
-    uri: http::Uri,
-    /// One framed request per key.
+/// What the calls send: pre-encoded gRPC messages, one per key, walked in turn.
+#[derive(Debug)]
+pub struct Workload {
+    pub api: Api,
     bodies: Vec<bytes::Bytes>,
-    api: Api,
+    /// A real configuration refuses calls over its limits: an answer either way is a call
+    /// served. The synthetic load is always admitted, so a refusal there is an error.
+    refusals_ok: bool,
+    /// How many of the rules' descriptors the bodies cover (0: the synthetic load).
+    pub rules: usize,
 }
 
-impl Calls {
-    fn new(addr: SocketAddr, api: Api, keys: usize) -> Result<Self, CliError> {
-        let path = match api {
-            Api::Envoy => "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-            Api::Own => "/limitmesh.v1.RateLimiter/Check",
-        };
-        let uri = format!("http://{addr}{path}")
-            .parse()
-            .map_err(|e| CliError::Bench(format!("{addr}: {e}")))?;
+impl Workload {
+    /// `keys` distinct keys under a limit no load reaches (every call admitted and counted).
+    pub fn synthetic(api: Api, keys: usize) -> Self {
         let bodies = (0..keys.max(1))
             .map(|k| {
                 let key = format!("bench-key-{k}");
@@ -179,7 +175,77 @@ impl Calls {
                 })
             })
             .collect();
-        Ok(Self { uri, bodies, api })
+        Self {
+            api,
+            bodies,
+            refusals_ok: false,
+            rules: 0,
+        }
+    }
+
+    /// Envoy requests for a configuration's own rules: `keys` requests in all, one rule's
+    /// descriptor after another, each value the rule does not fix (a key alone, a wildcard)
+    /// made up from the request's number, so that the calls spread over `keys` windows.
+    pub fn from_rules(rules: &crate::rules::RuleSet, keys: usize) -> Result<Self, CliError> {
+        let templates = rules.descriptor_templates();
+        if templates.is_empty() {
+            return Err(CliError::Bench(
+                "the configuration's rules have no rate_limit to call".into(),
+            ));
+        }
+        let bodies = (0..keys.max(templates.len()))
+            .map(|i| {
+                let t = &templates[i % templates.len()];
+                let made_up = format!("bench-{}", i / templates.len());
+                let request = RateLimitRequest {
+                    domain: t.domain.clone(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: t
+                            .entries
+                            .iter()
+                            .map(|(key, value)| Entry {
+                                key: key.clone(),
+                                value: match value {
+                                    None => made_up.clone(),
+                                    Some(v) => v.replace('*', &made_up),
+                                },
+                            })
+                            .collect(),
+                        limit: None,
+                        hits_addend: None,
+                    }],
+                    hits_addend: 0,
+                };
+                bytes::Bytes::from(grpc_frame(&request))
+            })
+            .collect();
+        Ok(Self {
+            api: Api::Envoy,
+            bodies,
+            refusals_ok: true,
+            rules: templates.len(),
+        })
+    }
+}
+
+/// The calls' fixed parts: a load generator must cost far less than the server it measures,
+/// so each call sends a pre-encoded gRPC message over HTTP/2 (as h2load does) and checks the
+/// answer, rather than going through a full gRPC client stack.
+struct Calls {
+    uri: http::Uri,
+    work: Arc<Workload>,
+}
+
+impl Calls {
+    fn new(addr: SocketAddr, work: Arc<Workload>) -> Result<Self, CliError> {
+        let path = match work.api {
+            Api::Envoy => "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+            Api::Own => "/limitmesh.v1.RateLimiter/Check",
+        };
+        let uri = format!("http://{addr}{path}")
+            .parse()
+            .map_err(|e| CliError::Bench(format!("{addr}: {e}")))?;
+        Ok(Self { uri, work })
     }
 
     /// One unary call: the request, then the response's headers, message and trailers; an
@@ -200,7 +266,7 @@ impl Calls {
             .await
             .map_err(CallError::Connection)?;
         let (response, mut stream) = sender.send_request(request, false)?;
-        stream.send_data(self.bodies[key].clone(), true)?;
+        stream.send_data(self.work.bodies[key].clone(), true)?;
         let response = response.await?;
         if response.status() != http::StatusCode::OK {
             return Err(CallError::Status(format!("HTTP {}", response.status())));
@@ -232,9 +298,12 @@ impl Calls {
         let Some(message) = frame.get(5..) else {
             return false;
         };
-        match self.api {
-            Api::Envoy => RateLimitResponse::decode(message)
-                .is_ok_and(|r| r.overall_code == rate_limit_response::Code::Ok as i32),
+        match self.work.api {
+            Api::Envoy => RateLimitResponse::decode(message).is_ok_and(|r| {
+                r.overall_code == rate_limit_response::Code::Ok as i32
+                    || (self.work.refusals_ok
+                        && r.overall_code == rate_limit_response::Code::OverLimit as i32)
+            }),
             Api::Own => CheckResponse::decode(message).is_ok_and(|r| r.allowed),
         }
     }
@@ -271,18 +340,17 @@ async fn connect(addr: SocketAddr) -> Result<h2::client::SendRequest<bytes::Byte
 }
 
 /// Calls `addr` in `shape` for `warmup` seconds, then for `seconds` measured, on the same
-/// connections, spreading the calls over `keys` distinct keys. Only calls that complete in the
+/// connections, walking the workload's requests in turn. Only calls that complete in the
 /// measured interval count (as h2load counts them), and throughput is their number over exactly
 /// `seconds`: Envoy keeps its connections to a rate limit service open, so the burst that opens
 /// a fresh connection (the same few milliseconds for any server) is not what it sees.
 pub async fn load(
     addr: SocketAddr,
-    api: Api,
+    work: &Arc<Workload>,
     shape: Shape,
     (warmup, seconds): (f64, f64),
-    keys: usize,
 ) -> Result<Round, CliError> {
-    let calls = Arc::new(Calls::new(addr, api, keys)?);
+    let calls = Arc::new(Calls::new(addr, Arc::clone(work))?);
     let mut connections = Vec::with_capacity(shape.connections);
     for _ in 0..shape.connections {
         connections.push(connect(addr).await?);
@@ -297,9 +365,9 @@ pub async fn load(
         tasks.push(tokio::spawn(async move {
             let mut round = Round::default();
             // Each task walks every key from its own starting point.
-            let mut k = t.wrapping_mul(7_919) % calls.bodies.len();
+            let mut k = t.wrapping_mul(7_919) % calls.work.bodies.len();
             while start.elapsed() < until {
-                k = (k + 1) % calls.bodies.len();
+                k = (k + 1) % calls.work.bodies.len();
                 let sent = monotonic_now();
                 let (result, timed_out) =
                     match tokio::time::timeout(CALL_TIMEOUT, calls.call(&connection, k)).await {

@@ -14,7 +14,7 @@ use clap::Args;
 
 use super::CliError;
 pub use load::{Api, Shape, envoy_request, grpc_frame};
-use load::{Round, Summary, load, summarise};
+use load::{Round, Summary, Workload, load, summarise};
 use servers::ServerProcess;
 pub use servers::Target;
 
@@ -55,6 +55,12 @@ pub struct BenchArgs {
     /// lives to its own).
     #[arg(long, hide = true)]
     pub serve_until_stdin_closes: bool,
+    /// Benchmark this node configuration and its rules (a node's TOML file) instead of the
+    /// demo: the node serves them alone on loopback, and the calls (Envoy's API) go to every
+    /// rule in turn, `--keys` requests in all, values a rule leaves open made up. Calls its
+    /// limits refuse are served calls too. With --serve limitmesh: serve this configuration.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Do not measure: write the Envoy `ShouldRateLimit` request the bench sends, framed as
     /// one gRPC message (the body to post with an HTTP/2 load tool), to this file.
     #[arg(long)]
@@ -89,17 +95,18 @@ async fn compare(
     node: &ServerProcess,
     shape: Shape,
     args: &BenchArgs,
+    work: &std::sync::Arc<Workload>,
 ) -> Result<ShapeResult, CliError> {
     let (mut noop_rounds, mut node_rounds): (Vec<Round>, Vec<Round>) = (Vec::new(), Vec::new());
-    let (time, keys) = ((args.warmup, args.seconds), args.keys as usize);
+    let time = (args.warmup, args.seconds);
     for pair in 0..args.rounds {
         // ABBA: whatever favours the first (or second) of a pair falls on both sides alike.
         if pair.is_multiple_of(2) {
-            noop_rounds.push(load(noop.addr, args.api, shape, time, keys).await?);
-            node_rounds.push(load(node.addr, args.api, shape, time, keys).await?);
+            noop_rounds.push(load(noop.addr, work, shape, time).await?);
+            node_rounds.push(load(node.addr, work, shape, time).await?);
         } else {
-            node_rounds.push(load(node.addr, args.api, shape, time, keys).await?);
-            noop_rounds.push(load(noop.addr, args.api, shape, time, keys).await?);
+            node_rounds.push(load(node.addr, work, shape, time).await?);
+            noop_rounds.push(load(noop.addr, work, shape, time).await?);
         }
     }
     let mut round_ratios: Vec<f64> = noop_rounds
@@ -167,6 +174,24 @@ fn print_table(args: &BenchArgs, results: &[ShapeResult]) {
     );
 }
 
+/// The calls: the synthetic load, or with `--config` the configuration's own rules (read as
+/// the node will read them).
+fn workload(args: &BenchArgs) -> Result<Workload, CliError> {
+    let Some(path) = &args.config else {
+        return Ok(Workload::synthetic(args.api, args.keys as usize));
+    };
+    if args.api != Api::Envoy {
+        return Err(CliError::Bench(
+            "--config calls the configuration's rules through Envoy's API: leave out --api own"
+                .into(),
+        ));
+    }
+    let config = crate::config::Config::load(Some(path))?;
+    let rules = crate::rules::RuleSet::load(&config.rules_source(), config.rules_load_options())
+        .map_err(|e| CliError::Bench(format!("{}: {e}", path.display())))?;
+    Workload::from_rules(&rules, args.keys as usize)
+}
+
 /// Runs the benchmark (or one of its helper modes) and prints the comparison.
 pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
     if let Some(path) = &args.write_request {
@@ -175,7 +200,13 @@ pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
         return Ok(std::process::ExitCode::SUCCESS);
     }
     if let Some(target) = args.serve {
-        servers::serve(target, args.serve_seconds, args.serve_until_stdin_closes).await?;
+        servers::serve(
+            target,
+            args.serve_seconds,
+            args.serve_until_stdin_closes,
+            args.config.as_deref(),
+        )
+        .await?;
         return Ok(std::process::ExitCode::SUCCESS);
     }
     if !(args.seconds > 0.0 && args.seconds <= 60.0) {
@@ -196,8 +227,9 @@ pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
         * 2.0
         * args.shapes.len().min(1_000) as f64;
     let max_seconds = 60 + budget.ceil() as u64;
-    let noop = ServerProcess::start(Target::Noop, max_seconds)?;
-    let node = ServerProcess::start(Target::Limitmesh, max_seconds)?;
+    let work = std::sync::Arc::new(workload(&args)?);
+    let noop = ServerProcess::start(Target::Noop, max_seconds, None)?;
+    let node = ServerProcess::start(Target::Limitmesh, max_seconds, args.config.as_deref())?;
     // The client runs on one thread, as h2load does by default: a multi-threaded client on a
     // small machine takes cores from the servers and adds its own scheduling delays to every
     // latency it reports.
@@ -211,7 +243,7 @@ pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
                 runtime.block_on(async {
                     let mut results = Vec::with_capacity(args.shapes.len());
                     for &shape in &args.shapes {
-                        results.push(compare(&noop, &node, shape, &args).await?);
+                        results.push(compare(&noop, &node, shape, &args, &work).await?);
                     }
                     Ok::<_, CliError>(results)
                 })
@@ -224,7 +256,8 @@ pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
         println!(
             "{}",
             serde_json::json!({ "api": args.api, "keys": args.keys, "rounds": args.rounds,
-                "seconds": args.seconds, "warmup": args.warmup, "shapes": results })
+                "seconds": args.seconds, "warmup": args.warmup, "config": args.config,
+                "rules": work.rules, "shapes": results })
         );
     } else {
         print_table(&args, &results);

@@ -6,6 +6,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -66,6 +67,7 @@ pub async fn serve(
     target: Target,
     max_seconds: u64,
     until_stdin_closes: bool,
+    config_path: Option<&Path>,
 ) -> Result<(), CliError> {
     let stop = async move {
         let stdin = async {
@@ -96,11 +98,13 @@ pub async fn serve(
                 .map_err(|e| CliError::Bench(format!("no-op service: {e}")))
         }
         Target::Limitmesh => {
-            // The demo configuration, with LIMITMESH__SECTION__KEY overrides as a node takes them
-            // (`grpc.*` and `limiter.*` knobs can be measured so), but always alone on loopback,
-            // with the demo rules the load is written for, and no state file: a bench started
-            // in a deployed sidecar's environment must not join its cluster or touch its files.
-            let mut config = Config::load(None)?;
+            // The demo configuration (or the one given), with LIMITMESH__SECTION__KEY
+            // overrides as a node takes them (`grpc.*` and `limiter.*` knobs can be measured
+            // so), but always alone on loopback and with no state file: a bench started in a
+            // deployed sidecar's environment must not join its cluster or touch its files. The
+            // demo's rules are the ones the synthetic load is written for; a given
+            // configuration keeps its own.
+            let mut config = Config::load(config_path)?;
             config.grpc.listen = "127.0.0.1:0".parse().expect("literal address");
             config.http.listen = "127.0.0.1:0".parse().expect("literal address");
             config.cluster.bind = "127.0.0.1:0".parse().expect("literal address");
@@ -108,7 +112,9 @@ pub async fn serve(
             config.cluster.seeds.clear();
             config.cluster.seed_dns = String::new();
             config.limiter.state_path = String::new();
-            config.rules.path = String::new();
+            if config_path.is_none() {
+                config.rules.path = String::new();
+            }
             // As many streams per connection as a bench shape may open, so that no shape
             // queues calls in the client for the node and not for the no-op (which has no cap).
             config.grpc.max_concurrent_streams = super::load::MAX_STREAMS as u32;
@@ -140,16 +146,25 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts `limitmesh bench --serve target` from this very executable and waits (at most
     /// [`START_TIMEOUT`]) for its address.
-    pub fn start(target: Target, max_seconds: u64) -> Result<Self, CliError> {
+    pub fn start(
+        target: Target,
+        max_seconds: u64,
+        config_path: Option<&Path>,
+    ) -> Result<Self, CliError> {
         let exe = std::env::current_exe().map_err(bench_error("finding this executable"))?;
-        let mut child = Command::new(exe)
+        let mut command = Command::new(exe);
+        command
             .args([
                 "bench",
                 "--serve",
                 target.name_arg(),
                 "--serve-until-stdin-closes",
             ])
-            .args(["--serve-seconds", &max_seconds.to_string()])
+            .args(["--serve-seconds", &max_seconds.to_string()]);
+        if let Some(path) = config_path {
+            command.arg("--config").arg(path);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -146,3 +146,38 @@ fn a_directory_reads_yaml_and_yml_files_only_and_skips_hidden_ones() {
     .unwrap_err();
     assert!(matches!(missing, RulesError::Read { .. }), "{missing}");
 }
+
+#[test]
+fn every_rule_has_a_descriptor_template_that_reaches_it() {
+    let set = parse_ok(
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: b\n    value: x*\n    rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: c\n    value: v\n    descriptors:\n      - key: d\n        rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: e\n    rate_limit: { unlimited: true }\n",
+    );
+    let templates = set.descriptor_templates();
+    assert_eq!(templates.len(), set.rule_count());
+    for t in &templates {
+        // Fill the open values as a load generator would; the lookup must reach a rule.
+        let values: Vec<String> = t
+            .entries
+            .iter()
+            .map(|(_, v)| v.as_deref().map_or("z".to_owned(), |v| v.replace('*', "z")))
+            .collect();
+        let entries: Vec<DescriptorEntry<'_>> = t
+            .entries
+            .iter()
+            .zip(&values)
+            .map(|((k, _), v)| DescriptorEntry { key: k, value: v })
+            .collect();
+        assert!(
+            matches!(set.lookup(&t.domain, &entries), Lookup::Matched(_)),
+            "{t:?}"
+        );
+    }
+    let c = templates.iter().find(|t| t.entries[0].0 == "c").unwrap();
+    assert_eq!(
+        c.entries,
+        [
+            ("c".to_owned(), Some("v".to_owned())),
+            ("d".to_owned(), None)
+        ]
+    );
+}

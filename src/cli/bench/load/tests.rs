@@ -33,7 +33,7 @@ fn percentiles_are_nearest_rank() {
 #[test]
 fn only_an_admitting_answer_counts_as_a_call() {
     let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
-    let envoy = Calls::new(addr, Api::Envoy, 1).unwrap();
+    let envoy = Calls::new(addr, Arc::new(Workload::synthetic(Api::Envoy, 1))).unwrap();
     let answer = |code: rate_limit_response::Code| {
         grpc_frame(&RateLimitResponse {
             overall_code: code as i32,
@@ -44,7 +44,7 @@ fn only_an_admitting_answer_counts_as_a_call() {
     assert!(!envoy.admitted(&answer(rate_limit_response::Code::OverLimit)));
     assert!(!envoy.admitted(&answer(rate_limit_response::Code::Unknown)));
     assert!(!envoy.admitted(&[0, 0, 0]), "not a frame");
-    let own = Calls::new(addr, Api::Own, 1).unwrap();
+    let own = Calls::new(addr, Arc::new(Workload::synthetic(Api::Own, 1))).unwrap();
     let check = |allowed| {
         grpc_frame(&CheckResponse {
             allowed,
@@ -53,6 +53,17 @@ fn only_an_admitting_answer_counts_as_a_call() {
     };
     assert!(own.admitted(&check(true)));
     assert!(!own.admitted(&check(false)));
+    // A bench of real rules counts a refusal as an answer; anything else still fails.
+    let rules = crate::rules::RuleSet::parse(
+        "r.yaml",
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit: { unit: second, requests_per_unit: 1 }\n",
+        crate::rules::LoadOptions::default(),
+    )
+    .unwrap();
+    let real = Calls::new(addr, Arc::new(Workload::from_rules(&rules, 4).unwrap())).unwrap();
+    assert!(real.admitted(&answer(rate_limit_response::Code::OverLimit)));
+    assert!(real.admitted(&answer(rate_limit_response::Code::Ok)));
+    assert!(!real.admitted(&answer(rate_limit_response::Code::Unknown)));
 }
 
 #[test]
