@@ -124,7 +124,7 @@ async fn compare(
     })
 }
 
-fn print_table(args: &BenchArgs, results: &[ShapeResult]) {
+fn print_table(args: &BenchArgs, results: &[ShapeResult], rules: usize) {
     println!(
         "{:<6} {:<10} {:>10} {:>8} {:>8} {:>8} {:>8} {:>6}  limitmesh / no-op",
         "shape", "service", "calls/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "errors",
@@ -166,11 +166,19 @@ fn print_table(args: &BenchArgs, results: &[ShapeResult]) {
             }
         }
     }
+    let calls = match &args.config {
+        Some(path) => format!(
+            "{} requests over the {rules} rules of {}",
+            args.keys,
+            path.display()
+        ),
+        None => format!("{} keys", args.keys),
+    };
     println!(
-        "{:?} API, {} keys, {} alternating rounds of {} s per service and shape, each measured \
+        "{:?} API, {calls}, {} alternating rounds of {} s per service and shape, each measured \
          after {} s of load on its fresh connections; the ratio is the median of the round \
          pairs' throughput ratios (lowest to highest in brackets)",
-        args.api, args.keys, args.rounds, args.seconds, args.warmup
+        args.api, args.rounds, args.seconds, args.warmup
     );
 }
 
@@ -260,7 +268,7 @@ pub async fn run(args: BenchArgs) -> Result<std::process::ExitCode, CliError> {
                 "rules": work.rules, "shapes": results })
         );
     } else {
-        print_table(&args, &results);
+        print_table(&args, &results, work.rules);
     }
     // A comparison with failed calls is not one: say so in the exit status too.
     let failed = results
