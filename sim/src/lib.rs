@@ -10,6 +10,7 @@
 //! - [`workload`]: offered load per node over time;
 //! - [`cluster`]: builds the simulation, runs it with a fault schedule, and samples;
 //! - [`report`]: turns what was recorded into the measures of the design;
+//! - [`scenario`] and [`scenario_file`]: the built-in scenarios, and runs described in TOML;
 //! - [`grpc`]: the production gRPC server and its clients on simulated TCP;
 //! - [`fleet`]: an in-process simulator of the node core at fleet sizes (up to thousands).
 
@@ -20,6 +21,7 @@ pub mod grpc;
 pub mod net;
 pub mod report;
 pub mod scenario;
+pub mod scenario_file;
 pub mod workload;
 
 pub use cluster::{Fault, Outcome, SimConfig, run};

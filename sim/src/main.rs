@@ -1,6 +1,7 @@
-//! `limitmesh-sim <scenario> --seed N [--nodes N] [--json]`: runs a scenario with limitmesh's
-//! admission policy and with the naive baseline, and prints the measures side by side. The
-//! output depends only on the arguments (wall-clock speed goes to stderr).
+//! `limitmesh-sim <scenario> --seed N [--nodes N] [--json]`, or `limitmesh-sim run FILE --seed N
+//! [--json]` for a scenario file: runs a scenario with limitmesh's admission policy and with
+//! the naive baseline, and prints the measures side by side. The output depends only on the
+//! arguments (wall-clock speed goes to stderr).
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -21,8 +22,10 @@ struct Args {
     /// steady, skewed, burst, burst-trickle, partition, restart, loss, loss36, loss40,
     /// loss-oneway, skew, skew500, rollback, skew8, skew-12, skew6x2, skew8-4, skew15, skew90,
     /// step5, pair3, or all; on the in-process simulator: fleet, fleet-partition, fleet-churn,
-    /// fleet-small-share, or fleet-all
+    /// fleet-small-share, or fleet-all; or `run` with a scenario file (see sim/scenarios/)
     scenario: String,
+    /// With `run`: the scenario file (TOML).
+    file: Option<std::path::PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[arg(long, default_value_t = 5)]
@@ -51,6 +54,20 @@ fn main() -> anyhow::Result<()> {
     if args.scenario.starts_with("fleet") {
         return fleet(&args);
     }
+    let from_file = if args.scenario == "run" {
+        let Some(file) = &args.file else {
+            bail!("run: which scenario file? (limitmesh-sim run FILE --seed N)");
+        };
+        Some(limitmesh_sim::scenario_file::load(file, args.seed)?)
+    } else {
+        if let Some(extra) = &args.file {
+            bail!(
+                "unexpected argument {} (a file goes with `run`)",
+                extra.display()
+            );
+        }
+        None
+    };
     let names: Vec<&str> = if args.scenario == "all" {
         SCENARIOS.to_vec()
     } else {
@@ -73,52 +90,68 @@ fn main() -> anyhow::Result<()> {
             "B/key",
         );
     }
+    if let Some(base) = from_file {
+        let name = args
+            .file
+            .as_deref()
+            .and_then(|f| f.file_stem())
+            .map_or_else(|| "file".to_owned(), |s| s.to_string_lossy().into_owned());
+        return run_both(&name, &base, args.json);
+    }
     for name in names {
         let Some(base) = scenario(name, args.seed, args.nodes) else {
             bail!("unknown scenario {name:?}; expected one of {SCENARIOS:?} or all");
         };
-        for (label, policy) in [
-            ("share", Policy::DemandShare(PartitionPolicy::Strict)),
-            ("naive", Policy::GlobalCount),
-        ] {
-            let mut cfg = base.clone();
-            cfg.policy = policy;
-            let started = limitmesh::clock::monotonic_now();
-            let outcome = run(&cfg)
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .with_context(|| format!("scenario {name} ({label})"))?;
-            let wall = started.elapsed().as_secs_f64();
-            eprintln!(
-                "{name}/{label}: {:.1} s simulated in {wall:.1} s ({:.0}x)",
-                cfg.duration_ms as f64 / 1e3,
-                cfg.duration_ms as f64 / 1e3 / wall.max(1e-9)
+        run_both(name, &base, args.json)?;
+    }
+    Ok(())
+}
+
+/// Runs `base` with limitmesh's admission (the scenario's own partition policy) and with the
+/// naive baseline, and prints a row (or a JSON line) for each.
+fn run_both(name: &str, base: &limitmesh_sim::SimConfig, json: bool) -> anyhow::Result<()> {
+    let share = match base.policy {
+        p @ Policy::DemandShare(_) => p,
+        Policy::GlobalCount => Policy::DemandShare(PartitionPolicy::Strict),
+    };
+    for (label, policy) in [("share", share), ("naive", Policy::GlobalCount)] {
+        let mut cfg = base.clone();
+        cfg.policy = policy;
+        let started = limitmesh::clock::monotonic_now();
+        let outcome = run(&cfg)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .with_context(|| format!("scenario {name} ({label})"))?;
+        let wall = started.elapsed().as_secs_f64();
+        eprintln!(
+            "{name}/{label}: {:.1} s simulated in {wall:.1} s ({:.0}x)",
+            cfg.duration_ms as f64 / 1e3,
+            cfg.duration_ms as f64 / 1e3 / wall.max(1e-9)
+        );
+        let r = Report::new(&cfg, &outcome);
+        if json {
+            let mut v = serde_json::to_value(&r)?;
+            v["scenario"] = name.into();
+            v["policy"] = label.into();
+            println!("{v}");
+        } else {
+            println!(
+                "{:<13} {:<7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}  {}",
+                name,
+                label,
+                fmt_pct(Some(r.over_admission_mean)),
+                fmt_pct(Some(r.over_admission_p99)),
+                fmt_pct(Some(r.over_admission_max)),
+                fmt_pct(Some(r.utilization)),
+                fmt_pct(r.burst_first_window_over),
+                r.partition_max_ratio
+                    .map_or_else(|| "-".into(), |v| format!("{v:.3}xL")),
+                fmt_opt(r.staleness_p50_ms),
+                fmt_opt(r.staleness_p99_ms),
+                fmt_opt(r.convergence_ms),
+                r.gossip_bytes_per_key_per_peer
+                    .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
+                fmt_cut_off(&r.clock_cut_off),
             );
-            let r = Report::new(&cfg, &outcome);
-            if args.json {
-                let mut v = serde_json::to_value(&r)?;
-                v["scenario"] = name.into();
-                v["policy"] = label.into();
-                println!("{v}");
-            } else {
-                println!(
-                    "{:<13} {:<7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8}  {}",
-                    name,
-                    label,
-                    fmt_pct(Some(r.over_admission_mean)),
-                    fmt_pct(Some(r.over_admission_p99)),
-                    fmt_pct(Some(r.over_admission_max)),
-                    fmt_pct(Some(r.utilization)),
-                    fmt_pct(r.burst_first_window_over),
-                    r.partition_max_ratio
-                        .map_or_else(|| "-".into(), |v| format!("{v:.3}xL")),
-                    fmt_opt(r.staleness_p50_ms),
-                    fmt_opt(r.staleness_p99_ms),
-                    fmt_opt(r.convergence_ms),
-                    r.gossip_bytes_per_key_per_peer
-                        .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
-                    fmt_cut_off(&r.clock_cut_off),
-                );
-            }
         }
     }
     Ok(())

@@ -1,0 +1,458 @@
+//! Scenario files: a simulated run described in TOML, so that a user can run their own setup
+//! (`limitmesh-sim run FILE --seed N`) and every built-in scenario is one (`sim/scenarios/`).
+//!
+//! ```toml
+//! description = "The last two nodes cut off from the first three for 20 s, then healed."
+//! nodes = 5
+//! duration_ms = 40_000
+//! warmup_ms = 5_000            # windows ending before this are not measured
+//!
+//! [network]
+//! latency_ms = [1, 20]         # each datagram's latency, uniform in this range
+//! gossip_interval_ms = 200
+//!
+//! [limit]
+//! requests = 1_000             # per window, across the cluster
+//! window_ms = 1_000
+//! buckets = 10
+//! partition_policy = "strict"  # or "available"
+//!
+//! [traffic]
+//! shape = "uniform"            # uniform, skewed, burst, burst-after-trickle
+//! overload = 2.0               # offered load, as a multiple of the limit
+//!
+//! [[faults]]
+//! kind = "partition"           # partition, crash, loss, loss-one-way, duplication, skew,
+//! side = [3, 4]                # clock-step
+//! from_ms = 10_000
+//! until_ms = 30_000
+//!
+//! [measure]
+//! converge_at_ms = 30_000      # traffic on a second key stops here; time to agree is measured
+//! ```
+//!
+//! Every field but `nodes` has the default shown; an unknown field is an error. Errors name
+//! the file, the line and the field.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use limitmesh::limiter::{PartitionPolicy, Policy};
+use limitmesh::window::WindowSpec;
+use serde::Deserialize;
+
+use crate::cluster::{Fault, SimConfig};
+use crate::workload::Workload;
+
+/// Most nodes a turmoil run takes (the fleet simulator is for larger ones).
+pub const MAX_NODES: usize = 64;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScenarioDoc {
+    #[serde(default)]
+    #[allow(dead_code)] // For the reader of the file.
+    description: String,
+    nodes: usize,
+    #[serde(default = "default_duration")]
+    duration_ms: u64,
+    #[serde(default = "default_warmup")]
+    warmup_ms: u64,
+    #[serde(default)]
+    network: NetworkDoc,
+    #[serde(default)]
+    limit: LimitDoc,
+    #[serde(default)]
+    traffic: TrafficDoc,
+    #[serde(default)]
+    background: Option<BackgroundDoc>,
+    #[serde(default)]
+    faults: Vec<toml::Spanned<FaultDoc>>,
+    #[serde(default)]
+    measure: MeasureDoc,
+}
+
+fn default_duration() -> u64 {
+    30_000
+}
+
+fn default_warmup() -> u64 {
+    5_000
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct NetworkDoc {
+    latency_ms: toml::Spanned<[u64; 2]>,
+    gossip_interval_ms: u64,
+}
+
+impl Default for NetworkDoc {
+    fn default() -> Self {
+        Self {
+            latency_ms: toml::Spanned::new(0..0, [1, 20]),
+            gossip_interval_ms: 200,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct LimitDoc {
+    requests: u32,
+    window_ms: u64,
+    buckets: u16,
+    partition_policy: PartitionPolicyDoc,
+}
+
+impl Default for LimitDoc {
+    fn default() -> Self {
+        Self {
+            requests: 1_000,
+            window_ms: 1_000,
+            buckets: 10,
+            partition_policy: PartitionPolicyDoc::Strict,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum PartitionPolicyDoc {
+    #[default]
+    Strict,
+    Available,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "shape", rename_all = "kebab-case")]
+enum TrafficDoc {
+    /// `overload × L` per window, spread evenly over the nodes.
+    Uniform { overload: f64 },
+    /// Node 0 takes `hot_share` of it.
+    Skewed { overload: f64, hot_share: f64 },
+    /// Nothing until `onset_ms`, then `overload × L` per window.
+    Burst { overload: f64, onset_ms: u64 },
+    /// As `burst`, node 0 with `trickle × L` before the onset.
+    BurstAfterTrickle {
+        overload: f64,
+        onset_ms: u64,
+        trickle: f64,
+    },
+}
+
+impl Default for TrafficDoc {
+    fn default() -> Self {
+        Self::Uniform { overload: 2.0 }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackgroundDoc {
+    /// Other keys, never limited, so that rounds carry many registers.
+    keys: usize,
+    /// Requests per second per key per node.
+    rate: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
+enum FaultDoc {
+    Partition {
+        side: Vec<usize>,
+        from_ms: u64,
+        until_ms: u64,
+    },
+    Crash {
+        node: usize,
+        at_ms: u64,
+        restart_ms: Option<u64>,
+    },
+    Loss {
+        p: f64,
+    },
+    LossOneWay {
+        from: usize,
+        to: usize,
+        p: f64,
+    },
+    Duplication {
+        p: f64,
+    },
+    Skew {
+        node: usize,
+        ms: i64,
+    },
+    ClockStep {
+        node: usize,
+        at_ms: u64,
+        by_ms: i64,
+    },
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct MeasureDoc {
+    converge_at_ms: Option<u64>,
+    probe_staleness: bool,
+}
+
+/// The 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Reads the scenario file at `path` as a run with `seed`.
+pub fn load(path: &Path, seed: u64) -> anyhow::Result<SimConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the scenario file {}", path.display()))?;
+    parse(&path.display().to_string(), &text, seed)
+}
+
+/// Parses scenario `text` (`file` names it in errors) as a run with `seed`.
+pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
+    let doc: ScenarioDoc = toml::from_str(text).map_err(|e| {
+        let at = e
+            .span()
+            .map_or(String::new(), |s| format!(":{}", line_of(text, s.start)));
+        anyhow::anyhow!("{file}{at}: {}", e.message())
+    })?;
+    let fail = |line: Option<usize>, field: &str, what: String| -> anyhow::Error {
+        let at = line.map_or(String::new(), |l| format!(":{l}"));
+        anyhow::anyhow!("{file}{at}: {field}: {what}")
+    };
+    if !(2..=MAX_NODES).contains(&doc.nodes) {
+        return Err(fail(
+            None,
+            "nodes",
+            format!("{}: expected 2 to {MAX_NODES}", doc.nodes),
+        ));
+    }
+    if doc.duration_ms == 0 || doc.warmup_ms >= doc.duration_ms {
+        return Err(fail(
+            None,
+            "warmup_ms",
+            format!(
+                "{} is not before the end of the run ({} ms)",
+                doc.warmup_ms, doc.duration_ms
+            ),
+        ));
+    }
+    let [lo, hi] = *doc.network.latency_ms.get_ref();
+    if lo == 0 || lo > hi {
+        let line = Some(line_of(text, doc.network.latency_ms.span().start)).filter(|_| hi > 0);
+        return Err(fail(
+            line,
+            "network.latency_ms",
+            format!("[{lo}, {hi}]: expected [min, max] with 1 <= min <= max"),
+        ));
+    }
+    if doc.network.gossip_interval_ms == 0 {
+        return Err(fail(
+            None,
+            "network.gossip_interval_ms",
+            "0: expected more".into(),
+        ));
+    }
+    if doc.limit.requests == 0 {
+        return Err(fail(
+            None,
+            "limit.requests",
+            "0: expected at least 1".into(),
+        ));
+    }
+    WindowSpec::new(doc.limit.window_ms, doc.limit.buckets, Default::default()).map_err(|e| {
+        fail(
+            None,
+            "limit",
+            format!(
+                "window_ms {} with buckets {}: {e}",
+                doc.limit.window_ms, doc.limit.buckets
+            ),
+        )
+    })?;
+    let nodes = doc.nodes;
+    let mut c = SimConfig::new(seed);
+    c.nodes = nodes;
+    c.duration_ms = doc.duration_ms;
+    c.warmup_ms = doc.warmup_ms;
+    c.min_latency_ms = lo;
+    c.max_latency_ms = hi;
+    c.gossip_interval_ms = doc.network.gossip_interval_ms;
+    c.limit = doc.limit.requests;
+    c.window_ms = doc.limit.window_ms;
+    c.buckets = doc.limit.buckets;
+    c.policy = Policy::DemandShare(match doc.limit.partition_policy {
+        PartitionPolicyDoc::Strict => PartitionPolicy::Strict,
+        PartitionPolicyDoc::Available => PartitionPolicy::Available,
+    });
+    let share = |field: &str, v: f64| -> anyhow::Result<f64> {
+        if (0.0..=1.0).contains(&v) {
+            Ok(v)
+        } else {
+            Err(fail(None, field, format!("{v}: expected 0 to 1")))
+        }
+    };
+    let overload = |v: f64| -> anyhow::Result<f64> {
+        if (0.0..=1_000.0).contains(&v) {
+            Ok(v)
+        } else {
+            Err(fail(
+                None,
+                "traffic.overload",
+                format!("{v}: expected 0 to 1000"),
+            ))
+        }
+    };
+    c.workload = match doc.traffic {
+        TrafficDoc::Uniform { overload: o } => Workload::Uniform {
+            overload: overload(o)?,
+        },
+        TrafficDoc::Skewed {
+            overload: o,
+            hot_share,
+        } => Workload::Skewed {
+            overload: overload(o)?,
+            hot_share: share("traffic.hot_share", hot_share)?,
+        },
+        TrafficDoc::Burst {
+            overload: o,
+            onset_ms,
+        } => Workload::Burst {
+            overload: overload(o)?,
+            onset_ms,
+        },
+        TrafficDoc::BurstAfterTrickle {
+            overload: o,
+            onset_ms,
+            trickle,
+        } => Workload::BurstAfterTrickle {
+            overload: overload(o)?,
+            onset_ms,
+            trickle: share("traffic.trickle", trickle)?,
+        },
+    };
+    if let Some(b) = doc.background {
+        if b.keys > 10_000 || !(b.rate.is_finite() && b.rate >= 0.0 && b.rate <= 1_000.0) {
+            return Err(fail(
+                None,
+                "background",
+                format!(
+                    "{} keys at {}/s: expected at most 10000 keys at 0 to 1000/s",
+                    b.keys, b.rate
+                ),
+            ));
+        }
+        c.background = Some((b.keys, b.rate));
+    }
+    for spanned in doc.faults {
+        let line = Some(line_of(text, spanned.span().start));
+        let node = |field: &str, n: usize| -> anyhow::Result<usize> {
+            if n < nodes {
+                Ok(n)
+            } else {
+                Err(fail(
+                    line,
+                    field,
+                    format!("node {n}: the nodes are 0 to {}", nodes - 1),
+                ))
+            }
+        };
+        let p = |v: f64| -> anyhow::Result<f64> {
+            if (0.0..=1.0).contains(&v) {
+                Ok(v)
+            } else {
+                Err(fail(line, "faults.p", format!("{v}: expected 0 to 1")))
+            }
+        };
+        c.faults.push(match spanned.into_inner() {
+            FaultDoc::Partition {
+                side,
+                from_ms,
+                until_ms,
+            } => {
+                if side.is_empty() || side.len() >= nodes {
+                    return Err(fail(
+                        line,
+                        "faults.side",
+                        "a side must hold some of the nodes, not all".into(),
+                    ));
+                }
+                for n in &side {
+                    node("faults.side", *n)?;
+                }
+                if until_ms <= from_ms {
+                    return Err(fail(
+                        line,
+                        "faults.until_ms",
+                        format!("{until_ms} is not after from_ms {from_ms}"),
+                    ));
+                }
+                Fault::Partition {
+                    side,
+                    from_ms,
+                    until_ms,
+                }
+            }
+            FaultDoc::Crash {
+                node: n,
+                at_ms,
+                restart_ms,
+            } => Fault::Crash {
+                node: node("faults.node", n)?,
+                at_ms,
+                restart_ms,
+            },
+            FaultDoc::Loss { p: v } => Fault::Loss { p: p(v)? },
+            FaultDoc::LossOneWay { from, to, p: v } => Fault::LossOneWay {
+                from: node("faults.from", from)?,
+                to: node("faults.to", to)?,
+                p: p(v)?,
+            },
+            FaultDoc::Duplication { p: v } => Fault::Duplication { p: p(v)? },
+            FaultDoc::Skew { node: n, ms } => {
+                if ms.unsigned_abs() > 3_600_000 {
+                    return Err(fail(
+                        line,
+                        "faults.ms",
+                        format!("{ms}: at most an hour off"),
+                    ));
+                }
+                Fault::Skew {
+                    node: node("faults.node", n)?,
+                    ms,
+                }
+            }
+            FaultDoc::ClockStep {
+                node: n,
+                at_ms,
+                by_ms,
+            } => {
+                if by_ms.unsigned_abs() > 3_600_000 {
+                    return Err(fail(
+                        line,
+                        "faults.by_ms",
+                        format!("{by_ms}: at most an hour"),
+                    ));
+                }
+                Fault::ClockStep {
+                    node: node("faults.node", n)?,
+                    at_ms,
+                    by_ms,
+                }
+            }
+        });
+    }
+    c.converge_at_ms = doc.measure.converge_at_ms;
+    c.probe_staleness = doc.measure.probe_staleness;
+    if let Some(at) = c.converge_at_ms
+        && at >= c.duration_ms
+    {
+        bail!(
+            "{file}: measure.converge_at_ms: {at} is not before the end of the run ({} ms)",
+            c.duration_ms
+        );
+    }
+    Ok(c)
+}

@@ -1,0 +1,133 @@
+//! Scenario files: every built-in scenario is a file in `sim/scenarios/` that describes the
+//! very same run, `limitmesh-sim run FILE` prints what the named scenario prints, and a bad
+//! file is refused with its file, line and field.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use limitmesh_sim::scenario::{SCENARIOS, scenario};
+use limitmesh_sim::scenario_file;
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scenarios")
+}
+
+#[test]
+fn every_built_in_scenario_is_a_file_of_the_same_run() {
+    for name in SCENARIOS {
+        let path = dir().join(format!("{name}.toml"));
+        let from_file = scenario_file::load(&path, 7).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        let built_in = scenario(name, 7, 5).expect("a built-in scenario");
+        assert_eq!(
+            format!("{from_file:?}"),
+            format!("{built_in:?}"),
+            "{name}: the file and the built-in differ"
+        );
+    }
+    let files = std::fs::read_dir(dir()).expect("sim/scenarios").count();
+    assert_eq!(
+        files,
+        SCENARIOS.len(),
+        "a file for each scenario, and no other"
+    );
+}
+
+#[test]
+fn run_file_prints_what_the_named_scenario_prints() {
+    let sim = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_limitmesh-sim"))
+            .args(args)
+            .output()
+            .expect("the simulator runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("UTF-8")
+    };
+    let file = dir().join("partition.toml");
+    let by_file = sim(&["run", file.to_str().unwrap(), "--seed", "1", "--json"]);
+    let by_name = sim(&["partition", "--seed", "1", "--json"]);
+    assert_eq!(by_file, by_name, "seed 1");
+    assert_eq!(by_file.lines().count(), 2, "share and naive: {by_file}");
+}
+
+fn refused(text: &str) -> String {
+    match scenario_file::parse("mine.toml", text, 1) {
+        Ok(c) => panic!("accepted: {c:?}"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+#[test]
+fn a_bad_file_is_refused_with_its_file_line_and_field() {
+    // An unknown field, on line 3.
+    let e = refused("nodes = 4\n[limit]\nrequestz = 5\n");
+    assert!(
+        e.starts_with("mine.toml:3:") && e.contains("requestz"),
+        "{e}"
+    );
+    // A node that is not there, in the fault on line 4.
+    let e = refused("nodes = 4\n\n[[faults]]\nkind = \"crash\"\nnode = 4\nat_ms = 1000\n");
+    assert!(
+        e.starts_with("mine.toml:3:") || e.starts_with("mine.toml:4:"),
+        "{e}"
+    );
+    assert!(e.contains("faults.node") && e.contains("node 4"), "{e}");
+    // A kind of fault there is not.
+    let e = refused("nodes = 4\n[[faults]]\nkind = \"meteor\"\n");
+    assert!(e.starts_with("mine.toml:") && e.contains("meteor"), "{e}");
+    // Not TOML.
+    let e = refused("nodes = [\n");
+    assert!(e.starts_with("mine.toml:"), "{e}");
+    // Values out of range, each naming its field.
+    for (text, field) in [
+        ("nodes = 1\n", "nodes"),
+        (
+            "nodes = 3\n[network]\nlatency_ms = [20, 1]\n",
+            "network.latency_ms",
+        ),
+        (
+            "nodes = 3\n[limit]\nwindow_ms = 1000\nbuckets = 7\n",
+            "limit",
+        ),
+        (
+            "nodes = 3\n[[faults]]\nkind = \"loss\"\np = 1.5\n",
+            "faults.p",
+        ),
+        (
+            "nodes = 3\n[[faults]]\nkind = \"partition\"\nside = [0, 1, 2]\nfrom_ms = 1\nuntil_ms = 2\n",
+            "faults.side",
+        ),
+        ("nodes = 3\nwarmup_ms = 40000\n", "warmup_ms"),
+        (
+            "nodes = 3\n[traffic]\nshape = \"skewed\"\noverload = 2.0\nhot_share = 3.0\n",
+            "traffic.hot_share",
+        ),
+    ] {
+        let e = refused(text);
+        assert!(
+            e.starts_with("mine.toml") && e.contains(field),
+            "{field}: {e}"
+        );
+    }
+    // A missing file names itself.
+    let missing = scenario_file::load(std::path::Path::new("/nonexistent/x.toml"), 1).unwrap_err();
+    assert!(format!("{missing:#}").contains("/nonexistent/x.toml"));
+}
+
+/// The example in README.md is a scenario file that loads (as a user would copy it).
+#[test]
+fn the_readme_example_loads() {
+    let readme =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README.md");
+    let from = readme.find("**Your own scenario.**").expect("the section");
+    let block = &readme[from..];
+    let start = block.find("```toml\n").expect("a TOML block") + "```toml\n".len();
+    let text = &block[start..start + block[start..].find("```").expect("its end")];
+    let c = scenario_file::parse("README.md", text, 1).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(c.nodes, 4);
+    assert_eq!(c.faults.len(), 1);
+}
