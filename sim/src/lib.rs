@@ -9,7 +9,8 @@
 //! - [`clock`]: per-host wall clocks with adjustable skew and rollback;
 //! - [`workload`]: offered load per node over time;
 //! - [`cluster`]: builds the simulation, runs it with a fault schedule, and samples;
-//! - [`report`]: turns what was recorded into the measures of the design;
+//! - [`report`]: turns what was recorded into the measures of the design; [`plot`]: the same
+//!   as a page of plots;
 //! - [`scenario`] and [`scenario_file`]: the built-in scenarios, and runs described in TOML;
 //! - [`grpc`]: the production gRPC server and its clients on simulated TCP;
 //! - [`fleet`]: an in-process simulator of the node core at fleet sizes (up to thousands).
@@ -19,6 +20,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod grpc;
 pub mod net;
+pub mod plot;
 pub mod report;
 pub mod scenario;
 pub mod scenario_file;

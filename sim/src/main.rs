@@ -33,6 +33,10 @@ struct Args {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
+    /// Write a page of plots of the run (share and naive) to DIR/index.html; with `all`, to
+    /// DIR/<scenario>/index.html.
+    #[arg(long, value_name = "DIR")]
+    report: Option<std::path::PathBuf>,
     /// Fleet scenarios: simulated seconds (default 60).
     #[arg(long)]
     seconds: Option<u64>,
@@ -96,20 +100,30 @@ fn main() -> anyhow::Result<()> {
             .as_deref()
             .and_then(|f| f.file_stem())
             .map_or_else(|| "file".to_owned(), |s| s.to_string_lossy().into_owned());
-        return run_both(&name, &base, args.json);
+        return run_both(&name, &base, args.json, args.report.as_deref());
     }
     for name in names {
         let Some(base) = scenario(name, args.seed, args.nodes) else {
             bail!("unknown scenario {name:?}; expected one of {SCENARIOS:?} or all");
         };
-        run_both(name, &base, args.json)?;
+        let report = match (&args.report, args.scenario == "all") {
+            (Some(dir), true) => Some(dir.join(name)),
+            (dir, _) => dir.clone(),
+        };
+        run_both(name, &base, args.json, report.as_deref())?;
     }
     Ok(())
 }
 
 /// Runs `base` with limitmesh's admission (the scenario's own partition policy) and with the
 /// naive baseline, and prints a row (or a JSON line) for each.
-fn run_both(name: &str, base: &limitmesh_sim::SimConfig, json: bool) -> anyhow::Result<()> {
+fn run_both(
+    name: &str,
+    base: &limitmesh_sim::SimConfig,
+    json: bool,
+    report_dir: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let mut done = Vec::new();
     let share = match base.policy {
         p @ Policy::DemandShare(_) => p,
         Policy::GlobalCount => Policy::DemandShare(PartitionPolicy::Strict),
@@ -128,8 +142,10 @@ fn run_both(name: &str, base: &limitmesh_sim::SimConfig, json: bool) -> anyhow::
             cfg.duration_ms as f64 / 1e3 / wall.max(1e-9)
         );
         let r = Report::new(&cfg, &outcome);
+        done.push((label, cfg.clone(), outcome, r.clone()));
+        let r = &done[done.len() - 1].3;
         if json {
-            let mut v = serde_json::to_value(&r)?;
+            let mut v = serde_json::to_value(r)?;
             v["scenario"] = name.into();
             v["policy"] = label.into();
             println!("{v}");
@@ -153,6 +169,21 @@ fn run_both(name: &str, base: &limitmesh_sim::SimConfig, json: bool) -> anyhow::
                 fmt_cut_off(&r.clock_cut_off),
             );
         }
+    }
+    if let Some(dir) = report_dir {
+        let runs: Vec<limitmesh_sim::plot::RunData<'_>> = done
+            .iter()
+            .map(
+                |(label, cfg, outcome, report)| limitmesh_sim::plot::RunData {
+                    label,
+                    cfg,
+                    outcome,
+                    report,
+                },
+            )
+            .collect();
+        let page = limitmesh_sim::plot::write_report(dir, name, &runs)?;
+        eprintln!("{name}: report written to {}", page.display());
     }
     Ok(())
 }

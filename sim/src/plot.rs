@@ -1,0 +1,387 @@
+//! Reports a person would rather look at than read: `--report DIR` writes `DIR/index.html`, one
+//! self-contained page (the plots are inline SVG, drawn with `plotters`; each is also written as
+//! `DIR/<scenario>-<policy>.svg`) for a scenario run with limitmesh's admission and with the
+//! naive one, side by side:
+//!
+//! - admitted per sliding window over time against the limit, stacked by node, with the
+//!   faults shaded on the time axis (partitions, crashes and restarts, clock steps);
+//! - how stale a node's view of another's admissions was (a histogram), when measured;
+//! - the measures of the run in a table.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use plotters::prelude::*;
+
+use crate::cluster::{Fault, Outcome, SimConfig};
+use crate::report::Report;
+
+/// One run of a scenario: its admission policy's label and what it recorded.
+#[derive(Debug, Clone, Copy)]
+pub struct RunData<'a> {
+    pub label: &'a str,
+    pub cfg: &'a SimConfig,
+    pub outcome: &'a Outcome,
+    pub report: &'a Report,
+}
+
+/// Where the plotted window's sums are taken (ms).
+const STEP_MS: usize = 50;
+const WIDTH: u32 = 900;
+const HEIGHT: u32 = 360;
+
+/// Per node, requests admitted in the window of `window_ms` ending at each step.
+fn window_sums(by_node: &[Vec<u32>], window_ms: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
+    let len = by_node.first().map_or(0, Vec::len);
+    let mut times = Vec::new();
+    let mut sums = vec![Vec::new(); by_node.len()];
+    let prefix: Vec<Vec<u64>> = by_node
+        .iter()
+        .map(|ms| {
+            let mut p = Vec::with_capacity(ms.len() + 1);
+            p.push(0u64);
+            for v in ms {
+                p.push(p[p.len() - 1] + u64::from(*v));
+            }
+            p
+        })
+        .collect();
+    let mut end = window_ms.min(len);
+    while end <= len && end > 0 {
+        times.push(end as f64 / 1000.0);
+        for (n, p) in prefix.iter().enumerate() {
+            sums[n].push(u32::try_from(p[end] - p[end - window_ms.min(end)]).unwrap_or(u32::MAX));
+        }
+        end += STEP_MS;
+    }
+    (times, sums)
+}
+
+/// The faults of `cfg` as shaded spans (seconds) with a name, for the time axis.
+fn fault_spans(cfg: &SimConfig) -> Vec<(f64, f64, String)> {
+    let end = cfg.duration_ms as f64 / 1000.0;
+    let s = |ms: u64| ms as f64 / 1000.0;
+    let mut spans = Vec::new();
+    for f in &cfg.faults {
+        match f {
+            Fault::Partition {
+                side,
+                from_ms,
+                until_ms,
+            } => spans.push((s(*from_ms), s(*until_ms), format!("partition {side:?}"))),
+            Fault::Crash {
+                node,
+                at_ms,
+                restart_ms,
+            } => {
+                let back = restart_ms.map_or(end, |r| s(at_ms + r).min(end));
+                spans.push((
+                    s(*at_ms),
+                    back.max(s(*at_ms) + 0.2),
+                    format!("node {node} down"),
+                ));
+            }
+            Fault::ClockStep { node, at_ms, by_ms } => spans.push((
+                s(*at_ms),
+                s(*at_ms) + 0.2,
+                format!("node {node} clock {by_ms:+} ms"),
+            )),
+            // All-run faults are named in the title, not shaded.
+            Fault::Loss { .. }
+            | Fault::LossOneWay { .. }
+            | Fault::Duplication { .. }
+            | Fault::Skew { .. } => {}
+        }
+    }
+    spans
+}
+
+/// The all-run faults, in words.
+fn standing_faults(cfg: &SimConfig) -> String {
+    let words: Vec<String> = cfg
+        .faults
+        .iter()
+        .filter_map(|f| match f {
+            Fault::Loss { p } => Some(format!("{:.0} % loss", p * 100.0)),
+            Fault::LossOneWay { from, to, p } => {
+                Some(format!("{:.0} % loss {from}→{to}", p * 100.0))
+            }
+            Fault::Duplication { p } => Some(format!("{:.0} % duplication", p * 100.0)),
+            Fault::Skew { node, ms } => Some(format!("node {node} clock {ms:+} ms")),
+            _ => None,
+        })
+        .collect();
+    words.join(", ")
+}
+
+fn node_color(n: usize) -> RGBColor {
+    let (r, g, b) = Palette99::pick(n).to_rgba().rgb();
+    RGBColor(r, g, b)
+}
+
+fn plot_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("drawing a plot: {e:?}")
+}
+
+/// Admitted per sliding window, stacked by node, against the limit, faults shaded.
+fn admitted_svg(name: &str, run: &RunData<'_>) -> anyhow::Result<String> {
+    let cfg = run.cfg;
+    let window = cfg.window_ms as usize;
+    let (times, sums) = window_sums(&run.outcome.admitted_by_node, window);
+    let total_max = (0..times.len())
+        .map(|i| sums.iter().map(|s| u64::from(s[i])).sum::<u64>())
+        .max()
+        .unwrap_or(0);
+    let y_max = (total_max.max(u64::from(cfg.limit)) as f64 * 1.15).max(1.0);
+    let x_max = cfg.duration_ms as f64 / 1000.0;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_error)?;
+        let standing = standing_faults(cfg);
+        let title = if standing.is_empty() {
+            format!("{name}: {} ({} nodes)", run.label, cfg.nodes)
+        } else {
+            format!("{name}: {} ({} nodes; {standing})", run.label, cfg.nodes)
+        };
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc(format!("admitted per {} ms window", cfg.window_ms))
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(plot_error)?;
+        for (from, until, label) in fault_spans(cfg) {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(from, 0.0), (until, y_max)],
+                    RGBColor(255, 200, 120).mix(0.35).filled(),
+                )))
+                .map_err(plot_error)?
+                .label(label)
+                .legend(|(x, y)| {
+                    Rectangle::new(
+                        [(x, y - 5), (x + 12, y + 5)],
+                        RGBColor(255, 200, 120).filled(),
+                    )
+                });
+        }
+        // Stacked: node n's area runs from the sum of nodes below it to that plus its own.
+        let mut below = vec![0u64; times.len()];
+        for (n, own) in sums.iter().enumerate() {
+            let top: Vec<u64> = below
+                .iter()
+                .zip(own)
+                .map(|(b, o)| b + u64::from(*o))
+                .collect();
+            let color = node_color(n);
+            let upper = times.iter().zip(&top).map(|(t, v)| (*t, *v as f64));
+            let lower = times.iter().zip(&below).rev().map(|(t, v)| (*t, *v as f64));
+            let outline: Vec<(f64, f64)> = upper.chain(lower).collect();
+            chart
+                .draw_series(std::iter::once(Polygon::new(
+                    outline,
+                    color.mix(0.55).filled(),
+                )))
+                .map_err(plot_error)?
+                .label(format!("node {n}"))
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                });
+            below = top;
+        }
+        let limit = f64::from(cfg.limit);
+        chart
+            .draw_series(LineSeries::new(
+                [(0.0, limit), (x_max, limit)],
+                BLACK.stroke_width(2),
+            ))
+            .map_err(plot_error)?
+            .label(format!("limit ({})", cfg.limit))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.stroke_width(2)));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.6))
+            .border_style(BLACK.mix(0.3))
+            .draw()
+            .map_err(plot_error)?;
+        root.present().map_err(plot_error)?;
+    }
+    Ok(svg)
+}
+
+/// How stale one node's view of another's admissions was: a histogram of the probes' delays.
+fn staleness_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
+    let samples = &run.outcome.staleness_ms;
+    let Some(&max) = samples.iter().max() else {
+        return Ok(None);
+    };
+    let bin = 25u64;
+    let bins = usize::try_from(max / bin + 1).unwrap_or(1).min(400);
+    let mut counts = vec![0u32; bins];
+    for s in samples {
+        let i = usize::try_from(s / bin).unwrap_or(bins - 1).min(bins - 1);
+        counts[i] += 1;
+    }
+    let top = f64::from(counts.iter().copied().max().unwrap_or(1)) * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, 260)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_error)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!(
+                    "staleness, {}: admission at node 0 until another node counts it",
+                    run.label
+                ),
+                ("sans-serif", 16),
+            )
+            .margin(10)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..(bins as u64 * bin) as f64, 0.0..top)
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("ms")
+            .y_desc("probes")
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(plot_error)?;
+        chart
+            .draw_series(counts.iter().enumerate().map(|(i, c)| {
+                let x = (i as u64 * bin) as f64;
+                Rectangle::new(
+                    [(x, 0.0), (x + bin as f64 * 0.9, f64::from(*c))],
+                    BLUE.mix(0.6).filled(),
+                )
+            }))
+            .map_err(plot_error)?;
+        root.present().map_err(plot_error)?;
+    }
+    Ok(Some(svg))
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{:.2} %", v * 100.0))
+}
+
+/// Escapes text for HTML.
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// `s` with anything but ASCII letters, digits, `-` and `_` made `_`: a file name.
+fn file_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Writes `dir/index.html` for scenario `name`, and each run's plot as
+/// `dir/<name>-<label>.svg`; returns the page's path.
+pub fn write_report(dir: &Path, name: &str, runs: &[RunData<'_>]) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>limitmesh-sim: {n}</title><style>body{{font-family:sans-serif;margin:2em;\
+         max-width:960px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;\
+         padding:4px 8px;text-align:right}}th{{background:#f4f4f4}}</style></head><body>\
+         <h1>{n}</h1>",
+        n = esc(name)
+    );
+    if let Some(first) = runs.first() {
+        let c = first.cfg;
+        let _ = write!(
+            html,
+            "<p>Seed {}, {} nodes, a limit of {} per {} ms window ({} buckets), {}–{} ms \
+             latency, {} ms gossip, {:.1} s simulated; windows measured from {:.1} s.</p>",
+            c.seed,
+            c.nodes,
+            c.limit,
+            c.window_ms,
+            c.buckets,
+            c.min_latency_ms,
+            c.max_latency_ms,
+            c.gossip_interval_ms,
+            c.duration_ms as f64 / 1e3,
+            c.warmup_ms as f64 / 1e3
+        );
+    }
+    html.push_str(
+        "<table><tr><th>policy</th><th>over-admission mean</th><th>p99</th><th>max</th>\
+         <th>utilization</th><th>busiest window in a partition</th><th>staleness p99</th></tr>",
+    );
+    for run in runs {
+        let r = run.report;
+        let _ = write!(
+            html,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(run.label),
+            pct(Some(r.over_admission_mean)),
+            pct(Some(r.over_admission_p99)),
+            pct(Some(r.over_admission_max)),
+            pct(Some(r.utilization)),
+            r.partition_max_ratio
+                .map_or_else(|| "-".into(), |v| format!("{v:.3} × L")),
+            r.staleness_p99_ms
+                .map_or_else(|| "-".into(), |v| format!("{v} ms")),
+        );
+    }
+    html.push_str("</table>");
+    for run in runs {
+        let _ = write!(html, "<h2>{}</h2>", esc(run.label));
+        let svg = admitted_svg(name, run)?;
+        // Each plot also as a file of its own, to put in a document.
+        let file = dir.join(format!("{}-{}.svg", file_safe(name), file_safe(run.label)));
+        std::fs::write(&file, &svg).with_context(|| format!("writing {}", file.display()))?;
+        html.push_str(&svg);
+        if let Some(svg) = staleness_svg(run)? {
+            html.push_str(&svg);
+        }
+    }
+    html.push_str("</body></html>\n");
+    let path = dir.join("index.html");
+    std::fs::write(&path, html).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_sums_count_each_window_in_full() {
+        // Node 0 admits one a millisecond; node 1 one every other millisecond.
+        let by_node = vec![vec![1u32; 1_000], (0..1_000).map(|i| i % 2).collect()];
+        let (times, sums) = window_sums(&by_node, 100);
+        assert_eq!(times[0], 0.1);
+        assert!(sums[0].iter().all(|s| *s == 100), "{:?}", &sums[0][..3]);
+        assert!(sums[1].iter().all(|s| *s == 50), "{:?}", &sums[1][..3]);
+        assert_eq!(times.len(), (1_000 - 100) / STEP_MS + 1);
+    }
+}

@@ -1,0 +1,131 @@
+//! `--report DIR`: a page of plots of a run, which a browser renders. The page is written
+//! from a short run of a scenario file; if Chromium is installed (CI installs Debian's
+//! `chromium` and sets LIMITMESH_REQUIRE_CHROMIUM, so there it must be), it takes a screenshot
+//! of the page and the test checks it is not blank: plotted colours over a good part of it.
+
+use std::path::Path;
+use std::process::Command;
+
+use limitmesh_sim::plot::{RunData, write_report};
+use limitmesh_sim::scenario_file;
+use limitmesh_sim::{Report, run};
+
+const SHORT: &str = r#"
+nodes = 3
+duration_ms = 8_000
+warmup_ms = 2_000
+[[faults]]
+kind = "partition"
+side = [2]
+from_ms = 3_000
+until_ms = 5_000
+"#;
+
+fn chromium() -> Option<&'static str> {
+    ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| {
+            Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+}
+
+/// The share of pixels that are not (near) white, and how many distinct colours there are.
+fn ink(png_path: &Path) -> (f64, usize) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(png_path).expect("the screenshot"),
+    ));
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    let channels = info.color_type.samples();
+    let pixels = &buf[..info.buffer_size()];
+    let mut inked = 0usize;
+    let mut colours = std::collections::BTreeSet::new();
+    let mut total = 0usize;
+    for px in pixels.chunks(channels) {
+        total += 1;
+        let rgb = [px[0], px[1.min(channels - 1)], px[2.min(channels - 1)]];
+        if rgb.iter().any(|c| *c < 235) {
+            inked += 1;
+        }
+        colours.insert(rgb.map(|c| c / 16));
+    }
+    (inked as f64 / total.max(1) as f64, colours.len())
+}
+
+#[test]
+fn a_report_is_a_page_of_plots_that_a_browser_renders() {
+    let cfg = scenario_file::parse("short.toml", SHORT, 3).expect("the scenario");
+    let outcome = run(&cfg).expect("the run");
+    let report = Report::new(&cfg, &outcome);
+    let dir = tempfile::tempdir().expect("a directory");
+    let page = write_report(
+        dir.path(),
+        "short",
+        &[RunData {
+            label: "share",
+            cfg: &cfg,
+            outcome: &outcome,
+            report: &report,
+        }],
+    )
+    .expect("the report");
+    let html = std::fs::read_to_string(&page).expect("the page");
+    assert!(html.starts_with("<!DOCTYPE html>"), "{}", &html[..100]);
+    assert_eq!(html.matches("<svg").count(), 1, "one plot for one run");
+    assert!(
+        html.contains("partition [2]"),
+        "the fault is on the time axis"
+    );
+    assert!(html.contains("limit (1000)") && html.contains("node 2"));
+    assert!(!html.contains("src=\"http"), "self-contained");
+    let svg = std::fs::read_to_string(dir.path().join("short-share.svg")).expect("the plot's file");
+    assert!(
+        svg.starts_with("<svg") && html.contains(&svg),
+        "the same plot as on the page"
+    );
+
+    let Some(browser) = chromium() else {
+        assert!(
+            std::env::var_os("LIMITMESH_REQUIRE_CHROMIUM").is_none(),
+            "Chromium is not installed (Debian: apt-get install chromium)"
+        );
+        eprintln!("SKIPPED the rendering check: Chromium is not installed");
+        return;
+    };
+    let shot = dir.path().join("shot.png");
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1000,900",
+        ])
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("Chromium runs");
+    assert!(
+        shot.exists(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (inked, colours) = ink(&shot);
+    eprintln!(
+        "screenshot: {:.0} % inked, {colours} colours",
+        inked * 100.0
+    );
+    assert!(
+        inked > 0.15,
+        "the page rendered blank: {:.1} % inked",
+        inked * 100.0
+    );
+    assert!(
+        colours > 20,
+        "the page rendered without its plots: {colours} colours"
+    );
+}
