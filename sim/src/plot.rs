@@ -5,6 +5,7 @@
 //!
 //! - admitted per sliding window over time against the limit, stacked by node, with the
 //!   faults shaded on the time axis (partitions, crashes and restarts, clock steps);
+//! - the members each node sees up over time (a partition is two groups of lines);
 //! - how stale a node's view of another's admissions was (a histogram), when measured;
 //! - the measures of the run in a table.
 
@@ -221,6 +222,78 @@ fn admitted_svg(name: &str, run: &RunData<'_>) -> anyhow::Result<String> {
     Ok(svg)
 }
 
+/// The members each node sees up over time, faults shaded.
+fn members_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
+    let samples = &run.outcome.live_samples;
+    if samples.is_empty() {
+        return Ok(None);
+    }
+    let cfg = run.cfg;
+    let x_max = cfg.duration_ms as f64 / 1000.0;
+    let y_max = cfg.nodes as f64 + 0.5;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, 260)).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_error)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("members each node sees up, {}", run.label),
+                ("sans-serif", 16),
+            )
+            .margin(10)
+            .x_label_area_size(36)
+            .y_label_area_size(56)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .map_err(plot_error)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc("members")
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(plot_error)?;
+        for (from, until, _) in fault_spans(cfg) {
+            chart
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(from, 0.0), (until, y_max)],
+                    RGBColor(255, 200, 120).mix(0.35).filled(),
+                )))
+                .map_err(plot_error)?;
+        }
+        for n in 0..cfg.nodes {
+            // Nodes that see the same count would hide each other: each is nudged a little.
+            let nudge = (n as f64 - cfg.nodes as f64 / 2.0) * 0.04;
+            let color = node_color(n);
+            chart
+                .draw_series(LineSeries::new(
+                    samples.iter().map(|(t, live)| {
+                        (
+                            *t as f64 / 1000.0,
+                            live.get(n).copied().unwrap_or(0) as f64 + nudge,
+                        )
+                    }),
+                    color.stroke_width(2),
+                ))
+                .map_err(plot_error)?
+                .label(format!("node {n}"))
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 12, y)], color.stroke_width(2))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.6))
+            .border_style(BLACK.mix(0.3))
+            .draw()
+            .map_err(plot_error)?;
+        root.present().map_err(plot_error)?;
+    }
+    Ok(Some(svg))
+}
+
 /// How stale one node's view of another's admissions was: a histogram of the probes' delays.
 fn staleness_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
     let samples = &run.outcome.staleness_ms;
@@ -360,6 +433,9 @@ pub fn write_report(dir: &Path, name: &str, runs: &[RunData<'_>]) -> anyhow::Res
         let file = dir.join(format!("{}-{}.svg", file_safe(name), file_safe(run.label)));
         std::fs::write(&file, &svg).with_context(|| format!("writing {}", file.display()))?;
         html.push_str(&svg);
+        if let Some(svg) = members_svg(run)? {
+            html.push_str(&svg);
+        }
         if let Some(svg) = staleness_svg(run)? {
             html.push_str(&svg);
         }

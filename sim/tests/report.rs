@@ -75,7 +75,16 @@ fn a_report_is_a_page_of_plots_that_a_browser_renders() {
     .expect("the report");
     let html = std::fs::read_to_string(&page).expect("the page");
     assert!(html.starts_with("<!DOCTYPE html>"), "{}", &html[..100]);
-    assert_eq!(html.matches("<svg").count(), 1, "one plot for one run");
+    assert_eq!(
+        html.matches("<svg").count(),
+        2,
+        "admissions and members for one run"
+    );
+    // The partition shows in the members: node 2 saw fewer up at some point, and all 3 again
+    // by the end.
+    let seen_by_2: Vec<usize> = outcome.live_samples.iter().map(|(_, l)| l[2]).collect();
+    assert!(seen_by_2.iter().any(|n| *n < 3), "{seen_by_2:?}");
+    assert_eq!(seen_by_2.last(), Some(&3), "{seen_by_2:?}");
     assert!(
         html.contains("partition [2]"),
         "the fault is on the time axis"

@@ -77,7 +77,13 @@ pub struct Outcome {
     pub faults: FaultsFired,
     /// Live members each node saw at the end.
     pub final_live: Vec<usize>,
+    /// Every [`LIVE_SAMPLE_MS`]: the time (ms) and the members each node saw up (SWIM alive or
+    /// suspect, itself included; 0 while it is down).
+    pub live_samples: Vec<(u64, Vec<usize>)>,
 }
+
+/// How often the members each node sees are sampled.
+pub const LIVE_SAMPLE_MS: u64 = 100;
 
 /// Runs a scenario to the end and returns what it recorded.
 pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
@@ -123,6 +129,7 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
     let mut staleness = Vec::new();
     let mut seen_probes = vec![0usize; cfg.nodes];
     let mut convergence = None;
+    let mut live_samples = Vec::new();
     let mut t = 0u64;
     while t < cfg.duration_ms {
         apply_faults(&mut sim, &cfg, &hosts, t, &mut fired);
@@ -152,6 +159,13 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
         }
         if cfg.probe_staleness {
             observe_probes(&hosts, &recorder, t, &mut seen_probes, &mut staleness);
+        }
+        if t.is_multiple_of(LIVE_SAMPLE_MS) {
+            let live = hosts
+                .iter()
+                .map(|h| lock(&h.view).as_ref().map_or(0, |v| v.live_count()))
+                .collect();
+            live_samples.push((t, live));
         }
         if let Some(at) = cfg.converge_at_ms
             && convergence.is_none()
@@ -210,5 +224,6 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
         wire,
         faults: fired,
         final_live,
+        live_samples,
     })
 }
