@@ -116,6 +116,36 @@ fn standing_faults(cfg: &SimConfig) -> String {
     words.join(", ")
 }
 
+type TimeChart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// Shades the faults' spans on the time axis, up to `y_max`; in the legend if `legend`.
+fn shade_faults(
+    chart: &mut TimeChart<'_, '_>,
+    cfg: &SimConfig,
+    y_max: f64,
+    legend: bool,
+) -> anyhow::Result<()> {
+    const FAULT: RGBColor = RGBColor(255, 200, 120);
+    for (from, until, label) in fault_spans(cfg) {
+        let shaded = chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(from, 0.0), (until, y_max)],
+                FAULT.mix(0.35).filled(),
+            )))
+            .map_err(plot_error)?;
+        if legend {
+            shaded
+                .label(label)
+                .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], FAULT.filled()));
+        }
+    }
+    Ok(())
+}
+
 fn node_color(n: usize) -> RGBColor {
     let (r, g, b) = Palette99::pick(n).to_rgba().rgb();
     RGBColor(r, g, b)
@@ -162,21 +192,7 @@ fn admitted_svg(name: &str, run: &RunData<'_>) -> anyhow::Result<String> {
             .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(plot_error)?;
-        for (from, until, label) in fault_spans(cfg) {
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(from, 0.0), (until, y_max)],
-                    RGBColor(255, 200, 120).mix(0.35).filled(),
-                )))
-                .map_err(plot_error)?
-                .label(label)
-                .legend(|(x, y)| {
-                    Rectangle::new(
-                        [(x, y - 5), (x + 12, y + 5)],
-                        RGBColor(255, 200, 120).filled(),
-                    )
-                });
-        }
+        shade_faults(&mut chart, cfg, y_max, true)?;
         // Stacked: node n's area runs from the sum of nodes below it to that plus its own.
         let mut below = vec![0u64; times.len()];
         for (n, own) in sums.iter().enumerate() {
@@ -254,14 +270,7 @@ fn members_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
             .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(plot_error)?;
-        for (from, until, _) in fault_spans(cfg) {
-            chart
-                .draw_series(std::iter::once(Rectangle::new(
-                    [(from, 0.0), (until, y_max)],
-                    RGBColor(255, 200, 120).mix(0.35).filled(),
-                )))
-                .map_err(plot_error)?;
-        }
+        shade_faults(&mut chart, cfg, y_max, false)?;
         for n in 0..cfg.nodes {
             // Nodes that see the same count would hide each other: each is nudged a little.
             let nudge = (n as f64 - cfg.nodes as f64 / 2.0) * 0.04;

@@ -62,12 +62,12 @@ struct ScenarioDoc {
     network: NetworkDoc,
     #[serde(default)]
     limit: LimitDoc,
-    #[serde(default)]
-    traffic: TrafficDoc,
+    #[serde(default = "default_traffic")]
+    traffic: Workload,
     #[serde(default)]
     background: Option<BackgroundDoc>,
     #[serde(default)]
-    faults: Vec<toml::Spanned<FaultDoc>>,
+    faults: Vec<toml::Spanned<Fault>>,
     #[serde(default)]
     measure: MeasureDoc,
 }
@@ -78,6 +78,10 @@ fn default_duration() -> u64 {
 
 fn default_warmup() -> u64 {
     5_000
+}
+
+fn default_traffic() -> Workload {
+    Workload::Uniform { overload: 2.0 }
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,70 +129,12 @@ enum PartitionPolicyDoc {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, tag = "shape", rename_all = "kebab-case")]
-enum TrafficDoc {
-    /// `overload × L` per window, spread evenly over the nodes.
-    Uniform { overload: f64 },
-    /// Node 0 takes `hot_share` of it.
-    Skewed { overload: f64, hot_share: f64 },
-    /// Nothing until `onset_ms`, then `overload × L` per window.
-    Burst { overload: f64, onset_ms: u64 },
-    /// As `burst`, node 0 with `trickle × L` before the onset.
-    BurstAfterTrickle {
-        overload: f64,
-        onset_ms: u64,
-        trickle: f64,
-    },
-}
-
-impl Default for TrafficDoc {
-    fn default() -> Self {
-        Self::Uniform { overload: 2.0 }
-    }
-}
-
-#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BackgroundDoc {
     /// Other keys, never limited, so that rounds carry many registers.
     keys: usize,
     /// Requests per second per key per node.
     rate: f64,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
-enum FaultDoc {
-    Partition {
-        side: Vec<usize>,
-        from_ms: u64,
-        until_ms: u64,
-    },
-    Crash {
-        node: usize,
-        at_ms: u64,
-        restart_ms: Option<u64>,
-    },
-    Loss {
-        p: f64,
-    },
-    LossOneWay {
-        from: usize,
-        to: usize,
-        p: f64,
-    },
-    Duplication {
-        p: f64,
-    },
-    Skew {
-        node: usize,
-        ms: i64,
-    },
-    ClockStep {
-        node: usize,
-        at_ms: u64,
-        by_ms: i64,
-    },
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -305,34 +251,27 @@ pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
             ))
         }
     };
-    c.workload = match doc.traffic {
-        TrafficDoc::Uniform { overload: o } => Workload::Uniform {
-            overload: overload(o)?,
-        },
-        TrafficDoc::Skewed {
+    match &doc.traffic {
+        Workload::Uniform { overload: o } | Workload::Burst { overload: o, .. } => {
+            overload(*o)?;
+        }
+        Workload::Skewed {
             overload: o,
             hot_share,
-        } => Workload::Skewed {
-            overload: overload(o)?,
-            hot_share: share("traffic.hot_share", hot_share)?,
-        },
-        TrafficDoc::Burst {
+        } => {
+            overload(*o)?;
+            share("traffic.hot_share", *hot_share)?;
+        }
+        Workload::BurstAfterTrickle {
             overload: o,
-            onset_ms,
-        } => Workload::Burst {
-            overload: overload(o)?,
-            onset_ms,
-        },
-        TrafficDoc::BurstAfterTrickle {
-            overload: o,
-            onset_ms,
             trickle,
-        } => Workload::BurstAfterTrickle {
-            overload: overload(o)?,
-            onset_ms,
-            trickle: share("traffic.trickle", trickle)?,
-        },
-    };
+            ..
+        } => {
+            overload(*o)?;
+            share("traffic.trickle", *trickle)?;
+        }
+    }
+    c.workload = doc.traffic;
     if let Some(b) = doc.background {
         if b.keys > 10_000 || !(b.rate.is_finite() && b.rate >= 0.0 && b.rate <= 1_000.0) {
             return Err(fail(
@@ -366,8 +305,9 @@ pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
                 Err(fail(line, "faults.p", format!("{v}: expected 0 to 1")))
             }
         };
-        c.faults.push(match spanned.into_inner() {
-            FaultDoc::Partition {
+        let fault = spanned.into_inner();
+        match &fault {
+            Fault::Partition {
                 side,
                 from_ms,
                 until_ms,
@@ -379,7 +319,7 @@ pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
                         "a side must hold some of the nodes, not all".into(),
                     ));
                 }
-                for n in &side {
+                for n in side {
                     node("faults.side", *n)?;
                 }
                 if until_ms <= from_ms {
@@ -389,29 +329,20 @@ pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
                         format!("{until_ms} is not after from_ms {from_ms}"),
                     ));
                 }
-                Fault::Partition {
-                    side,
-                    from_ms,
-                    until_ms,
-                }
             }
-            FaultDoc::Crash {
-                node: n,
-                at_ms,
-                restart_ms,
-            } => Fault::Crash {
-                node: node("faults.node", n)?,
-                at_ms,
-                restart_ms,
-            },
-            FaultDoc::Loss { p: v } => Fault::Loss { p: p(v)? },
-            FaultDoc::LossOneWay { from, to, p: v } => Fault::LossOneWay {
-                from: node("faults.from", from)?,
-                to: node("faults.to", to)?,
-                p: p(v)?,
-            },
-            FaultDoc::Duplication { p: v } => Fault::Duplication { p: p(v)? },
-            FaultDoc::Skew { node: n, ms } => {
+            Fault::Crash { node: n, .. } => {
+                node("faults.node", *n)?;
+            }
+            Fault::Loss { p: v } | Fault::Duplication { p: v } => {
+                p(*v)?;
+            }
+            Fault::LossOneWay { from, to, p: v } => {
+                node("faults.from", *from)?;
+                node("faults.to", *to)?;
+                p(*v)?;
+            }
+            Fault::Skew { node: n, ms } => {
+                node("faults.node", *n)?;
                 if ms.unsigned_abs() > 3_600_000 {
                     return Err(fail(
                         line,
@@ -419,16 +350,9 @@ pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
                         format!("{ms}: at most an hour off"),
                     ));
                 }
-                Fault::Skew {
-                    node: node("faults.node", n)?,
-                    ms,
-                }
             }
-            FaultDoc::ClockStep {
-                node: n,
-                at_ms,
-                by_ms,
-            } => {
+            Fault::ClockStep { node: n, by_ms, .. } => {
+                node("faults.node", *n)?;
                 if by_ms.unsigned_abs() > 3_600_000 {
                     return Err(fail(
                         line,
@@ -436,13 +360,9 @@ pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
                         format!("{by_ms}: at most an hour"),
                     ));
                 }
-                Fault::ClockStep {
-                    node: node("faults.node", n)?,
-                    at_ms,
-                    by_ms,
-                }
             }
-        });
+        }
+        c.faults.push(fault);
     }
     c.converge_at_ms = doc.measure.converge_at_ms;
     c.probe_staleness = doc.measure.probe_staleness;

@@ -3,8 +3,10 @@
 use rand::RngExt;
 use rand::rngs::StdRng;
 
-/// The shape of the offered load, as a multiple of the limit's rate.
-#[derive(Debug, Clone, PartialEq)]
+/// The shape of the offered load, as a multiple of the limit's rate. In a scenario file, the
+/// `[traffic]` table, whose `shape` is the variant's name in kebab case.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, tag = "shape", rename_all = "kebab-case")]
 pub enum Workload {
     /// `overload × L` per window, spread evenly over the nodes.
     Uniform { overload: f64 },

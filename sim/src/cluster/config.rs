@@ -5,8 +5,10 @@ use limitmesh::window::WindowSpec;
 
 use crate::workload::Workload;
 
-/// A fault, at a time in the simulation (ms since start).
-#[derive(Debug, Clone, PartialEq)]
+/// A fault, at a time in the simulation (ms since start). In a scenario file, a `[[faults]]`
+/// table whose `kind` is the variant's name in kebab case (`scenario_file.rs`).
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "kebab-case")]
 pub enum Fault {
     /// `side` cannot reach the other nodes from `from_ms` until `until_ms`.
     Partition {
