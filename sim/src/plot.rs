@@ -122,6 +122,33 @@ type TimeChart<'a, 'b> = ChartContext<
     Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
 
+/// A chart on `root` with the house style: a caption, axes over `x` and `y` with their
+/// descriptions and whole-number labels, and no minor grid lines.
+fn new_chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    caption: String,
+    (x, x_desc): (std::ops::Range<f64>, &str),
+    (y, y_desc): (std::ops::Range<f64>, &str),
+) -> anyhow::Result<TimeChart<'a, 'b>> {
+    let mut chart = ChartBuilder::on(root)
+        .caption(caption, ("sans-serif", 17))
+        .margin(10)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(x, y)
+        .map_err(plot_error)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .x_label_formatter(&|v| format!("{v:.0}"))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(plot_error)?;
+    Ok(chart)
+}
+
 /// Shades the faults' spans on the time axis, up to `y_max`; in the legend if `legend`.
 fn shade_faults(
     chart: &mut TimeChart<'_, '_>,
@@ -176,22 +203,13 @@ fn admitted_svg(name: &str, run: &RunData<'_>) -> anyhow::Result<String> {
         } else {
             format!("{name}: {} ({} nodes; {standing})", run.label, cfg.nodes)
         };
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(10)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-            .map_err(plot_error)?;
-        chart
-            .configure_mesh()
-            .x_desc("time (s)")
-            .y_desc(format!("admitted per {} ms window", cfg.window_ms))
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .x_label_formatter(&|v| format!("{v:.0}"))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(plot_error)?;
+        let y_desc = format!("admitted per {} ms window", cfg.window_ms);
+        let mut chart = new_chart(
+            &root,
+            title,
+            (0.0..x_max, "time (s)"),
+            (0.0..y_max, &y_desc),
+        )?;
         shade_faults(&mut chart, cfg, y_max, true)?;
         // Stacked: node n's area runs from the sum of nodes below it to that plus its own.
         let mut below = vec![0u64; times.len()];
@@ -251,25 +269,12 @@ fn members_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, 260)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_error)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!("members each node sees up, {}", run.label),
-                ("sans-serif", 16),
-            )
-            .margin(10)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-            .map_err(plot_error)?;
-        chart
-            .configure_mesh()
-            .x_desc("time (s)")
-            .y_desc("members")
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .x_label_formatter(&|v| format!("{v:.0}"))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(plot_error)?;
+        let mut chart = new_chart(
+            &root,
+            format!("members each node sees up, {}", run.label),
+            (0.0..x_max, "time (s)"),
+            (0.0..y_max, "members"),
+        )?;
         shade_faults(&mut chart, cfg, y_max, false)?;
         for n in 0..cfg.nodes {
             // Nodes that see the same count would hide each other: each is nudged a little.
@@ -321,28 +326,15 @@ fn staleness_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, 260)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_error)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(
-                format!(
-                    "staleness, {}: admission at node 0 until another node counts it",
-                    run.label
-                ),
-                ("sans-serif", 16),
-            )
-            .margin(10)
-            .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(0.0..(bins as u64 * bin) as f64, 0.0..top)
-            .map_err(plot_error)?;
-        chart
-            .configure_mesh()
-            .x_desc("ms")
-            .y_desc("probes")
-            .y_label_formatter(&|v| format!("{v:.0}"))
-            .x_label_formatter(&|v| format!("{v:.0}"))
-            .light_line_style(WHITE.mix(0.0))
-            .draw()
-            .map_err(plot_error)?;
+        let mut chart = new_chart(
+            &root,
+            format!(
+                "staleness, {}: admission at node 0 until another node counts it",
+                run.label
+            ),
+            (0.0..(bins as u64 * bin) as f64, "ms"),
+            (0.0..top, "probes"),
+        )?;
         chart
             .draw_series(counts.iter().enumerate().map(|(i, c)| {
                 let x = (i as u64 * bin) as f64;
