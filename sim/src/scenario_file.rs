@@ -41,6 +41,8 @@ use limitmesh::limiter::{PartitionPolicy, Policy};
 use limitmesh::window::WindowSpec;
 use serde::Deserialize;
 
+use limitmesh::rules::{DescriptorEntry, LoadOptions, Lookup, RuleLimit, RuleSet, RulesSource};
+
 use crate::cluster::{Fault, SimConfig};
 use crate::workload::Workload;
 
@@ -103,20 +105,78 @@ impl Default for NetworkDoc {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct LimitDoc {
-    requests: u32,
-    window_ms: u64,
-    buckets: u16,
+    /// Default 1000.
+    requests: Option<u32>,
+    /// Default 1000.
+    window_ms: Option<u64>,
+    /// Default 10.
+    buckets: Option<u16>,
     partition_policy: PartitionPolicyDoc,
+    /// Instead of the three above: the limit a rules file (envoyproxy/ratelimit's format,
+    /// relative to the scenario file) gives `descriptor` in `domain`.
+    rules: Option<String>,
+    domain: Option<String>,
+    /// The descriptor's entries, `[["key", "value"], ...]`.
+    descriptor: Option<Vec<[String; 2]>>,
 }
 
 impl Default for LimitDoc {
     fn default() -> Self {
         Self {
-            requests: 1_000,
-            window_ms: 1_000,
-            buckets: 10,
+            requests: None,
+            window_ms: None,
+            buckets: None,
             partition_policy: PartitionPolicyDoc::Strict,
+            rules: None,
+            domain: None,
+            descriptor: None,
         }
+    }
+}
+
+/// The limit `doc` names: given, or from its rules file (read from `dir`).
+fn resolve_limit(doc: &LimitDoc, dir: &Path) -> Result<(u32, u64, u16), (&'static str, String)> {
+    let Some(rules) = &doc.rules else {
+        if doc.domain.is_some() || doc.descriptor.is_some() {
+            return Err((
+                "limit.rules",
+                "domain and descriptor go with a rules file".into(),
+            ));
+        }
+        return Ok((
+            doc.requests.unwrap_or(1_000),
+            doc.window_ms.unwrap_or(1_000),
+            doc.buckets.unwrap_or(10),
+        ));
+    };
+    if doc.requests.is_some() || doc.window_ms.is_some() || doc.buckets.is_some() {
+        return Err((
+            "limit.rules",
+            "the rules give the limit: leave out requests, window_ms and buckets".into(),
+        ));
+    }
+    let (Some(domain), Some(descriptor)) = (&doc.domain, &doc.descriptor) else {
+        return Err((
+            "limit.descriptor",
+            "a rules file needs a domain and a descriptor".into(),
+        ));
+    };
+    let path = dir.join(rules);
+    let set = RuleSet::load(&RulesSource::Path(path.clone()), LoadOptions::default())
+        .map_err(|e| ("limit.rules", e.to_string()))?;
+    let entries: Vec<DescriptorEntry<'_>> = descriptor
+        .iter()
+        .map(|[key, value]| DescriptorEntry { key, value })
+        .collect();
+    let named = || format!("{descriptor:?} in domain {domain:?} of {}", path.display());
+    match set.lookup(domain, &entries) {
+        Lookup::Matched(m) => match &m.rule.limit {
+            RuleLimit::Limited { limit, .. } => {
+                Ok((limit.max, limit.window.window_ms(), limit.window.buckets()))
+            }
+            RuleLimit::Unlimited => Err(("limit.descriptor", format!("{} is unlimited", named()))),
+        },
+        _ => Err(("limit.descriptor", format!("no rule limits {}", named()))),
     }
 }
 
@@ -153,11 +213,18 @@ fn line_of(text: &str, offset: usize) -> usize {
 pub fn load(path: &Path, seed: u64) -> anyhow::Result<SimConfig> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading the scenario file {}", path.display()))?;
-    parse(&path.display().to_string(), &text, seed)
+    let dir = path.parent().unwrap_or(Path::new("."));
+    parse_in(&path.display().to_string(), &text, seed, dir)
 }
 
-/// Parses scenario `text` (`file` names it in errors) as a run with `seed`.
+/// Parses scenario `text` (`file` names it in errors) as a run with `seed`; a rules file it
+/// names is read from the current directory.
 pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
+    parse_in(file, text, seed, Path::new("."))
+}
+
+/// As [`parse`], a rules file read from `dir`.
+pub fn parse_in(file: &str, text: &str, seed: u64, dir: &Path) -> anyhow::Result<SimConfig> {
     let doc: ScenarioDoc = toml::from_str(text).map_err(|e| {
         let at = e
             .span()
@@ -201,21 +268,20 @@ pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
             "0: expected more".into(),
         ));
     }
-    if doc.limit.requests == 0 {
+    let (requests, window_ms, buckets) =
+        resolve_limit(&doc.limit, dir).map_err(|(field, what)| fail(None, field, what))?;
+    if requests == 0 {
         return Err(fail(
             None,
             "limit.requests",
             "0: expected at least 1".into(),
         ));
     }
-    WindowSpec::new(doc.limit.window_ms, doc.limit.buckets, Default::default()).map_err(|e| {
+    WindowSpec::new(window_ms, buckets, Default::default()).map_err(|e| {
         fail(
             None,
             "limit",
-            format!(
-                "window_ms {} with buckets {}: {e}",
-                doc.limit.window_ms, doc.limit.buckets
-            ),
+            format!("window_ms {window_ms} with buckets {buckets}: {e}"),
         )
     })?;
     let nodes = doc.nodes;
@@ -226,9 +292,9 @@ pub fn parse(file: &str, text: &str, seed: u64) -> anyhow::Result<SimConfig> {
     c.min_latency_ms = lo;
     c.max_latency_ms = hi;
     c.gossip_interval_ms = doc.network.gossip_interval_ms;
-    c.limit = doc.limit.requests;
-    c.window_ms = doc.limit.window_ms;
-    c.buckets = doc.limit.buckets;
+    c.limit = requests;
+    c.window_ms = window_ms;
+    c.buckets = buckets;
     c.policy = Policy::DemandShare(match doc.limit.partition_policy {
         PartitionPolicyDoc::Strict => PartitionPolicy::Strict,
         PartitionPolicyDoc::Available => PartitionPolicy::Available,

@@ -97,6 +97,11 @@ fn a_report_is_a_page_of_plots_that_a_browser_renders() {
         "the same plot as on the page"
     );
 
+    renders(&page, dir.path());
+}
+
+/// Has Chromium, if there is one, take a screenshot of `page` and checks it is not blank.
+fn renders(page: &Path, dir: &Path) {
     let Some(browser) = chromium() else {
         assert!(
             std::env::var_os("LIMITMESH_REQUIRE_CHROMIUM").is_none(),
@@ -105,7 +110,7 @@ fn a_report_is_a_page_of_plots_that_a_browser_renders() {
         eprintln!("SKIPPED the rendering check: Chromium is not installed");
         return;
     };
-    let shot = dir.path().join("shot.png");
+    let shot = dir.join("shot.png");
     let out = Command::new(browser)
         .args([
             "--headless",
@@ -137,4 +142,51 @@ fn a_report_is_a_page_of_plots_that_a_browser_renders() {
         colours > 20,
         "the page rendered without its plots: {colours} colours"
     );
+}
+
+/// README's scenario example, as a user would save it at the top of the repository: it runs
+/// (shortened) with its rules and writes a report that renders.
+#[test]
+fn the_readme_example_runs_and_its_report_renders() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let from = readme.find("**Your own scenario.**").expect("the section");
+    let block = &readme[from..];
+    let start = block.find("```toml\n").expect("a TOML block") + "```toml\n".len();
+    let text = &block[start..start + block[start..].find("```").expect("its end")];
+    let mut cfg =
+        scenario_file::parse_in("mine.toml", text, 1, &root).unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(
+        (cfg.nodes, cfg.limit),
+        (4, 100),
+        "4 nodes, the tenant rule's 100 per second"
+    );
+    assert!(
+        cfg.faults
+            .iter()
+            .any(|f| matches!(f, limitmesh_sim::Fault::Partition { side, .. } if side == &[3])),
+        "a 3 | 1 partition"
+    );
+    // Shortened, the partition kept inside the run.
+    cfg.duration_ms = 14_000;
+    cfg.converge_at_ms = None;
+    let outcome = run(&cfg).expect("the run");
+    let report = Report::new(&cfg, &outcome);
+    assert!(
+        report.partition_max_ratio.is_some(),
+        "windows inside the partition"
+    );
+    let dir = tempfile::tempdir().expect("a directory");
+    let page = write_report(
+        dir.path(),
+        "mine",
+        &[RunData {
+            label: "share",
+            cfg: &cfg,
+            outcome: &outcome,
+            report: &report,
+        }],
+    )
+    .expect("the report");
+    renders(&page, dir.path());
 }

@@ -117,17 +117,51 @@ fn a_bad_file_is_refused_with_its_file_line_and_field() {
     assert!(format!("{missing:#}").contains("/nonexistent/x.toml"));
 }
 
-/// The example in README.md is a scenario file that loads (as a user would copy it).
 #[test]
-fn the_readme_example_loads() {
-    let readme =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .expect("README.md");
-    let from = readme.find("**Your own scenario.**").expect("the section");
-    let block = &readme[from..];
-    let start = block.find("```toml\n").expect("a TOML block") + "```toml\n".len();
-    let text = &block[start..start + block[start..].find("```").expect("its end")];
-    let c = scenario_file::parse("README.md", text, 1).unwrap_or_else(|e| panic!("{e:#}"));
-    assert_eq!(c.nodes, 4);
-    assert_eq!(c.faults.len(), 1);
+fn a_limit_comes_from_a_rules_file_or_is_refused_with_its_field() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let with = |limit: &str| {
+        scenario_file::parse_in(
+            "mine.toml",
+            &format!("nodes = 3\n[limit]\nrules = \"deploy/examples/rules.yaml\"\n{limit}"),
+            1,
+            &root,
+        )
+    };
+    // The example rules: `tenant` 100 per second; tenant 42, 3000 per minute in 60 buckets.
+    let c = with("domain = \"api\"\ndescriptor = [[\"tenant\", \"acme\"]]\n").unwrap();
+    assert_eq!((c.limit, c.window_ms, c.buckets), (100, 1_000, 10));
+    let c = with("domain = \"api\"\ndescriptor = [[\"tenant\", \"42\"]]\n").unwrap();
+    assert_eq!((c.limit, c.window_ms, c.buckets), (3_000, 60_000, 60));
+    for (limit, field, says) in [
+        (
+            "domain = \"api\"\ndescriptor = [[\"nothing\", \"x\"]]\n",
+            "limit.descriptor",
+            "no rule",
+        ),
+        (
+            "domain = \"api\"\n",
+            "limit.descriptor",
+            "a domain and a descriptor",
+        ),
+        (
+            "domain = \"api\"\ndescriptor = [[\"tenant\", \"a\"]]\nrequests = 5\n",
+            "limit.rules",
+            "leave out",
+        ),
+    ] {
+        let e = format!("{:#}", with(limit).unwrap_err());
+        assert!(e.contains(field) && e.contains(says), "{limit}: {e}");
+    }
+    let missing = scenario_file::parse_in(
+        "mine.toml",
+        "nodes = 3\n[limit]\nrules = \"absent.yaml\"\ndomain = \"d\"\ndescriptor = [[\"k\", \"v\"]]\n",
+        1,
+        &root,
+    )
+    .unwrap_err();
+    assert!(
+        format!("{missing:#}").contains("absent.yaml"),
+        "{missing:#}"
+    );
 }
