@@ -88,6 +88,15 @@ fn fault_spans(cfg: &SimConfig) -> Vec<(f64, f64, String)> {
                 s(*at_ms) + 0.2,
                 format!("node {node} clock {by_ms:+} ms"),
             )),
+            Fault::Loss {
+                p,
+                from_ms: Some(from),
+                until_ms,
+            } => spans.push((
+                s(*from),
+                until_ms.map_or(end, s),
+                format!("{:.0} % loss", p * 100.0),
+            )),
             // All-run faults are named in the title, not shaded.
             Fault::Loss { .. }
             | Fault::LossOneWay { .. }
@@ -104,7 +113,9 @@ fn standing_faults(cfg: &SimConfig) -> String {
         .faults
         .iter()
         .filter_map(|f| match f {
-            Fault::Loss { p } => Some(format!("{:.0} % loss", p * 100.0)),
+            Fault::Loss {
+                p, from_ms: None, ..
+            } => Some(format!("{:.0} % loss", p * 100.0)),
             Fault::LossOneWay { from, to, p } => {
                 Some(format!("{:.0} % loss {from}→{to}", p * 100.0))
             }

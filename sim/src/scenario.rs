@@ -86,10 +86,10 @@ pub fn scenario(name: &str, seed: u64, nodes: usize) -> Option<SimConfig> {
             c.converge_at_ms = Some(10_000);
         }
         // 20 % of all datagrams lost.
-        "loss" => c.faults.push(Fault::Loss { p: 0.2 }),
+        "loss" => c.faults.push(Fault::loss(0.2)),
         // 20 % lost on the way out of every node and 20 % on the way in: 36 % per datagram.
-        "loss36" => c.faults.push(Fault::Loss { p: 0.36 }),
-        "loss40" => c.faults.push(Fault::Loss { p: 0.4 }),
+        "loss36" => c.faults.push(Fault::loss(0.36)),
+        "loss40" => c.faults.push(Fault::loss(0.4)),
         // Node 1 hears node 0, node 0 never hears node 1.
         "loss-oneway" => c.faults.push(Fault::LossOneWay {
             from: 1,

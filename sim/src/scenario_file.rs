@@ -18,7 +18,7 @@
 //! partition_policy = "strict"  # or "available"
 //!
 //! [traffic]
-//! shape = "uniform"            # uniform, skewed, burst, burst-after-trickle
+//! shape = "uniform"            # uniform, skewed, burst, burst-after-trickle, ramp
 //! overload = 2.0               # offered load, as a multiple of the limit
 //!
 //! [[faults]]
@@ -336,6 +336,22 @@ pub fn parse_in(file: &str, text: &str, seed: u64, dir: &Path) -> anyhow::Result
             overload(*o)?;
             share("traffic.trickle", *trickle)?;
         }
+        Workload::Ramp {
+            from,
+            to,
+            from_ms,
+            until_ms,
+        } => {
+            overload(*from)?;
+            overload(*to)?;
+            if until_ms <= from_ms {
+                return Err(fail(
+                    None,
+                    "traffic.until_ms",
+                    format!("{until_ms} is not after from_ms {from_ms}"),
+                ));
+            }
+        }
     }
     c.workload = doc.traffic;
     if let Some(b) = doc.background {
@@ -399,7 +415,27 @@ pub fn parse_in(file: &str, text: &str, seed: u64, dir: &Path) -> anyhow::Result
             Fault::Crash { node: n, .. } => {
                 node("faults.node", *n)?;
             }
-            Fault::Loss { p: v } | Fault::Duplication { p: v } => {
+            Fault::Loss {
+                p: v,
+                from_ms,
+                until_ms,
+            } => {
+                p(*v)?;
+                match (from_ms, until_ms) {
+                    (None, Some(_)) => {
+                        return Err(fail(line, "faults.until_ms", "goes with from_ms".into()));
+                    }
+                    (Some(from), Some(until)) if until <= from => {
+                        return Err(fail(
+                            line,
+                            "faults.until_ms",
+                            format!("{until} is not after from_ms {from}"),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            Fault::Duplication { p: v } => {
                 p(*v)?;
             }
             Fault::LossOneWay { from, to, p: v } => {

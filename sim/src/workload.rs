@@ -21,6 +21,14 @@ pub enum Workload {
         onset_ms: u64,
         trickle: f64,
     },
+    /// `from × L` per window until `from_ms`, rising (or falling) in a straight line to
+    /// `to × L` at `until_ms`, and `to × L` after; evenly over the nodes.
+    Ramp {
+        from: f64,
+        to: f64,
+        from_ms: u64,
+        until_ms: u64,
+    },
 }
 
 impl Workload {
@@ -69,6 +77,21 @@ impl Workload {
                     0.0
                 }
             }
+            Workload::Ramp {
+                from,
+                to,
+                from_ms,
+                until_ms,
+            } => {
+                let along = if t_ms <= from_ms {
+                    0.0
+                } else if t_ms >= until_ms {
+                    1.0
+                } else {
+                    (t_ms - from_ms) as f64 / (until_ms - from_ms) as f64
+                };
+                (from + (to - from) * along) * per_ms / n
+            }
         }
     }
 
@@ -78,6 +101,7 @@ impl Workload {
             | Workload::Skewed { overload, .. }
             | Workload::Burst { overload, .. }
             | Workload::BurstAfterTrickle { overload, .. } => overload,
+            Workload::Ramp { from, to, .. } => from.max(to),
         }
     }
 }
@@ -112,6 +136,21 @@ mod tests {
         let total: u64 = (0..n).map(|_| u64::from(poisson(0.4, &mut rng))).sum();
         let mean = total as f64 / n as f64;
         assert!((mean - 0.4).abs() < 0.01, "{mean}");
+    }
+
+    #[test]
+    fn a_ramp_rises_in_a_straight_line_between_its_times() {
+        let w = Workload::Ramp {
+            from: 0.5,
+            to: 2.5,
+            from_ms: 1_000,
+            until_ms: 3_000,
+        };
+        let at = |t| w.rate_per_ms(0, 2, t, 1_000.0, 1_000) * 2.0;
+        assert!((at(0) - 0.5).abs() < 1e-9);
+        assert!((at(2_000) - 1.5).abs() < 1e-9);
+        assert!((at(3_000) - 2.5).abs() < 1e-9);
+        assert!((at(9_000) - 2.5).abs() < 1e-9);
     }
 
     #[test]

@@ -165,3 +165,32 @@ fn a_limit_comes_from_a_rules_file_or_is_refused_with_its_field() {
         "{missing:#}"
     );
 }
+
+/// Loss on the timeline drops datagrams only while it lasts; a ramp of load parses and runs.
+#[test]
+fn timed_loss_fires_only_in_its_window_and_a_ramp_runs() {
+    let run_with = |extra: &str| {
+        let text = format!("nodes = 3\nduration_ms = 6_000\nwarmup_ms = 2_000\n{extra}");
+        let cfg = scenario_file::parse("t.toml", &text, 4).unwrap_or_else(|e| panic!("{e:#}"));
+        limitmesh_sim::run(&cfg).expect("the run")
+    };
+    let inside =
+        run_with("[[faults]]\nkind = \"loss\"\np = 0.5\nfrom_ms = 2_000\nuntil_ms = 4_000\n");
+    assert!(
+        inside.faults.datagrams_dropped > 0,
+        "seed 4: nothing dropped"
+    );
+    let after = run_with("[[faults]]\nkind = \"loss\"\np = 0.5\nfrom_ms = 7_000\n");
+    assert_eq!(
+        after.faults.datagrams_dropped, 0,
+        "seed 4: dropped before the loss began"
+    );
+    let ramp = run_with(
+        "[traffic]\nshape = \"ramp\"\nfrom = 0.2\nto = 2.0\nfrom_ms = 1_000\nuntil_ms = 5_000\n",
+    );
+    let early: u32 = ramp.offered_per_ms[..1_000].iter().sum();
+    let late: u32 = ramp.offered_per_ms[5_000..].iter().sum();
+    assert!(late > early * 5, "seed 4: offered {early} then {late}");
+    let e = refused("nodes = 3\n[[faults]]\nkind = \"loss\"\np = 0.1\nuntil_ms = 5\n");
+    assert!(e.contains("faults.until_ms"), "{e}");
+}

@@ -22,8 +22,15 @@ pub enum Fault {
         at_ms: u64,
         restart_ms: Option<u64>,
     },
-    /// Every datagram is lost with probability `p`, all run long.
-    Loss { p: f64 },
+    /// Every datagram is lost with probability `p`: all run long, or from `from_ms` until
+    /// `until_ms` (the end of the run if not given).
+    Loss {
+        p: f64,
+        #[serde(default)]
+        from_ms: Option<u64>,
+        #[serde(default)]
+        until_ms: Option<u64>,
+    },
     /// Datagrams from `from` to `to` (only that way) are lost with probability `p`.
     LossOneWay { from: usize, to: usize, p: f64 },
     /// Every datagram is delivered twice with probability `p`, all run long.
@@ -32,6 +39,17 @@ pub enum Fault {
     Skew { node: usize, ms: i64 },
     /// The node's wall clock steps by `by_ms` at `at_ms` (negative: back, a rollback).
     ClockStep { node: usize, at_ms: u64, by_ms: i64 },
+}
+
+impl Fault {
+    /// `p` of every datagram lost, all run long.
+    pub fn loss(p: f64) -> Self {
+        Fault::Loss {
+            p,
+            from_ms: None,
+            until_ms: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

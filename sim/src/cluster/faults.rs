@@ -65,6 +65,21 @@ pub(super) fn apply_faults(
                     fired.restarts += 1;
                 }
             }
+            Fault::Loss {
+                p,
+                from_ms: Some(from),
+                until_ms,
+            } => {
+                if t == *from {
+                    for h in hosts {
+                        h.net.set_loss(*p);
+                    }
+                } else if until_ms == &Some(t) {
+                    for h in hosts {
+                        h.net.set_loss(0.0);
+                    }
+                }
+            }
             Fault::ClockStep { node, at_ms, by_ms } if t == *at_ms => {
                 if let Some(h) = hosts.get(*node) {
                     h.clock.skew_ms.fetch_add(*by_ms, Ordering::Relaxed);

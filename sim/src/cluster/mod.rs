@@ -108,7 +108,9 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
     for (i, shared) in hosts.iter().enumerate() {
         for fault in &cfg.faults {
             match fault {
-                Fault::Loss { p } => shared.net.set_loss(*p),
+                Fault::Loss {
+                    p, from_ms: None, ..
+                } => shared.net.set_loss(*p),
                 Fault::LossOneWay { from, to, p } if *from == i => {
                     shared.net.add_loss_to(host_name(*to), *p)
                 }
