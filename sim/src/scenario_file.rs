@@ -48,6 +48,8 @@ use crate::workload::Workload;
 
 /// Most nodes a turmoil run takes (the fleet simulator is for larger ones).
 pub const MAX_NODES: usize = 64;
+/// Longest run a file may ask for: ten simulated minutes.
+pub const MAX_DURATION_MS: u64 = 600_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -242,7 +244,15 @@ pub fn parse_in(file: &str, text: &str, seed: u64, dir: &Path) -> anyhow::Result
             format!("{}: expected 2 to {MAX_NODES}", doc.nodes),
         ));
     }
-    if doc.duration_ms == 0 || doc.warmup_ms >= doc.duration_ms {
+    // Every node's admissions are kept per millisecond: a run is bounded in time as in size.
+    if !(1..=MAX_DURATION_MS).contains(&doc.duration_ms) {
+        return Err(fail(
+            None,
+            "duration_ms",
+            format!("{}: expected 1 to {MAX_DURATION_MS}", doc.duration_ms),
+        ));
+    }
+    if doc.warmup_ms >= doc.duration_ms {
         return Err(fail(
             None,
             "warmup_ms",

@@ -102,6 +102,10 @@ fn a_bad_file_is_refused_with_its_file_line_and_field() {
         ),
         ("nodes = 3\nwarmup_ms = 40000\n", "warmup_ms"),
         (
+            "nodes = 3\nduration_ms = 1_000_000_000_000\n",
+            "duration_ms",
+        ),
+        (
             "nodes = 3\n[traffic]\nshape = \"skewed\"\noverload = 2.0\nhot_share = 3.0\n",
             "traffic.hot_share",
         ),
