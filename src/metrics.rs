@@ -78,6 +78,23 @@ pub struct DescriptorLabels {
 pub const MAX_DETAILED_DESCRIPTORS: usize = 1_000;
 /// Longest descriptor label kept (longer ones are cut at a character boundary).
 pub const MAX_DESCRIPTOR_LABEL: usize = 256;
+/// `value` escaped for a label value of the text formats (`\\`, `\"` and `\n`):
+/// `prometheus_client` writes label values as they are, and a descriptor value from a request
+/// (or a domain from a rules file) holding a quote or a newline would otherwise end the label,
+/// or the line, and could write series of its own into the exposition.
+fn label_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The `descriptor` label of detailed decisions past [`MAX_DETAILED_DESCRIPTORS`].
 pub const OVERFLOW_DESCRIPTOR: &str = "_overflow";
 
@@ -209,7 +226,7 @@ impl Metrics {
         if n > 0 {
             self.decisions
                 .get_or_create(&DecisionLabels {
-                    domain: domain.to_owned(),
+                    domain: label_value(domain),
                     result,
                 })
                 .inc_by(n);
@@ -220,7 +237,7 @@ impl Metrics {
         if n > 0 {
             self.near_limit
                 .get_or_create(&DomainLabels {
-                    domain: domain.to_owned(),
+                    domain: label_value(domain),
                 })
                 .inc_by(n);
         }
@@ -247,9 +264,9 @@ impl Metrics {
         };
         self.descriptor_decisions
             .get_or_create(&DescriptorLabels {
-                domain: domain.to_owned(),
+                domain: label_value(domain),
                 descriptor: if own {
-                    descriptor.to_owned()
+                    label_value(descriptor)
                 } else {
                     OVERFLOW_DESCRIPTOR.to_owned()
                 },
@@ -261,7 +278,7 @@ impl Metrics {
     pub fn record_global_shadow(&self, domain: &str) {
         self.global_shadow_mode
             .get_or_create(&DomainLabels {
-                domain: domain.to_owned(),
+                domain: label_value(domain),
             })
             .inc();
     }
@@ -270,7 +287,7 @@ impl Metrics {
         if n > 0 {
             self.unmatched_descriptors
                 .get_or_create(&DomainLabels {
-                    domain: domain.to_owned(),
+                    domain: label_value(domain),
                 })
                 .inc_by(n);
         }
@@ -349,6 +366,29 @@ fn openmetrics_to_classic(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_descriptor_value_cannot_end_its_label_or_write_series_of_its_own() {
+        let m = Metrics::new();
+        let hostile = "x\"} 999\nlimitmesh_decisions_total{domain=\"api\",result=\"allowed\\";
+        m.record_detailed("api", hostile, DecisionResult::Allowed);
+        m.record_decisions("api\"\n", DecisionResult::Allowed, 1);
+        let text = m.encode_classic();
+        assert!(
+            text.contains(r#"descriptor="x\"} 999\nlimitmesh_decisions_total{domain=\"api\",result=\"allowed\\""#),
+            "{text}"
+        );
+        assert!(text.contains(r#"domain="api\"\n""#), "{text}");
+        // One line each for the two series, none injected.
+        let decisions = |name: &str| text.lines().filter(|l| l.starts_with(name)).count();
+        assert_eq!(decisions("limitmesh_decisions_total{"), 1, "{text}");
+        assert_eq!(
+            decisions("limitmesh_descriptor_decisions_total{"),
+            1,
+            "{text}"
+        );
+        assert!(!text.contains("} 999\n"), "{text}");
+    }
 
     #[test]
     fn detailed_series_are_capped_and_the_rest_overflow() {
