@@ -76,7 +76,8 @@ fn fault_spans(cfg: &SimConfig) -> Vec<(f64, f64, String)> {
                 at_ms,
                 restart_ms,
             } => {
-                let back = restart_ms.map_or(end, |r| s(at_ms + r).min(end));
+                // `restart_ms` is a time of the run, like `at_ms`.
+                let back = restart_ms.map_or(end, |r| s(r).min(end));
                 spans.push((
                     s(*at_ms),
                     back.max(s(*at_ms) + 0.2),
@@ -461,6 +462,27 @@ pub fn write_report(dir: &Path, name: &str, runs: &[RunData<'_>]) -> anyhow::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crash_is_shaded_until_its_restart_and_far_times_do_not_overflow() {
+        let mut cfg = SimConfig::new(1);
+        cfg.duration_ms = 30_000;
+        cfg.faults = vec![
+            Fault::Crash {
+                node: 1,
+                at_ms: 10_000,
+                restart_ms: Some(15_000),
+            },
+            Fault::Crash {
+                node: 2,
+                at_ms: u64::MAX - 1,
+                restart_ms: Some(u64::MAX),
+            },
+        ];
+        let spans = fault_spans(&cfg);
+        assert_eq!((spans[0].0, spans[0].1), (10.0, 15.0));
+        assert!(spans[1].1 >= spans[1].0);
+    }
 
     #[test]
     fn window_sums_count_each_window_in_full() {
