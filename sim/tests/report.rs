@@ -61,18 +61,7 @@ fn a_report_is_a_page_of_plots_that_a_browser_renders() {
     let cfg = scenario_file::parse("short.toml", SHORT, 3).expect("the scenario");
     let outcome = run(&cfg).expect("the run");
     let report = Report::new(&cfg, &outcome);
-    let dir = tempfile::tempdir().expect("a directory");
-    let page = write_report(
-        dir.path(),
-        "short",
-        &[RunData {
-            label: "share",
-            cfg: &cfg,
-            outcome: &outcome,
-            report: &report,
-        }],
-    )
-    .expect("the report");
+    let (dir, page) = report_page(&cfg, &outcome, &report, "short");
     let html = std::fs::read_to_string(&page).expect("the page");
     assert!(html.starts_with("<!DOCTYPE html>"), "{}", &html[..100]);
     assert_eq!(
@@ -98,6 +87,28 @@ fn a_report_is_a_page_of_plots_that_a_browser_renders() {
     );
 
     renders(&page, dir.path());
+}
+
+/// Writes the report of one run (`share`) to a new directory; returns it and the page.
+fn report_page(
+    cfg: &limitmesh_sim::SimConfig,
+    outcome: &limitmesh_sim::Outcome,
+    report: &Report,
+    name: &str,
+) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("a directory");
+    let page = write_report(
+        dir.path(),
+        name,
+        &[RunData {
+            label: "share",
+            cfg,
+            outcome,
+            report,
+        }],
+    )
+    .expect("the report");
+    (dir, page)
 }
 
 /// Has Chromium, if there is one, take a screenshot of `page` and checks it is not blank.
@@ -176,17 +187,6 @@ fn the_readme_example_runs_and_its_report_renders() {
         report.partition_max_ratio.is_some(),
         "windows inside the partition"
     );
-    let dir = tempfile::tempdir().expect("a directory");
-    let page = write_report(
-        dir.path(),
-        "mine",
-        &[RunData {
-            label: "share",
-            cfg: &cfg,
-            outcome: &outcome,
-            report: &report,
-        }],
-    )
-    .expect("the report");
+    let (dir, page) = report_page(&cfg, &outcome, &report, "mine");
     renders(&page, dir.path());
 }

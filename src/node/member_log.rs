@@ -215,7 +215,7 @@ mod tests {
 
     #[test]
     fn a_partition_reads_suspect_down_then_alive_again() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic_now();
         let mut log = MemberLog::default();
         let a = member(1, 7001);
         assert!(matches!(
@@ -261,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_refuted_suspicion_is_alive_again_and_a_graceful_stop_is_left() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic_now();
         let mut log = MemberLog::default();
         let (a, b) = (member(1, 7001), member(2, 7002));
         log.round(suspects(&[&a]));
@@ -283,7 +283,7 @@ mod tests {
 
     #[test]
     fn a_new_process_at_an_address_is_a_restart() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic_now();
         let mut log = MemberLog::default();
         let old = member(1, 7001);
         let new = member(9, 7001);
@@ -305,7 +305,7 @@ mod tests {
 
     #[test]
     fn a_node_that_leaves_is_not_said_to_be_in_trouble() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic_now();
         let mut log = MemberLog::default();
         assert_eq!(
             log.event(&MemberEvent::Defunct, t),
@@ -318,7 +318,7 @@ mod tests {
 
     #[test]
     fn members_remembered_as_gone_are_bounded() {
-        let t = Instant::now();
+        let t = crate::clock::monotonic_now();
         let mut log = MemberLog::default();
         for n in 0..(MAX_REMEMBERED as u128 + 10) {
             log.event(&MemberEvent::Down(member(n, 7000)), t);
