@@ -168,6 +168,22 @@ fn run_both(
                     .map_or_else(|| "-".into(), |v| format!("{v:.1}")),
                 fmt_cut_off(&r.clock_cut_off),
             );
+            // A row for each other descriptor: its window measures, the run's own beside
+            // them left out.
+            for d in &r.descriptors {
+                println!(
+                    "{:<13} {:<7} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9}",
+                    format!("{name}/{}", d.name),
+                    label,
+                    fmt_pct(Some(d.over_admission_mean)),
+                    fmt_pct(Some(d.over_admission_p99)),
+                    fmt_pct(Some(d.over_admission_max)),
+                    fmt_pct(Some(d.utilization)),
+                    "-",
+                    d.partition_max_ratio
+                        .map_or_else(|| "-".into(), |v| format!("{v:.3}xL")),
+                );
+            }
         }
     }
     if let Some(dir) = report_dir {

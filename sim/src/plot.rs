@@ -4,7 +4,8 @@
 //! naive one, side by side:
 //!
 //! - admitted per sliding window over time against the limit, stacked by node, with the
-//!   faults shaded on the time axis (partitions, crashes and restarts, clock steps);
+//!   faults shaded on the time axis (partitions, crashes and restarts, clock steps): one plot
+//!   for each limited descriptor of the run;
 //! - the members each node sees up over time (a partition is two groups of lines);
 //! - how stale a node's view of another's admissions was (a histogram), when measured;
 //! - the measures of the run in a table.
@@ -141,6 +142,7 @@ fn new_chart<'a, 'b>(
     caption: String,
     (x, x_desc): (std::ops::Range<f64>, &str),
     (y, y_desc): (std::ops::Range<f64>, &str),
+    y_labels: usize,
 ) -> anyhow::Result<TimeChart<'a, 'b>> {
     let mut chart = ChartBuilder::on(root)
         .caption(caption, ("sans-serif", 17))
@@ -153,6 +155,7 @@ fn new_chart<'a, 'b>(
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
+        .y_labels(y_labels)
         .y_label_formatter(&|v| format!("{v:.0}"))
         .x_label_formatter(&|v| format!("{v:.0}"))
         .light_line_style(WHITE.mix(0.0))
@@ -194,33 +197,70 @@ fn plot_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("drawing a plot: {e:?}")
 }
 
-/// Admitted per sliding window, stacked by node, against the limit, faults shaded.
-fn admitted_svg(name: &str, run: &RunData<'_>) -> anyhow::Result<String> {
+/// One limited descriptor of a run, as a plot shows it.
+struct Plotted<'a> {
+    /// Its name, when the run limits more than one.
+    name: Option<&'a str>,
+    admitted_by_node: &'a [Vec<u32>],
+    limit: u32,
+    window_ms: u64,
+}
+
+/// The limited descriptors of `run`: the main one, then the others in order.
+fn plotted<'a>(run: &RunData<'a>) -> Vec<Plotted<'a>> {
     let cfg = run.cfg;
-    let window = cfg.window_ms as usize;
-    let (times, sums) = window_sums(&run.outcome.admitted_by_node, window);
+    let several = !cfg.descriptors.is_empty();
+    let main = Plotted {
+        name: several.then(|| cfg.main_name.as_deref().unwrap_or("main limit")),
+        admitted_by_node: &run.outcome.admitted_by_node,
+        limit: cfg.limit,
+        window_ms: cfg.window_ms,
+    };
+    let others = cfg
+        .descriptors
+        .iter()
+        .zip(&run.outcome.descriptors)
+        .map(|(d, series)| Plotted {
+            name: Some(&d.name),
+            admitted_by_node: &series.admitted_by_node,
+            limit: d.limit,
+            window_ms: d.window_ms,
+        });
+    std::iter::once(main).chain(others).collect()
+}
+
+/// Admitted per sliding window on one descriptor, stacked by node, against its limit, faults
+/// shaded.
+fn admitted_svg(name: &str, run: &RunData<'_>, what: &Plotted<'_>) -> anyhow::Result<String> {
+    let cfg = run.cfg;
+    let window = what.window_ms as usize;
+    let (times, sums) = window_sums(what.admitted_by_node, window);
     let total_max = (0..times.len())
         .map(|i| sums.iter().map(|s| u64::from(s[i])).sum::<u64>())
         .max()
         .unwrap_or(0);
-    let y_max = (total_max.max(u64::from(cfg.limit)) as f64 * 1.15).max(1.0);
+    let y_max = (total_max.max(u64::from(what.limit)) as f64 * 1.15).max(1.0);
     let x_max = cfg.duration_ms as f64 / 1000.0;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_error)?;
         let standing = standing_faults(cfg);
+        let subject = what
+            .name
+            .map_or_else(|| name.to_owned(), |d| format!("{name}, {d}"));
         let title = if standing.is_empty() {
-            format!("{name}: {} ({} nodes)", run.label, cfg.nodes)
+            format!("{subject}: {} ({} nodes)", run.label, cfg.nodes)
         } else {
-            format!("{name}: {} ({} nodes; {standing})", run.label, cfg.nodes)
+            format!("{subject}: {} ({} nodes; {standing})", run.label, cfg.nodes)
         };
-        let y_desc = format!("admitted per {} ms window", cfg.window_ms);
+        let y_desc = format!("admitted per {} ms window", what.window_ms);
         let mut chart = new_chart(
             &root,
             title,
             (0.0..x_max, "time (s)"),
             (0.0..y_max, &y_desc),
+            10,
         )?;
         shade_faults(&mut chart, cfg, y_max, true)?;
         // Stacked: node n's area runs from the sum of nodes below it to that plus its own.
@@ -247,14 +287,14 @@ fn admitted_svg(name: &str, run: &RunData<'_>) -> anyhow::Result<String> {
                 });
             below = top;
         }
-        let limit = f64::from(cfg.limit);
+        let limit = f64::from(what.limit);
         chart
             .draw_series(LineSeries::new(
                 [(0.0, limit), (x_max, limit)],
                 BLACK.stroke_width(2),
             ))
             .map_err(plot_error)?
-            .label(format!("limit ({})", cfg.limit))
+            .label(format!("limit ({})", what.limit))
             .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.stroke_width(2)));
         chart
             .configure_series_labels()
@@ -286,6 +326,8 @@ fn members_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
             format!("members each node sees up, {}", run.label),
             (0.0..x_max, "time (s)"),
             (0.0..y_max, "members"),
+            // Whole members only: labels at halves would print as the same number twice.
+            (cfg.nodes + 1).min(10),
         )?;
         shade_faults(&mut chart, cfg, y_max, false)?;
         for n in 0..cfg.nodes {
@@ -346,6 +388,7 @@ fn staleness_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
             ),
             (0.0..(bins as u64 * bin) as f64, "ms"),
             (0.0..top, "probes"),
+            10,
         )?;
         chart
             .draw_series(counts.iter().enumerate().map(|(i, c)| {
@@ -422,30 +465,54 @@ pub fn write_report(dir: &Path, name: &str, runs: &[RunData<'_>]) -> anyhow::Res
         "<table><tr><th>policy</th><th>over-admission mean</th><th>p99</th><th>max</th>\
          <th>utilization</th><th>busiest window in a partition</th><th>staleness p99</th></tr>",
     );
+    let ratio = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.3} × L"));
     for run in runs {
         let r = run.report;
+        let main = plotted(run).swap_remove(0).name;
         let _ = write!(
             html,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(run.label),
+            esc(&main.map_or_else(|| run.label.to_owned(), |d| format!("{}, {d}", run.label))),
             pct(Some(r.over_admission_mean)),
             pct(Some(r.over_admission_p99)),
             pct(Some(r.over_admission_max)),
             pct(Some(r.utilization)),
-            r.partition_max_ratio
-                .map_or_else(|| "-".into(), |v| format!("{v:.3} × L")),
+            ratio(r.partition_max_ratio),
             r.staleness_p99_ms
                 .map_or_else(|| "-".into(), |v| format!("{v} ms")),
         );
+        for d in &r.descriptors {
+            let _ = write!(
+                html,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>-</td></tr>",
+                esc(&format!("{}, {}", run.label, d.name)),
+                pct(Some(d.over_admission_mean)),
+                pct(Some(d.over_admission_p99)),
+                pct(Some(d.over_admission_max)),
+                pct(Some(d.utilization)),
+                ratio(d.partition_max_ratio),
+            );
+        }
     }
     html.push_str("</table>");
     for run in runs {
         let _ = write!(html, "<h2>{}</h2>", esc(run.label));
-        let svg = admitted_svg(name, run)?;
-        // Each plot also as a file of its own, to put in a document.
-        let file = dir.join(format!("{}-{}.svg", file_safe(name), file_safe(run.label)));
-        std::fs::write(&file, &svg).with_context(|| format!("writing {}", file.display()))?;
-        html.push_str(&svg);
+        for (i, what) in plotted(run).iter().enumerate() {
+            let svg = admitted_svg(name, run, what)?;
+            // Each plot also as a file of its own, to put in a document: the main limit's as
+            // `<scenario>-<policy>.svg`, another's numbered (names may differ only in what a
+            // file name cannot hold) and named.
+            let stem = format!("{}-{}", file_safe(name), file_safe(run.label));
+            let file = match (i, what.name) {
+                (0, _) | (_, None) => dir.join(format!("{stem}.svg")),
+                (i, Some(d)) => {
+                    let d: String = file_safe(d).chars().take(60).collect();
+                    dir.join(format!("{stem}-{i}-{d}.svg"))
+                }
+            };
+            std::fs::write(&file, &svg).with_context(|| format!("writing {}", file.display()))?;
+            html.push_str(&svg);
+        }
         if let Some(svg) = members_svg(run)? {
             html.push_str(&svg);
         }

@@ -33,6 +33,24 @@ pub struct Report {
     pub clock_rollbacks: u64,
     /// Nodes cut off for their clocks at the end of the run, with their offsets (ms).
     pub clock_cut_off: Vec<(usize, i64)>,
+    /// The same window measures for each of the run's other descriptors (none in a built-in
+    /// scenario, and then not in the JSON).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub descriptors: Vec<DescriptorReport>,
+}
+
+/// The window measures of one more limited descriptor of a run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DescriptorReport {
+    pub name: String,
+    pub limit: u32,
+    pub window_ms: u64,
+    pub windows: usize,
+    pub over_admission_mean: f64,
+    pub over_admission_p99: f64,
+    pub over_admission_max: f64,
+    pub utilization: f64,
+    pub partition_max_ratio: Option<f64>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -56,13 +74,31 @@ pub(crate) fn window_sums(per_ms: &[u32], w: usize, from: usize) -> Vec<u64> {
         .collect()
 }
 
-impl Report {
-    pub fn new(cfg: &SimConfig, outcome: &Outcome) -> Self {
-        let w = cfg.window_ms as usize;
-        let l = f64::from(cfg.limit);
+/// Over-admission and utilization of one limit over every sliding window after warm-up, and
+/// its busiest window inside a partition.
+struct WindowMeasures {
+    windows: usize,
+    mean: f64,
+    p99: f64,
+    max: f64,
+    utilization: f64,
+    partition_max_ratio: Option<f64>,
+}
+
+impl WindowMeasures {
+    /// `admitted` and `offered` are per true millisecond, all nodes.
+    fn of(
+        cfg: &SimConfig,
+        admitted_per_ms: &[u32],
+        offered_per_ms: &[u32],
+        limit: u32,
+        window_ms: u64,
+    ) -> Self {
+        let w = window_ms as usize;
+        let l = f64::from(limit);
         let from = (cfg.warmup_ms as usize).max(w);
-        let admitted = window_sums(&outcome.admitted_per_ms, w, from);
-        let offered = window_sums(&outcome.offered_per_ms, w, from);
+        let admitted = window_sums(admitted_per_ms, w, from);
+        let offered = window_sums(offered_per_ms, w, from);
         let mut over: Vec<f64> = admitted
             .iter()
             .map(|a| (*a as f64 / l - 1.0).max(0.0))
@@ -86,24 +122,11 @@ impl Report {
             over.iter().sum::<f64>() / over.len() as f64
         };
         over.sort_by(f64::total_cmp);
-
-        let burst_first_window_over = match cfg.workload {
-            Workload::Burst { onset_ms, .. } | Workload::BurstAfterTrickle { onset_ms, .. } => {
-                let start = onset_ms as usize;
-                let end = (start + w).min(outcome.admitted_per_ms.len());
-                let n: u64 = outcome.admitted_per_ms[start.min(end)..end]
-                    .iter()
-                    .map(|c| u64::from(*c))
-                    .sum();
-                Some(n as f64 / l - 1.0)
-            }
-            _ => None,
-        };
         let partition_max_ratio = cfg.faults.iter().find_map(|f| match f {
             Fault::Partition {
                 from_ms, until_ms, ..
             } => {
-                let all = window_sums(&outcome.admitted_per_ms, w, w);
+                let all = window_sums(admitted_per_ms, w, w);
                 let inside = all
                     .iter()
                     .enumerate()
@@ -116,6 +139,65 @@ impl Report {
             }
             _ => None,
         });
+        WindowMeasures {
+            windows: over.len(),
+            mean,
+            p99: percentile(&over, 0.99),
+            max: over.last().copied().unwrap_or(0.0),
+            utilization,
+            partition_max_ratio,
+        }
+    }
+}
+
+impl Report {
+    pub fn new(cfg: &SimConfig, outcome: &Outcome) -> Self {
+        let w = cfg.window_ms as usize;
+        let l = f64::from(cfg.limit);
+        let m = WindowMeasures::of(
+            cfg,
+            &outcome.admitted_per_ms,
+            &outcome.offered_per_ms,
+            cfg.limit,
+            cfg.window_ms,
+        );
+        let descriptors = cfg
+            .descriptors
+            .iter()
+            .zip(&outcome.descriptors)
+            .map(|(d, series)| {
+                let m = WindowMeasures::of(
+                    cfg,
+                    &series.admitted_per_ms,
+                    &series.offered_per_ms,
+                    d.limit,
+                    d.window_ms,
+                );
+                DescriptorReport {
+                    name: d.name.clone(),
+                    limit: d.limit,
+                    window_ms: d.window_ms,
+                    windows: m.windows,
+                    over_admission_mean: m.mean,
+                    over_admission_p99: m.p99,
+                    over_admission_max: m.max,
+                    utilization: m.utilization,
+                    partition_max_ratio: m.partition_max_ratio,
+                }
+            })
+            .collect();
+        let burst_first_window_over = match cfg.workload {
+            Workload::Burst { onset_ms, .. } | Workload::BurstAfterTrickle { onset_ms, .. } => {
+                let start = onset_ms as usize;
+                let end = (start + w).min(outcome.admitted_per_ms.len());
+                let n: u64 = outcome.admitted_per_ms[start.min(end)..end]
+                    .iter()
+                    .map(|c| u64::from(*c))
+                    .sum();
+                Some(n as f64 / l - 1.0)
+            }
+            _ => None,
+        };
         let mut stale = outcome.staleness_ms.clone();
         stale.sort_unstable();
         let pct = |p: f64| {
@@ -129,13 +211,13 @@ impl Report {
         });
         Report {
             seed: cfg.seed,
-            windows: over.len(),
-            over_admission_mean: mean,
-            over_admission_p99: percentile(&over, 0.99),
-            over_admission_max: over.last().copied().unwrap_or(0.0),
-            utilization,
+            windows: m.windows,
+            over_admission_mean: m.mean,
+            over_admission_p99: m.p99,
+            over_admission_max: m.max,
+            utilization: m.utilization,
             burst_first_window_over,
-            partition_max_ratio,
+            partition_max_ratio: m.partition_max_ratio,
             staleness_p50_ms: pct(0.5),
             staleness_p99_ms: pct(0.99),
             convergence_ms: outcome.convergence_ms,
@@ -144,6 +226,7 @@ impl Report {
             datagrams_duplicated: outcome.faults.datagrams_duplicated,
             clock_rollbacks: outcome.faults.clock_rollbacks,
             clock_cut_off: outcome.faults.clock_fenced.clone(),
+            descriptors,
         }
     }
 }

@@ -21,6 +21,11 @@
 //! shape = "uniform"            # uniform, skewed, burst, burst-after-trickle, ramp
 //! overload = 2.0               # offered load, as a multiple of the limit
 //!
+//! [[descriptors]]              # any number (at most 16): more limits, each with its traffic
+//! name = "tenant=7"            # how reports name it (with a rules file: the entries)
+//! requests = 200               # as in [limit]; with a rules file, `descriptor = [[k, v]]`
+//! traffic = { shape = "ramp", from = 0.5, to = 3.0, from_ms = 5_000, until_ms = 20_000 }
+//!
 //! [[faults]]
 //! kind = "partition"           # partition, crash, loss, loss-one-way, duplication, skew,
 //! side = [3, 4]                # clock-step
@@ -31,8 +36,8 @@
 //! converge_at_ms = 30_000      # traffic on a second key stops here; time to agree is measured
 //! ```
 //!
-//! Every field but `nodes` has the default shown; an unknown field is an error. Errors name
-//! the file, the line and the field.
+//! Every field but `nodes` has the default shown (`[[descriptors]]` has none unless given);
+//! an unknown field is an error. Errors name the file, the line and the field.
 
 use std::path::Path;
 
@@ -43,7 +48,7 @@ use serde::Deserialize;
 
 use limitmesh::rules::{DescriptorEntry, LoadOptions, Lookup, RuleLimit, RuleSet, RulesSource};
 
-use crate::cluster::{Fault, SimConfig};
+use crate::cluster::{Fault, SimConfig, SimDescriptor};
 use crate::workload::Workload;
 
 /// Most nodes a turmoil run takes (the fleet simulator is for larger ones).
@@ -70,6 +75,8 @@ struct ScenarioDoc {
     traffic: Workload,
     #[serde(default)]
     background: Option<BackgroundDoc>,
+    #[serde(default)]
+    descriptors: Vec<toml::Spanned<DescriptorDoc>>,
     #[serde(default)]
     faults: Vec<toml::Spanned<Fault>>,
     #[serde(default)]
@@ -136,49 +143,194 @@ impl Default for LimitDoc {
     }
 }
 
-/// The limit `doc` names: given, or from its rules file (read from `dir`).
-fn resolve_limit(doc: &LimitDoc, dir: &Path) -> Result<(u32, u64, u16), (&'static str, String)> {
+/// A `[[descriptors]]` table: one more limited descriptor and its own traffic.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DescriptorDoc {
+    /// What reports call it; by default its entries (`tenant=globex`), or `descriptor N`.
+    #[serde(default)]
+    name: Option<String>,
+    /// With a rules file (in `[limit]`): the descriptor's entries, looked up in its domain.
+    #[serde(default)]
+    descriptor: Option<Vec<[String; 2]>>,
+    /// Without a rules file: the limit, defaults as in `[limit]`.
+    #[serde(default)]
+    requests: Option<u32>,
+    #[serde(default)]
+    window_ms: Option<u64>,
+    #[serde(default)]
+    buckets: Option<u16>,
+    traffic: Workload,
+}
+
+/// Most descriptors a file may add to the main one.
+pub const MAX_DESCRIPTORS: usize = 16;
+
+/// A rules file, read once, and where it was read from.
+struct Rules {
+    set: RuleSet,
+    path: std::path::PathBuf,
+    domain: String,
+}
+
+/// `[limit]`'s rules file, read from `dir`, if it names one.
+fn read_rules(doc: &LimitDoc, dir: &Path) -> Result<Option<Rules>, (String, String)> {
     let Some(rules) = &doc.rules else {
         if doc.domain.is_some() || doc.descriptor.is_some() {
             return Err((
-                "limit.rules",
+                "limit.rules".into(),
                 "domain and descriptor go with a rules file".into(),
             ));
         }
-        return Ok((
-            doc.requests.unwrap_or(1_000),
-            doc.window_ms.unwrap_or(1_000),
-            doc.buckets.unwrap_or(10),
-        ));
+        return Ok(None);
     };
-    if doc.requests.is_some() || doc.window_ms.is_some() || doc.buckets.is_some() {
-        return Err((
-            "limit.rules",
-            "the rules give the limit: leave out requests, window_ms and buckets".into(),
-        ));
-    }
-    let (Some(domain), Some(descriptor)) = (&doc.domain, &doc.descriptor) else {
-        return Err((
-            "limit.descriptor",
-            "a rules file needs a domain and a descriptor".into(),
-        ));
+    let Some(domain) = &doc.domain else {
+        return Err(("limit.domain".into(), "a rules file needs a domain".into()));
     };
     let path = dir.join(rules);
     let set = RuleSet::load(&RulesSource::Path(path.clone()), LoadOptions::default())
-        .map_err(|e| ("limit.rules", e.to_string()))?;
+        .map_err(|e| ("limit.rules".to_owned(), e.to_string()))?;
+    Ok(Some(Rules {
+        set,
+        path,
+        domain: domain.clone(),
+    }))
+}
+
+/// `key=value` entries joined by `,`: how reports name a descriptor.
+fn descriptor_name(entries: &[[String; 2]]) -> String {
+    entries
+        .iter()
+        .map(|[k, v]| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The limit of the table at `at` (`limit` or `descriptors[N]`): given (`given`, each
+/// defaulting as in `[limit]`), or what `rules` give its `descriptor`.
+fn resolve_limit(
+    at: &str,
+    rules: Option<&Rules>,
+    descriptor: Option<&[[String; 2]]>,
+    given: (Option<u32>, Option<u64>, Option<u16>),
+) -> Result<(u32, u64, u16), (String, String)> {
+    let field = |f: &str| format!("{at}.{f}");
+    let Some(rules) = rules else {
+        if descriptor.is_some() {
+            return Err((
+                field("descriptor"),
+                "a descriptor goes with a rules file (limit.rules)".into(),
+            ));
+        }
+        return Ok((
+            given.0.unwrap_or(1_000),
+            given.1.unwrap_or(1_000),
+            given.2.unwrap_or(10),
+        ));
+    };
+    if given.0.is_some() || given.1.is_some() || given.2.is_some() {
+        return Err((
+            field("requests"),
+            "the rules give the limit: leave out requests, window_ms and buckets".into(),
+        ));
+    }
+    let Some(descriptor) = descriptor else {
+        return Err((
+            field("descriptor"),
+            "a rules file needs a descriptor".into(),
+        ));
+    };
     let entries: Vec<DescriptorEntry<'_>> = descriptor
         .iter()
         .map(|[key, value]| DescriptorEntry { key, value })
         .collect();
-    let named = || format!("{descriptor:?} in domain {domain:?} of {}", path.display());
-    match set.lookup(domain, &entries) {
+    let named = || {
+        format!(
+            "{descriptor:?} in domain {:?} of {}",
+            rules.domain,
+            rules.path.display()
+        )
+    };
+    match rules.set.lookup(&rules.domain, &entries) {
         Lookup::Matched(m) => match &m.rule.limit {
             RuleLimit::Limited { limit, .. } => {
                 Ok((limit.max, limit.window.window_ms(), limit.window.buckets()))
             }
-            RuleLimit::Unlimited => Err(("limit.descriptor", format!("{} is unlimited", named()))),
+            RuleLimit::Unlimited => Err((field("descriptor"), format!("{} is unlimited", named()))),
         },
-        _ => Err(("limit.descriptor", format!("no rule limits {}", named()))),
+        _ => Err((field("descriptor"), format!("no rule limits {}", named()))),
+    }
+}
+
+/// Checks a limit's values; errors name `at`'s fields.
+fn check_limit(
+    at: &str,
+    (requests, window_ms, buckets): (u32, u64, u16),
+) -> Result<(), (String, String)> {
+    if requests == 0 {
+        return Err((format!("{at}.requests"), "0: expected at least 1".into()));
+    }
+    WindowSpec::new(window_ms, buckets, Default::default()).map_err(|e| {
+        (
+            at.to_owned(),
+            format!("window_ms {window_ms} with buckets {buckets}: {e}"),
+        )
+    })?;
+    Ok(())
+}
+
+/// Checks a traffic table's values; errors name `at`'s fields (`traffic`,
+/// `descriptors[0].traffic`).
+fn check_workload(at: &str, w: &Workload) -> Result<(), (String, String)> {
+    let share = |f: &str, v: f64| {
+        if (0.0..=1.0).contains(&v) {
+            Ok(())
+        } else {
+            Err((format!("{at}.{f}"), format!("{v}: expected 0 to 1")))
+        }
+    };
+    let overload = |f: &str, v: f64| {
+        if (0.0..=1_000.0).contains(&v) {
+            Ok(())
+        } else {
+            Err((format!("{at}.{f}"), format!("{v}: expected 0 to 1000")))
+        }
+    };
+    match *w {
+        Workload::Uniform { overload: o } | Workload::Burst { overload: o, .. } => {
+            overload("overload", o)
+        }
+        Workload::Skewed {
+            overload: o,
+            hot_share,
+        } => {
+            overload("overload", o)?;
+            share("hot_share", hot_share)
+        }
+        Workload::BurstAfterTrickle {
+            overload: o,
+            trickle,
+            ..
+        } => {
+            overload("overload", o)?;
+            share("trickle", trickle)
+        }
+        Workload::Ramp {
+            from,
+            to,
+            from_ms,
+            until_ms,
+        } => {
+            overload("from", from)?;
+            overload("to", to)?;
+            if until_ms <= from_ms {
+                return Err((
+                    format!("{at}.until_ms"),
+                    format!("{until_ms} is not after from_ms {from_ms}"),
+                ));
+            }
+            Ok(())
+        }
     }
 }
 
@@ -204,6 +356,92 @@ struct BackgroundDoc {
 struct MeasureDoc {
     converge_at_ms: Option<u64>,
     probe_staleness: bool,
+}
+
+/// The `[[descriptors]]` of `doc`, checked; an error gives the byte offset of its table, the
+/// field and what is wrong.
+fn descriptors(
+    doc: &ScenarioDoc,
+    rules: Option<&Rules>,
+) -> Result<Vec<SimDescriptor>, (Option<usize>, String, String)> {
+    if doc.descriptors.len() > MAX_DESCRIPTORS {
+        return Err((
+            None,
+            "descriptors".into(),
+            format!(
+                "{}: at most {MAX_DESCRIPTORS} besides the one in [limit]",
+                doc.descriptors.len()
+            ),
+        ));
+    }
+    // Every node's admissions are kept per millisecond for each descriptor: the run's size
+    // is bounded as a whole, at what the largest run of one descriptor takes.
+    let cells = (1 + doc.descriptors.len() as u64)
+        .saturating_mul(doc.nodes as u64)
+        .saturating_mul(doc.duration_ms);
+    let budget = MAX_NODES as u64 * MAX_DURATION_MS;
+    if cells > budget {
+        return Err((
+            None,
+            "descriptors".into(),
+            format!(
+                "{} descriptors on {} nodes for {} ms: descriptors × nodes × duration_ms is \
+                 at most {budget}",
+                1 + doc.descriptors.len(),
+                doc.nodes,
+                doc.duration_ms
+            ),
+        ));
+    }
+    let mut names: Vec<String> = doc
+        .limit
+        .descriptor
+        .as_deref()
+        .map(descriptor_name)
+        .into_iter()
+        .collect();
+    let mut out = Vec::with_capacity(doc.descriptors.len());
+    for (i, spanned) in doc.descriptors.iter().enumerate() {
+        let at = format!("descriptors[{i}]");
+        let offset = Some(spanned.span().start);
+        let d = spanned.get_ref();
+        let err = |(field, what): (String, String)| (offset, field, what);
+        let limit = resolve_limit(
+            &at,
+            rules,
+            d.descriptor.as_deref(),
+            (d.requests, d.window_ms, d.buckets),
+        )
+        .map_err(err)?;
+        check_limit(&at, limit).map_err(err)?;
+        check_workload(&format!("{at}.traffic"), &d.traffic).map_err(err)?;
+        let name = match (&d.name, &d.descriptor) {
+            (Some(name), _) => name.clone(),
+            (None, Some(entries)) => descriptor_name(entries),
+            (None, None) => format!("descriptor {}", i + 1),
+        };
+        if name.is_empty() || name.len() > 200 {
+            return Err(err((
+                format!("{at}.name"),
+                "expected 1 to 200 characters".into(),
+            )));
+        }
+        if names.contains(&name) {
+            return Err(err((
+                format!("{at}.name"),
+                format!("{name:?} names another descriptor of this file too"),
+            )));
+        }
+        names.push(name.clone());
+        out.push(SimDescriptor {
+            name,
+            limit: limit.0,
+            window_ms: limit.1,
+            buckets: limit.2,
+            workload: d.traffic.clone(),
+        });
+    }
+    Ok(out)
 }
 
 /// The 1-based line of byte `offset` in `text`.
@@ -278,22 +516,18 @@ pub fn parse_in(file: &str, text: &str, seed: u64, dir: &Path) -> anyhow::Result
             "0: expected more".into(),
         ));
     }
-    let (requests, window_ms, buckets) =
-        resolve_limit(&doc.limit, dir).map_err(|(field, what)| fail(None, field, what))?;
-    if requests == 0 {
-        return Err(fail(
-            None,
-            "limit.requests",
-            "0: expected at least 1".into(),
-        ));
-    }
-    WindowSpec::new(window_ms, buckets, Default::default()).map_err(|e| {
-        fail(
-            None,
-            "limit",
-            format!("window_ms {window_ms} with buckets {buckets}: {e}"),
-        )
-    })?;
+    let plain = |(field, what): (String, String)| fail(None, &field, what);
+    let rules = read_rules(&doc.limit, dir).map_err(plain)?;
+    let given = (doc.limit.requests, doc.limit.window_ms, doc.limit.buckets);
+    let main = resolve_limit(
+        "limit",
+        rules.as_ref(),
+        doc.limit.descriptor.as_deref(),
+        given,
+    )
+    .map_err(plain)?;
+    check_limit("limit", main).map_err(plain)?;
+    let (requests, window_ms, buckets) = main;
     let nodes = doc.nodes;
     let mut c = SimConfig::new(seed);
     c.nodes = nodes;
@@ -309,60 +543,10 @@ pub fn parse_in(file: &str, text: &str, seed: u64, dir: &Path) -> anyhow::Result
         PartitionPolicyDoc::Strict => PartitionPolicy::Strict,
         PartitionPolicyDoc::Available => PartitionPolicy::Available,
     });
-    let share = |field: &str, v: f64| -> anyhow::Result<f64> {
-        if (0.0..=1.0).contains(&v) {
-            Ok(v)
-        } else {
-            Err(fail(None, field, format!("{v}: expected 0 to 1")))
-        }
-    };
-    let overload = |v: f64| -> anyhow::Result<f64> {
-        if (0.0..=1_000.0).contains(&v) {
-            Ok(v)
-        } else {
-            Err(fail(
-                None,
-                "traffic.overload",
-                format!("{v}: expected 0 to 1000"),
-            ))
-        }
-    };
-    match &doc.traffic {
-        Workload::Uniform { overload: o } | Workload::Burst { overload: o, .. } => {
-            overload(*o)?;
-        }
-        Workload::Skewed {
-            overload: o,
-            hot_share,
-        } => {
-            overload(*o)?;
-            share("traffic.hot_share", *hot_share)?;
-        }
-        Workload::BurstAfterTrickle {
-            overload: o,
-            trickle,
-            ..
-        } => {
-            overload(*o)?;
-            share("traffic.trickle", *trickle)?;
-        }
-        Workload::Ramp {
-            from,
-            to,
-            from_ms,
-            until_ms,
-        } => {
-            overload(*from)?;
-            overload(*to)?;
-            if until_ms <= from_ms {
-                return Err(fail(
-                    None,
-                    "traffic.until_ms",
-                    format!("{until_ms} is not after from_ms {from_ms}"),
-                ));
-            }
-        }
-    }
+    check_workload("traffic", &doc.traffic).map_err(plain)?;
+    c.main_name = doc.limit.descriptor.as_deref().map(descriptor_name);
+    c.descriptors = descriptors(&doc, rules.as_ref())
+        .map_err(|(line, field, what)| fail(line.map(|at| line_of(text, at)), &field, what))?;
     c.workload = doc.traffic;
     if let Some(b) = doc.background {
         if b.keys > 10_000 || !(b.rate.is_finite() && b.rate >= 0.0 && b.rate <= 1_000.0) {

@@ -178,6 +178,8 @@ fn the_readme_example_runs_and_its_report_renders() {
             .any(|f| matches!(f, limitmesh_sim::Fault::Partition { side, .. } if side == &[3])),
         "a 3 | 1 partition"
     );
+    let names: Vec<&str> = cfg.descriptors.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["tenant=globex"], "a second tenant");
     // Shortened, the partition kept inside the run.
     cfg.duration_ms = 14_000;
     cfg.converge_at_ms = None;
@@ -187,6 +189,18 @@ fn the_readme_example_runs_and_its_report_renders() {
         report.partition_max_ratio.is_some(),
         "windows inside the partition"
     );
+    assert!(
+        report.descriptors[0].partition_max_ratio.is_some(),
+        "the second tenant's windows inside the partition"
+    );
     let (dir, page) = report_page(&cfg, &outcome, &report, "mine");
+    // A plot for each tenant, each a file of its own too.
+    let html = std::fs::read_to_string(&page).expect("the page");
+    for title in ["mine, tenant=acme: share", "mine, tenant=globex: share"] {
+        assert!(html.contains(title), "no plot titled {title:?}");
+    }
+    for file in ["mine-share.svg", "mine-share-1-tenant_globex.svg"] {
+        assert!(dir.path().join(file).exists(), "no {file}");
+    }
     renders(&page, dir.path());
 }

@@ -146,11 +146,16 @@ fn a_limit_comes_from_a_rules_file_or_is_refused_with_its_field() {
         (
             "domain = \"api\"\n",
             "limit.descriptor",
-            "a domain and a descriptor",
+            "needs a descriptor",
+        ),
+        (
+            "descriptor = [[\"tenant\", \"a\"]]\n",
+            "limit.domain",
+            "needs a domain",
         ),
         (
             "domain = \"api\"\ndescriptor = [[\"tenant\", \"a\"]]\nrequests = 5\n",
-            "limit.rules",
+            "limit.requests",
             "leave out",
         ),
     ] {

@@ -76,6 +76,32 @@ pub struct SimConfig {
     /// Other keys with light traffic (never limited), so that rounds carry many registers as
     /// in a real deployment: `(keys, requests per second per key per node)`.
     pub background: Option<(usize, f64)>,
+    /// The main limit's descriptor, as a person would name it (`tenant=acme`), when known.
+    pub main_name: Option<String>,
+    /// More limited descriptors, each with its own limit and traffic, measured like the main
+    /// one. Their traffic comes as requests of their own, beside the main key's.
+    pub descriptors: Vec<SimDescriptor>,
+}
+
+/// A limited descriptor besides the main one, with its own limit and offered load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimDescriptor {
+    /// What reports call it (`tenant=globex`); unique within a run.
+    pub name: String,
+    pub limit: u32,
+    pub window_ms: u64,
+    pub buckets: u16,
+    pub workload: Workload,
+}
+
+impl SimDescriptor {
+    pub fn limit(&self) -> Limit {
+        Limit {
+            max: self.limit,
+            window: WindowSpec::new(self.window_ms, self.buckets, Default::default())
+                .unwrap_or_else(|_| WindowSpec::with_default_buckets(1_000).expect("valid")),
+        }
+    }
 }
 
 impl SimConfig {
@@ -99,6 +125,8 @@ impl SimConfig {
             converge_at_ms: None,
             probe_staleness: false,
             background: None,
+            main_name: None,
+            descriptors: Vec::new(),
         }
     }
 

@@ -20,26 +20,45 @@ use crate::clock::{ClockControl, SimClock};
 use crate::net::{NetFaults, SimSocket};
 use crate::workload::poisson;
 
-#[derive(Debug, Default)]
-pub(super) struct Recorder {
-    pub admitted: Vec<u32>,
-    pub offered: Vec<u32>,
-    pub by_node: Vec<Vec<u32>>,
-    pub probes: Vec<u64>,
+/// One limited descriptor's decisions, per true millisecond.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Series {
+    /// Admitted, all nodes.
+    pub admitted_per_ms: Vec<u32>,
+    /// Offered, all nodes.
+    pub offered_per_ms: Vec<u32>,
+    /// Admitted per node.
+    pub admitted_by_node: Vec<Vec<u32>>,
 }
 
-impl Recorder {
-    fn record(&mut self, node: usize, t_ms: u64, allowed: bool) {
-        let t = t_ms as usize;
-        if t >= self.offered.len() {
-            return;
-        }
-        self.offered[t] += 1;
-        if allowed {
-            self.admitted[t] += 1;
-            self.by_node[node][t] += 1;
+impl Series {
+    pub(super) fn new(nodes: usize, len: usize) -> Self {
+        Self {
+            admitted_per_ms: vec![0; len],
+            offered_per_ms: vec![0; len],
+            admitted_by_node: vec![vec![0; len]; nodes],
         }
     }
+
+    fn record(&mut self, node: usize, t_ms: u64, allowed: bool) {
+        let t = t_ms as usize;
+        if t >= self.offered_per_ms.len() {
+            return;
+        }
+        self.offered_per_ms[t] += 1;
+        if allowed {
+            self.admitted_per_ms[t] += 1;
+            self.admitted_by_node[node][t] += 1;
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Recorder {
+    pub main: Series,
+    /// One per [`SimConfig::descriptors`], in order.
+    pub descriptors: Vec<Series>,
+    pub probes: Vec<u64>,
 }
 
 /// What the harness shares with every boot of one host.
@@ -147,6 +166,13 @@ async fn drive(
         max: u32::MAX,
         window: main.window,
     };
+    // Keys of their own: a descriptor's name could be anything, the main key included.
+    let extra: Vec<(Vec<u8>, Limit)> = cfg
+        .descriptors
+        .iter()
+        .enumerate()
+        .map(|(d, desc)| (format!("descriptor/{d}").into_bytes(), desc.limit()))
+        .collect();
     let check = |key: &[u8], limit: Limit| {
         let item = [CheckItem {
             key,
@@ -178,7 +204,17 @@ async fn drive(
             .rate_per_ms(i, cfg.nodes, t, f64::from(cfg.limit), cfg.window_ms);
         for _ in 0..poisson(lambda, &mut rng) {
             let allowed = check(MAIN_KEY, main);
-            lock(&recorder).record(i, t, allowed);
+            lock(&recorder).main.record(i, t, allowed);
+        }
+        // After the main key's draws, so that a run without more descriptors draws as before.
+        for (d, (desc, (key, limit))) in cfg.descriptors.iter().zip(&extra).enumerate() {
+            let lambda =
+                desc.workload
+                    .rate_per_ms(i, cfg.nodes, t, f64::from(desc.limit), desc.window_ms);
+            for _ in 0..poisson(lambda, &mut rng) {
+                let allowed = check(key, *limit);
+                lock(&recorder).descriptors[d].record(i, t, allowed);
+            }
         }
         for _ in 0..poisson(background_lambda, &mut rng) {
             let k = rng.random_range(0..background_keys.len());

@@ -18,8 +18,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use limitmesh::node::WireSnapshot;
 
+pub use self::config::SimDescriptor;
 pub use self::config::{Fault, SimConfig};
 use self::faults::{apply_faults, in_partition};
+pub use self::host::Series;
 use self::host::{HostShared, Recorder, host_main, host_name, lock};
 use self::probes::{estimates_agree, observe_probes};
 
@@ -80,6 +82,8 @@ pub struct Outcome {
     /// Every [`LIVE_SAMPLE_MS`]: the time (ms) and the members each node saw up (SWIM alive or
     /// suspect, itself included; 0 while it is down).
     pub live_samples: Vec<(u64, Vec<usize>)>,
+    /// What each of [`SimConfig::descriptors`] recorded, in order.
+    pub descriptors: Vec<Series>,
 }
 
 /// How often the members each node sees are sampled.
@@ -99,9 +103,8 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
         .build();
     let len = cfg.duration_ms as usize;
     let recorder = Arc::new(Mutex::new(Recorder {
-        admitted: vec![0; len],
-        offered: vec![0; len],
-        by_node: vec![vec![0; len]; cfg.nodes],
+        main: Series::new(cfg.nodes, len),
+        descriptors: vec![Series::new(cfg.nodes, len); cfg.descriptors.len()],
         probes: Vec::new(),
     }));
     let hosts: Vec<Arc<HostShared>> = (0..cfg.nodes).map(|_| Arc::default()).collect();
@@ -218,14 +221,15 @@ pub fn run(cfg: &SimConfig) -> turmoil::Result<Outcome> {
         .collect();
     Ok(Outcome {
         config_seed: cfg.seed,
-        admitted_per_ms: rec.admitted,
-        offered_per_ms: rec.offered,
-        admitted_by_node: rec.by_node,
+        admitted_per_ms: rec.main.admitted_per_ms,
+        offered_per_ms: rec.main.offered_per_ms,
+        admitted_by_node: rec.main.admitted_by_node,
         staleness_ms: staleness,
         convergence_ms: convergence,
         wire,
         faults: fired,
         final_live,
         live_samples,
+        descriptors: rec.descriptors,
     })
 }
