@@ -55,6 +55,10 @@ use crate::workload::Workload;
 pub const MAX_NODES: usize = 64;
 /// Longest run a file may ask for: ten simulated minutes.
 pub const MAX_DURATION_MS: u64 = 600_000;
+/// Slowest datagram a file may ask for.
+pub const MAX_LATENCY_MS: u64 = 10_000;
+/// Longest gossip round a file may ask for.
+pub const MAX_GOSSIP_INTERVAL_MS: u64 = 60_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -501,19 +505,23 @@ pub fn parse_in(file: &str, text: &str, seed: u64, dir: &Path) -> anyhow::Result
         ));
     }
     let [lo, hi] = *doc.network.latency_ms.get_ref();
-    if lo == 0 || lo > hi {
+    // A datagram slower than the longest run is no network a node could form a cluster on.
+    if lo == 0 || lo > hi || hi > MAX_LATENCY_MS {
         let line = Some(line_of(text, doc.network.latency_ms.span().start)).filter(|_| hi > 0);
         return Err(fail(
             line,
             "network.latency_ms",
-            format!("[{lo}, {hi}]: expected [min, max] with 1 <= min <= max"),
+            format!("[{lo}, {hi}]: expected [min, max] with 1 <= min <= max <= {MAX_LATENCY_MS}"),
         ));
     }
-    if doc.network.gossip_interval_ms == 0 {
+    if !(1..=MAX_GOSSIP_INTERVAL_MS).contains(&doc.network.gossip_interval_ms) {
         return Err(fail(
             None,
             "network.gossip_interval_ms",
-            "0: expected more".into(),
+            format!(
+                "{}: expected 1 to {MAX_GOSSIP_INTERVAL_MS}",
+                doc.network.gossip_interval_ms
+            ),
         ));
     }
     let plain = |(field, what): (String, String)| fail(None, &field, what);

@@ -89,6 +89,14 @@ fn a_bad_file_is_refused_with_its_file_line_and_field() {
             "network.latency_ms",
         ),
         (
+            "nodes = 3\n[network]\nlatency_ms = [1, 18446744073709551615]\n",
+            "network.latency_ms",
+        ),
+        (
+            "nodes = 3\n[network]\ngossip_interval_ms = 18446744073709551615\n",
+            "network.gossip_interval_ms",
+        ),
+        (
             "nodes = 3\n[limit]\nwindow_ms = 1000\nbuckets = 7\n",
             "limit",
         ),
