@@ -133,25 +133,76 @@ pub(crate) fn execute<'r, 'q>(
             .iter()
             .any(|&i| statuses[i].is_some_and(|s| s.allowed));
     allowed &= quota_room;
-    if !consuming.is_empty() {
-        let items = group(&consuming);
-        let decision = limiter.check(
-            &CheckRequest {
-                items: &items,
-                dry_run: dry_run || !allowed,
-            },
-            now_ms,
-        )?;
-        allowed &= decision.allowed;
-        for (&i, status) in consuming.iter().zip(decision.limits) {
-            statuses[i] = Some(status);
+    if dry_run || !allowed {
+        // Refused already (or only asked): the consuming descriptors report what they would
+        // say, and consume nothing.
+        if !consuming.is_empty() {
+            let decision = limiter.check(
+                &CheckRequest {
+                    items: &group(&consuming),
+                    dry_run: true,
+                },
+                now_ms,
+            )?;
+            allowed &= decision.allowed;
+            for (&i, status) in consuming.iter().zip(decision.limits) {
+                statuses[i] = Some(status);
+            }
         }
-    }
-    if allowed && !dry_run {
-        // Admitted: the quota-mode descriptors that had room consume. One that lost its room
-        // to another request since keeps the status of its dry run.
-        for &i in &quotas {
-            if !is_peek(i) && statuses[i].is_some_and(|s| s.allowed) {
+    } else {
+        // The consuming descriptors and one quota-mode descriptor that had room go in one
+        // check, all or nothing: a quota descriptor whose room another request took since
+        // its dry run must not let this one through on its word. The next one with room is
+        // tried; a peek with room (it consumes nothing) is room enough on its own.
+        let peek_room = quotas
+            .iter()
+            .any(|&i| is_peek(i) && statuses[i].is_some_and(|s| s.allowed));
+        let with_room: SmallVec<[usize; 4]> = quotas
+            .iter()
+            .copied()
+            .filter(|&i| !is_peek(i) && statuses[i].is_some_and(|s| s.allowed))
+            .collect();
+        let tries: SmallVec<[Option<usize>; 4]> = if quotas.is_empty() || peek_room {
+            smallvec::smallvec![None]
+        } else {
+            with_room.iter().map(|&i| Some(i)).collect()
+        };
+        let mut admitted_by = None;
+        allowed = false;
+        for quota in tries {
+            let mut indices = consuming.clone();
+            indices.extend(quota);
+            if indices.is_empty() {
+                allowed = true;
+                break;
+            }
+            let decision = limiter.check(
+                &CheckRequest {
+                    items: &group(&indices),
+                    dry_run: false,
+                },
+                now_ms,
+            )?;
+            for (&i, status) in indices.iter().zip(&decision.limits) {
+                statuses[i] = Some(*status);
+            }
+            if decision.allowed {
+                allowed = true;
+                admitted_by = quota;
+                break;
+            }
+            if consuming
+                .iter()
+                .any(|&i| statuses[i].is_some_and(|s| !s.allowed))
+            {
+                // A plain descriptor is over: no quota descriptor can help.
+                break;
+            }
+        }
+        if allowed {
+            // The other quota-mode descriptors that had room consume too, as far as they
+            // still can, each reporting what its limit says now.
+            for &i in with_room.iter().filter(|&&i| Some(i) != admitted_by) {
                 statuses[i] = check_one(i, false)?.or(statuses[i]);
             }
         }
@@ -167,4 +218,69 @@ pub(crate) fn execute<'r, 'q>(
         shadowed,
         verdicts,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Barrier};
+
+    use super::*;
+    use crate::limiter::{KeyHasher, Limit, LimiterConfig, OriginId};
+    use crate::rpc::plan::Applied;
+    use crate::window::WindowSpec;
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    fn quota_item(key: String, max: u32) -> Planned<'static, 'static> {
+        Planned::Limited(LimitedItem {
+            key: key.into_bytes(),
+            limit: Limit {
+                max,
+                window: WindowSpec::with_default_buckets(3_600_000).unwrap(),
+            },
+            applied: Applied::Inline { name: "q" },
+            shadow: false,
+            quota: true,
+            peek: false,
+            cost: 1,
+        })
+    }
+
+    /// Requests racing for the last unit of a quota-mode limit: its dry run may find room that
+    /// another request takes before this one consumes it. Only one may be answered OK.
+    #[test]
+    fn racing_requests_never_share_the_last_unit_of_a_quota_limit() {
+        const THREADS: usize = 4;
+        const ROUNDS: usize = 3_000;
+        let limiter = Arc::new(Limiter::new(
+            LimiterConfig::default(),
+            OriginId(1),
+            KeyHasher::from_secret(b"race"),
+        ));
+        let start = Arc::new(Barrier::new(THREADS));
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (limiter, start) = (limiter.clone(), start.clone());
+                std::thread::spawn(move || {
+                    let mut allowed = vec![false; ROUNDS];
+                    for (round, ok) in allowed.iter_mut().enumerate() {
+                        start.wait();
+                        let planned = vec![quota_item(format!("k{round}"), 1)];
+                        *ok = execute(&limiter, planned, false, false, NOW)
+                            .unwrap()
+                            .allowed;
+                    }
+                    allowed
+                })
+            })
+            .collect();
+        let results: Vec<Vec<bool>> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+        let mut over = 0;
+        for round in 0..ROUNDS {
+            let n = results.iter().filter(|r| r[round]).count();
+            assert!(n >= 1, "round {round}: nobody got the unit");
+            over += n.saturating_sub(1);
+        }
+        assert_eq!(over, 0, "requests admitted past a limit of 1");
+    }
 }
