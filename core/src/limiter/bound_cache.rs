@@ -11,6 +11,8 @@
 //! - the liveness (who is live, `N_expected`, who is silent or cut off): its generation is
 //!   part of the key;
 //! - the remote registers: a merge invalidates the cache ([`BoundCache::invalidate`]);
+//! - this node's own demand as its peers know it: an emission that changes it invalidates the
+//!   cache (`WindowState::publish_demand`);
 //! - the cost: the bound is computed for a cost of 1, and the allowance only grows with cost;
 //! - the local ring and the passing of time within the bucket: both only loosen the bound
 //!   (the straddling bucket fades, remote counts and demand age out, onset ends, this node's

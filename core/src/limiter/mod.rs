@@ -159,3 +159,4 @@ impl Limiter {
             .collect_garbage(now_ms, budget, |idx| self.is_held(idx), &guard)
     }
 }
+

@@ -256,12 +256,15 @@ impl Limiter {
             if state.take_dirty() && state.requeue() {
                 again.push(id);
             }
-            let snap = state.ring.snapshot(&state.spec(), now_ms);
+            let spec = state.spec();
+            let snap = state.ring.snapshot(&spec, now_ms);
+            let register = register_of(&snap, &spec, now_ms, version, hlc);
+            state.publish_demand(&spec, register.demand, now_ms);
             updates.push(RegisterUpdate {
                 key: id,
-                window_ms: state.spec().window_ms(),
-                buckets: state.spec().buckets(),
-                register: register_of(&snap, &state.spec(), now_ms, version, hlc),
+                window_ms: spec.window_ms(),
+                buckets: spec.buckets(),
+                register,
             });
         }
         self.dirty.queue_again(&again);

@@ -85,6 +85,10 @@ enum Op {
     Members {
         live: usize,
     },
+    /// Both limiters emit their registers: their own demand, as peers know it, changes.
+    Emit {
+        dt: u64,
+    },
 }
 
 const LIMITS: [u32; 5] = [1, 3, 10, 40, 1_000];
@@ -99,6 +103,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(key, limit, exact)| Op::Reload { key, limit, exact }),
         2 => (0u8..2, 1u32..60, 0u64..150).prop_map(|(key, n, dt)| Op::PeerTraffic { key, n, dt }),
         1 => (1usize..4).prop_map(|live| Op::Members { live }),
+        2 => (0u64..250).prop_map(|dt| Op::Emit { dt }),
     ]
 }
 
@@ -158,6 +163,15 @@ proptest! {
                 Op::Members { live } => {
                     on.set_members(*live, now);
                     off.set_members(*live, now);
+                }
+                Op::Emit { dt } => {
+                    now += dt;
+                    let (a, b) = (on.collect_changed(now), off.collect_changed(now));
+                    prop_assert_eq!(
+                        a.map(|b| b.updates.len()),
+                        b.map(|b| b.updates.len()),
+                        "op {} {:?}", i, op
+                    );
                 }
             }
         }

@@ -356,3 +356,43 @@ fn a_held_origin_keeps_its_demand_and_its_register_until_released() {
     a.gc(T0 + 12_000, 100);
     assert_eq!(demand_of_b(T0 + 12_000), None);
 }
+
+#[test]
+fn a_share_follows_the_demand_this_node_published_not_a_rise_its_peers_have_not_heard_of() {
+    let l = limiter();
+    l.set_members(2, T0);
+    let lim = [second(100)];
+    // A steady request every 10 ms for a second (no onset left), then a peer's register:
+    // demand 300, 10 admitted.
+    let t = T0 + 1_000;
+    for i in 0..100 {
+        check(&l, "k", &lim, 1, T0 + 10 * i);
+    }
+    let id = l.key_id(b"k", &lim[0].window);
+    let mut peer = update(id, lim[0].window.epoch(t), 1, t);
+    peer.register.demand = 300;
+    peer.register.admitted = vec![10];
+    let peer = Batch {
+        origin: OriginId(9),
+        updates: vec![peer],
+    };
+    assert_eq!(l.merge(&peer, t).inserted, 1);
+    let published = l.collect_changed(t).expect("the window changed");
+    let own = published.updates[0].register.demand;
+    assert!((95..=101).contains(&own), "{own}");
+    let allowance = |now| l.inspect(b"k", &lim[0], now).unwrap().allowance;
+    let before = allowance(t);
+    let share = 100.0 * f64::from(own) / f64::from(own + 300) + admission::WHOLE_REQUEST_CREDIT;
+    assert!((before - share).abs() < 1e-9, "{before} vs {share}");
+    // This node's load doubles; its peer has not heard. Counting its own fresh demand would
+    // raise its share to about 40 while the peer still counts it at about 25.
+    let refused = (0..100)
+        .filter(|_| !check(&l, "k", &lim, 1, t).allowed)
+        .count();
+    assert!(refused >= 95, "{refused}");
+    assert_eq!(allowance(t), before);
+    // Once it has told its peers, the share follows.
+    let told = l.collect_changed(t).expect("the window changed");
+    assert!(told.updates[0].register.demand >= own + 95);
+    assert!(allowance(t) > before + 10.0, "{}", allowance(t));
+}
