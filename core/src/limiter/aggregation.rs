@@ -77,7 +77,11 @@ impl Limiter {
                 *total.entry(epoch).or_default() += count;
             }
         }
-        let mut demand = local.offered.sum(&spec, now_ms).ceil() as u64;
+        // This node's demand as its registers told it, as for its own decisions (admission.rs).
+        let fresh = local.offered.sum(&spec, now_ms).ceil();
+        let mut demand = state
+            .published_demand(fresh > 0.0)
+            .map_or(fresh as u64, u64::from);
         let replica = state.remote.load_full();
         if let Some(replica) = &replica {
             for (idx, reg) in replica.iter() {

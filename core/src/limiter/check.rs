@@ -245,7 +245,7 @@ impl Limiter {
             cost: f64::from(cost),
             local_admitted: local.admitted,
             local_offered: local.offered,
-            published_demand: state.published_demand(spec, now_ms).map(f64::from),
+            published_demand: state.published_demand(local.active).map(f64::from),
             remote_admitted: remote.admitted,
             remote_demand: remote.demand as f64,
             onset,

@@ -159,4 +159,3 @@ impl Limiter {
             .collect_garbage(now_ms, budget, |idx| self.is_held(idx), &guard)
     }
 }
-

@@ -259,7 +259,11 @@ impl Limiter {
             let spec = state.spec();
             let snap = state.ring.snapshot(&spec, now_ms);
             let register = register_of(&snap, &spec, now_ms, version, hlc);
-            state.publish_demand(&spec, register.demand, now_ms);
+            // What peers will count this node's demand as (admission.rs). In a large cluster a
+            // window that refused nothing lately goes to its owner only on a calm round, so
+            // they may count an older one; but such a window's share does not bind, and the
+            // round it refuses, its register goes out.
+            state.publish_demand(register.demand);
             updates.push(RegisterUpdate {
                 key: id,
                 window_ms: spec.window_ms(),
@@ -286,15 +290,16 @@ impl Limiter {
             let Some(state) = self.table.get(&id, &guard) else {
                 continue;
             };
-            let snap = state.ring.snapshot(&state.spec(), now_ms);
+            let spec = state.spec();
+            let snap = state.ring.snapshot(&spec, now_ms);
             if snap.is_empty() {
                 continue;
             }
             updates.push(RegisterUpdate {
                 key: id,
-                window_ms: state.spec().window_ms(),
-                buckets: state.spec().buckets(),
-                register: register_of(&snap, &state.spec(), now_ms, version, hlc),
+                window_ms: spec.window_ms(),
+                buckets: spec.buckets(),
+                register: register_of(&snap, &spec, now_ms, version, hlc),
             });
         }
         Batch {

@@ -45,15 +45,7 @@ pub(crate) struct WindowState {
     /// The current bucket's admission bound, cached for the rest of the bucket under exactly
     /// the inputs it was computed from (see `bound_cache.rs`).
     pub bound: BoundCache,
-    /// This node's demand as its peers know it: `demand (32) | PUBLISHED | bucket epoch (31)`
-    /// of its last emitted register of the window, 0 before the first.
-    published: AtomicU64,
 }
-
-/// `WindowState::published` holds a demand; the bucket epoch below it is kept to 31 bits
-/// (compared modulo 2^31: a window is far shorter than 2^31 buckets).
-const PUBLISHED: u64 = 1 << 31;
-const EPOCH_BITS: u64 = PUBLISHED - 1;
 
 const DIRTY: u64 = 1 << 63;
 const QUEUED: u64 = 1 << 62;
@@ -102,26 +94,30 @@ impl WindowState {
             shape: AtomicU64::new(shape_bits(&spec)),
             remote: ArcSwapOption::empty(),
             bound: BoundCache::default(),
-            published: AtomicU64::new(0),
         }
     }
 
     /// Records the demand this node just emitted for the window. A change forgets the cached
     /// bound, which was computed from the previous one.
-    pub fn publish_demand(&self, spec: &WindowSpec, demand: u32, now_ms: u64) {
-        let word = (u64::from(demand) << 32) | PUBLISHED | (spec.epoch(now_ms) & EPOCH_BITS);
-        let before = self.published.swap(word, Ordering::AcqRel);
-        if before >> 32 != u64::from(demand) || before & PUBLISHED == 0 {
+    pub fn publish_demand(&self, demand: u32) {
+        if self.ring.publish(demand) != Some(demand) {
             self.bound.invalidate();
         }
     }
 
-    /// The demand this node's peers know it by: that of its last emitted register, for one
-    /// window after the emission, as peers trust it (`RegisterRef::live_demand`).
-    pub fn published_demand(&self, spec: &WindowSpec, now_ms: u64) -> Option<u32> {
-        let word = self.published.load(Ordering::Acquire);
-        let age = (spec.epoch(now_ms) & EPOCH_BITS).wrapping_sub(word & EPOCH_BITS) & EPOCH_BITS;
-        (word & PUBLISHED != 0 && age < u64::from(spec.buckets())).then_some((word >> 32) as u32)
+    /// The demand this node's peers know it by: that of its last emitted register. `active` is
+    /// whether this node's ring holds any traffic in the window: once it holds none, the node
+    /// has not emitted for about a window, peers no longer trust that register
+    /// (`RegisterRef::live_demand`), and the demand is forgotten.
+    pub fn published_demand(&self, active: bool) -> Option<u32> {
+        if active {
+            self.ring.published()
+        } else {
+            if self.ring.forget_published() {
+                self.bound.invalidate();
+            }
+            None
+        }
     }
 
     /// The window's shape (interpolated). Kept as length and bucket count, the rest derived:
@@ -269,11 +265,11 @@ mod tests {
     use crate::window::EstimateMode;
 
     #[test]
-    fn published_demand_lasts_one_window_and_a_change_forgets_the_cached_bound() {
+    fn published_demand_lasts_while_the_ring_is_active_and_a_change_forgets_the_cached_bound() {
         let spec = WindowSpec::with_default_buckets(1_000).unwrap();
         let state = WindowState::new(spec);
         let t = 1_700_000_000_050;
-        assert_eq!(state.published_demand(&spec, t), None);
+        assert_eq!(state.published_demand(true), None);
         let key = BoundKey {
             epoch: spec.epoch(t),
             limit: 100,
@@ -281,16 +277,28 @@ mod tests {
             generation: 0,
         };
         state.bound.store(state.bound.seen(), &key, 7);
-        state.publish_demand(&spec, 40, t);
+        state.publish_demand(40);
         assert_eq!(state.bound.get(&key), None, "a first demand is a change");
         state.bound.store(state.bound.seen(), &key, 7);
-        state.publish_demand(&spec, 40, t + 10);
-        assert_eq!(state.bound.get(&key), Some(7), "the same demand changes nothing");
-        state.publish_demand(&spec, 41, t + 20);
+        state.publish_demand(40);
+        assert_eq!(
+            state.bound.get(&key),
+            Some(7),
+            "the same demand changes nothing"
+        );
+        state.publish_demand(41);
         assert_eq!(state.bound.get(&key), None);
-        // Peers trust a register for one window after it was emitted; this node counts whole
-        // buckets, from the start of the emission's (t − 50), so it stops a little sooner.
-        assert_eq!(state.published_demand(&spec, t + 949), Some(41));
-        assert_eq!(state.published_demand(&spec, t + 950), None);
+        assert_eq!(state.published_demand(true), Some(41));
+        // A window with no traffic left: peers have stopped counting that register.
+        state.bound.store(state.bound.seen(), &key, 7);
+        assert_eq!(state.published_demand(false), None);
+        assert_eq!(state.bound.get(&key), None);
+        assert_eq!(state.published_demand(true), None, "forgotten");
+        state.publish_demand(u32::MAX);
+        assert_eq!(state.published_demand(true), Some(u32::MAX - 1));
+        assert!(
+            std::mem::size_of::<WindowState>() <= 128,
+            "a window stays 128 bytes"
+        );
     }
 }

@@ -14,7 +14,7 @@
 //! share a slot and a tag are at least `lcm(B + 1, 2^16)` buckets apart; the key table clears
 //! the slots of windows idle that long ([`LocalRing::clear_stale`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::estimate::AgeProfile;
 use super::spec::WindowSpec;
@@ -141,13 +141,20 @@ pub enum Admit {
 /// Slots kept inline in the window's own allocation: enough for the default 10 buckets.
 const INLINE_SLOTS: usize = 11;
 
+/// The slots, and the demand this node last told its peers for the window (see
+/// [`LocalRing::publish`]). That word sits in what would otherwise be the enum's padding, so
+/// the ring stays 96 bytes.
 #[derive(Debug)]
 enum Slots {
     Inline {
         len: u8,
+        published: AtomicU32,
         words: [AtomicU64; INLINE_SLOTS],
     },
-    Heap(Box<[AtomicU64]>),
+    Heap {
+        published: AtomicU32,
+        words: Box<[AtomicU64]>,
+    },
 }
 
 #[derive(Debug)]
@@ -161,18 +168,47 @@ impl LocalRing {
         let slots = match u8::try_from(n) {
             Ok(len) if n <= INLINE_SLOTS => Slots::Inline {
                 len,
+                published: AtomicU32::new(0),
                 words: Default::default(),
             },
-            _ => Slots::Heap((0..n).map(|_| AtomicU64::new(0)).collect()),
+            _ => Slots::Heap {
+                published: AtomicU32::new(0),
+                words: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            },
         };
         Self { slots }
     }
 
     fn words(&self) -> &[AtomicU64] {
         match &self.slots {
-            Slots::Inline { len, words } => &words[..usize::from(*len)],
-            Slots::Heap(words) => words,
+            Slots::Inline { len, words, .. } => &words[..usize::from(*len)],
+            Slots::Heap { words, .. } => words,
         }
+    }
+
+    fn published_word(&self) -> &AtomicU32 {
+        match &self.slots {
+            Slots::Inline { published, .. } | Slots::Heap { published, .. } => published,
+        }
+    }
+
+    /// Records the demand this node just emitted for the window; returns the one recorded
+    /// before, if any. Demands above `u32::MAX - 1` are recorded as that.
+    pub fn publish(&self, demand: u32) -> Option<u32> {
+        let before = self
+            .published_word()
+            .swap(demand.saturating_add(1), Ordering::AcqRel);
+        before.checked_sub(1)
+    }
+
+    /// The demand last recorded by [`LocalRing::publish`], if any and not forgotten since.
+    pub fn published(&self) -> Option<u32> {
+        self.published_word().load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// Forgets the recorded demand; returns whether there was one.
+    pub fn forget_published(&self) -> bool {
+        self.published_word().swap(0, Ordering::AcqRel) != 0
     }
 
     fn slot(&self, epoch: u64) -> &AtomicU64 {
