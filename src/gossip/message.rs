@@ -308,6 +308,64 @@ mod tests {
     }
 
     #[test]
+    fn a_round_of_aggregates_states_its_stamp_once() {
+        use crate::limiter::{CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig};
+        // An owner's sums of 30 windows for one subscriber, as one round sends them.
+        let owner = Limiter::new(
+            LimiterConfig::default(),
+            OriginId(1),
+            KeyHasher::from_secret(b"test cluster"),
+        );
+        let limit = Limit {
+            max: 1_000,
+            window: WindowSpec::with_default_buckets(1_000).unwrap(),
+        };
+        let names: Vec<String> = (0..30).map(|i| format!("tenant={i}")).collect();
+        for name in &names {
+            let items = [CheckItem {
+                key: name.as_bytes(),
+                limit,
+                cost: 1,
+            }];
+            let req = CheckRequest {
+                items: &items,
+                dry_run: false,
+            };
+            assert!(owner.check(&req, T0).unwrap().allowed);
+        }
+        let keys: Vec<KeyId> = names
+            .iter()
+            .map(|n| owner.key_id(n.as_bytes(), &limit.window))
+            .collect();
+        let stamp = owner.aggregate_stamp(T0);
+        let one_stamp: Vec<RegisterUpdate> = keys
+            .iter()
+            .flat_map(|k| owner.aggregates_for(*k, &[OriginId(2)], stamp, T0))
+            .collect();
+        let stamp_each: Vec<RegisterUpdate> = keys
+            .iter()
+            .flat_map(|k| owner.aggregates_for(*k, &[OriginId(2)], owner.aggregate_stamp(T0), T0))
+            .collect();
+        assert_eq!((one_stamp.len(), stamp_each.len()), (30, 30));
+        let bytes = |updates: Vec<RegisterUpdate>| -> usize {
+            let batch = Batch {
+                origin: OriginId(1),
+                updates,
+            };
+            encode_batch(&batch, OriginId(1), 60_000)
+                .unwrap()
+                .iter()
+                .map(Vec::len)
+                .sum()
+        };
+        let (shared, separate) = (bytes(one_stamp), bytes(stamp_each));
+        assert!(
+            shared + 30 * 8 <= separate,
+            "{shared} bytes with one stamp, {separate} with one each"
+        );
+    }
+
+    #[test]
     fn impossible_shapes_are_counted_not_fatal() {
         let mut bad = update(1, 9, T0, 0, vec![1]);
         bad.buckets = 7; // 1000 ms does not divide into 7 buckets

@@ -283,6 +283,7 @@ impl<T: TimeSource> NodeCore<T> {
             changed = now_due;
         }
         let mut to_users: BTreeMap<Destination, Vec<RegisterUpdate>> = BTreeMap::new();
+        let stamp = self.limiter.aggregate_stamp(now.cluster_ms);
         for key in changed {
             let Some(subs) = ownership.subscribers.get_mut(&key) else {
                 continue;
@@ -293,7 +294,9 @@ impl<T: TimeSource> NodeCore<T> {
                 continue;
             }
             let ids: Vec<OriginId> = subs.keys().map(|s| OriginId(*s)).collect();
-            let sums = self.limiter.aggregates_for(key, &ids, now.cluster_ms);
+            let sums = self
+                .limiter
+                .aggregates_for(key, &ids, stamp, now.cluster_ms);
             for (sub, sum) in subs.values().zip(sums) {
                 to_users.entry(sub.to).or_default().push(sum);
             }

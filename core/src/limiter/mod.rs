@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 pub use admission::{
     Inputs as AdmissionInputs, PartitionPolicy, Policy, RecentLoad, allowance, lasting_allowance,
 };
+pub use aggregation::AggregateStamp;
 pub use config::{LimiterConfig, LimiterStats, TableFullPolicy};
 pub use decision::{
     CheckError, CheckItem, CheckRequest, Decision, LimitStatus, MAX_ITEMS_PER_CHECK, MAX_KEY_BYTES,

@@ -272,7 +272,8 @@ fn an_owner_sums_every_other_origin_for_each_subscriber() {
         assert_eq!(owner.merge(&batch, T0 + 2).inserted, 1);
     }
     let key = owner.key_id(b"k", &lim[0].window);
-    let sums = owner.aggregates_for(key, &[OriginId(2), OriginId(3), OriginId(9)], T0 + 3);
+    let stamp = owner.aggregate_stamp(T0 + 3);
+    let sums = owner.aggregates_for(key, &[OriginId(2), OriginId(3), OriginId(9)], stamp, T0 + 3);
     let admitted = |u: &RegisterUpdate| u.register.admitted.iter().sum::<u32>();
     // Each without its own register; an origin the owner never heard from gets the whole sum.
     assert_eq!(sums.iter().map(admitted).collect::<Vec<_>>(), [16, 12, 23]);
@@ -308,6 +309,7 @@ fn an_owner_sums_every_other_origin_for_each_subscriber() {
     let other = owner.aggregates_for(
         owner.key_id(b"elsewhere", &lim[0].window),
         &[OriginId(2)],
+        owner.aggregate_stamp(T0),
         T0,
     );
     assert!(other.is_empty(), "the owner holds no such window");
