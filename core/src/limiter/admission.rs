@@ -144,10 +144,15 @@ fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
             // This node's demand as its peers count it, so that every node divides the limit
             // by the same demand vector and the shares sum to 1 (ALGORITHM.md §4). Its fresh
             // demand would not: a node whose load just rose by chance would take more before
-            // the others knew to take less. Before its first emission, the fresh demand.
-            let mine = i
-                .published_demand
-                .map_or(i.local_offered + i.cost, |p| p.max(i.cost));
+            // the others knew to take less. At onset, and before its first emission, the
+            // fresh demand: the onset share caps it, and a demand published a round into a
+            // burst would hold this node to a sliver while its peers, capped at onset too,
+            // could not take the rest.
+            let fresh = i.local_offered + i.cost;
+            let mine = match i.published_demand {
+                Some(p) if !i.onset => p.max(i.cost),
+                _ => fresh,
+            };
             let proportional = if i.remote_demand <= 0.0 {
                 scale
             } else {

@@ -386,15 +386,16 @@ fn a_share_follows_the_demand_this_node_published_not_a_rise_its_peers_have_not_
     let before = allowance(t);
     let share = 100.0 * f64::from(own) / f64::from(own + 300) + admission::WHOLE_REQUEST_CREDIT;
     assert!((before - share).abs() < 1e-9, "{before} vs {share}");
-    // This node's load doubles; its peer has not heard. Counting its own fresh demand would
-    // raise its share to about 40 while the peer still counts it at about 25.
-    let refused = (0..100)
+    // This node's load rises by 40 % (short of a surge, which counts as an onset); its peer
+    // has not heard. Counting its own fresh demand would raise its share to about 32 while
+    // the peer still counts it at about 25.
+    let refused = (0..40)
         .filter(|_| !check(&l, "k", &lim, 1, t).allowed)
         .count();
-    assert!(refused >= 95, "{refused}");
+    assert!(refused >= 38, "{refused}");
     assert_eq!(allowance(t), before);
     // Once it has told its peers, the share follows.
     let told = l.collect_changed(t).expect("the window changed");
-    assert!(told.updates[0].register.demand >= own + 95);
-    assert!(allowance(t) > before + 10.0, "{}", allowance(t));
+    assert!(told.updates[0].register.demand >= own + 38);
+    assert!(allowance(t) > before + 5.0, "{}", allowance(t));
 }
