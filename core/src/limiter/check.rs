@@ -240,12 +240,26 @@ impl Limiter {
                 now_ms < first.saturating_add(self.config.onset_ms)
             });
         let (live, expected) = self.member_counts();
+        // The credit relies on the others' shares being current. Without a register or sum
+        // for the window in the last quarter of a window (a node that stopped hearing from the
+        // window's owner: a partition starting), none.
+        let credit_until = |at_ms: u64| {
+            if remote
+                .newest_emission_ms
+                .is_none_or(|e| at_ms.saturating_sub(e) <= spec.window_ms() / 4)
+            {
+                admission::WHOLE_REQUEST_CREDIT
+            } else {
+                0.0
+            }
+        };
         let inputs = admission::Inputs {
             limit: f64::from(limit.max),
             cost: f64::from(cost),
             local_admitted: local.admitted,
             local_offered: local.offered,
             published_demand: state.published_demand(local.active).map(f64::from),
+            credit: credit_until(now_ms),
             remote_admitted: remote.admitted,
             remote_demand: remote.demand as f64,
             onset,
@@ -258,6 +272,8 @@ impl Limiter {
         let lasting_inputs = admission::Inputs {
             cost: 1.0,
             local_offered: local.offered - local.straddle_offered,
+            // Only if it lasts until the bucket ends.
+            credit: credit_until(spec.epoch_start_ms(local.epoch + 1)),
             ..inputs
         };
         let others = local.admitted - f64::from(local.current);

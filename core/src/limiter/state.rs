@@ -64,6 +64,8 @@ pub(crate) struct RemoteScalars {
     pub admitted: f64,
     pub demand: u64,
     pub newest_admitted_age: Option<u64>,
+    /// When the newest of the registers and sums was emitted, by its origin's clock.
+    pub newest_emission_ms: Option<u64>,
 }
 
 impl RemoteScalars {
@@ -76,6 +78,7 @@ impl RemoteScalars {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             },
+            newest_emission_ms: self.newest_emission_ms.max(other.newest_emission_ms),
         }
     }
 }
@@ -163,6 +166,7 @@ impl WindowState {
         };
         let weigher = spec.weigher(now_ms);
         let fold = |reg: &crate::crdt::RegisterRef<'_>, out: &mut RemoteScalars| {
+            out.newest_emission_ms = out.newest_emission_ms.max(Some(reg.hlc.physical_ms()));
             for (epoch, count) in reg.buckets() {
                 let w = weigher.weight(epoch);
                 if w > 0.0 {

@@ -399,3 +399,36 @@ fn a_share_follows_the_demand_this_node_published_not_a_rise_its_peers_have_not_
     assert!(told.updates[0].register.demand >= own + 38);
     assert!(allowance(t) > before + 5.0, "{}", allowance(t));
 }
+
+#[test]
+fn the_whole_request_credit_needs_current_news_of_the_others() {
+    let l = limiter();
+    l.set_members(2, T0);
+    let lim = [second(100)];
+    let t = T0 + 1_000;
+    for i in 0..100 {
+        check(&l, "k", &lim, 1, T0 + 10 * i);
+    }
+    let id = l.key_id(b"k", &lim[0].window);
+    let peer = |version, hlc_ms| {
+        let mut u = update(id, lim[0].window.epoch(t), version, hlc_ms);
+        u.register.demand = 300;
+        u.register.admitted = vec![10];
+        Batch {
+            origin: OriginId(9),
+            updates: vec![u],
+        }
+    };
+    // The peer's last word is 300 ms old: more than a quarter of the window.
+    assert_eq!(l.merge(&peer(1, t - 300), t).inserted, 1);
+    l.collect_changed(t).expect("the window changed");
+    let allowance = || l.inspect(b"k", &lim[0], t).unwrap().allowance;
+    let stale = allowance();
+    // The same counts, said just now.
+    assert_eq!(l.merge(&peer(2, t), t).replaced, 1);
+    let current = allowance();
+    assert!(
+        (current - stale - admission::WHOLE_REQUEST_CREDIT).abs() < 1e-9,
+        "{stale} then {current}"
+    );
+}
