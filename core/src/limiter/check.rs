@@ -277,8 +277,19 @@ impl Limiter {
             ..inputs
         };
         let others = local.admitted - f64::from(local.current);
-        let mut lasting =
-            admission::lasting_allowance(self.config.policy, &lasting_inputs) - others;
+        let mut lasting_allowance =
+            admission::lasting_allowance(self.config.policy, &lasting_inputs);
+        if onset && lasting_inputs.published_demand.is_some() {
+            // Onset can end within the bucket, and with it the fresh demand gives way to the
+            // published one, which may be smaller: the bound must hold either way.
+            let after = admission::Inputs {
+                onset: false,
+                ..lasting_inputs
+            };
+            lasting_allowance =
+                lasting_allowance.min(admission::lasting_allowance(self.config.policy, &after));
+        }
+        let mut lasting = lasting_allowance - others;
         if !surging && let Some(room) = recent_load.current_room() {
             // The bound holds for the rest of the bucket only while the load does not surge:
             // it may not let the current bucket's offered load (refusals included) pass the

@@ -295,11 +295,15 @@ impl Limiter {
             if snap.is_empty() {
                 continue;
             }
+            let register = register_of(&snap, &spec, now_ms, version, hlc);
+            // A newer version than any this node sent: where it goes (an owner on a calm
+            // round, a newcomer, anti-entropy) it supersedes what was sent before.
+            state.publish_demand(register.demand);
             updates.push(RegisterUpdate {
                 key: id,
                 window_ms: spec.window_ms(),
                 buckets: spec.buckets(),
-                register: register_of(&snap, &spec, now_ms, version, hlc),
+                register,
             });
         }
         Batch {

@@ -218,3 +218,56 @@ fn a_clock_cut_off_applies_at_once_to_a_cached_bound_even_under_available() {
     assert!(not_told >= 4, "the twin admits on: {not_told}");
     assert_eq!(told, 0, "the window holds about 80 of a 60 share");
 }
+
+#[test]
+fn a_bound_cached_at_onset_does_not_outlive_it_within_a_bucket() {
+    // A minute window has 6 s buckets, so onset (500 ms past the first busy bucket) ends in
+    // the middle of one. During onset a node counts its fresh demand; after it, the demand it
+    // published, which here is far smaller. A bound cached at onset must not admit past that.
+    let lim = per(60_000, 1_000, EstimateMode::Interpolated);
+    let spec = lim.window;
+    let b0 = spec.epoch_start_ms(spec.epoch(T0) + 1);
+    let run = |cache: bool| {
+        let l = limiter_with(
+            LimiterConfig {
+                admission_cache: cache,
+                ..LimiterConfig::default()
+            },
+            1,
+        );
+        l.set_members(2, b0);
+        check(&l, "k", &[lim], 1, b0 + 10);
+        let id = l.key_id(b"k", &spec);
+        let peer = Batch {
+            origin: OriginId(9),
+            updates: vec![RegisterUpdate {
+                key: id,
+                window_ms: 60_000,
+                buckets: 10,
+                register: Register {
+                    version: 1,
+                    hlc: HlcTimestamp::new(b0 + 20, 0),
+                    newest_epoch: spec.epoch(b0 + 20),
+                    demand: 5_000,
+                    admitted: vec![10],
+                },
+            }],
+        };
+        assert_eq!(l.merge(&peer, b0 + 20).inserted, 1);
+        let published = l.collect_changed(b0 + 30).expect("changed");
+        assert_eq!(published.updates[0].register.demand, 1);
+        // The burst the peer has not heard of.
+        admitted_in(&l, "k", &[lim], 200, b0 + 40);
+        // Next bucket, still at onset: more of it, then one check (which caches a bound).
+        admitted_in(&l, "k", &[lim], 200, b0 + 6_050);
+        // A large request refused: more demand, so room for small ones.
+        assert!(!check(&l, "k", &[lim], 40, b0 + 6_090).allowed);
+        let at_onset = check(&l, "k", &[lim], 1, b0 + 6_100).allowed;
+        // Onset is over.
+        let after = admitted_in(&l, "k", &[lim], 20, b0 + 6_600);
+        (at_onset, after)
+    };
+    let (cached, exact) = (run(true), run(false));
+    assert_eq!(exact, (true, 0), "the case must arise");
+    assert_eq!(cached, exact);
+}
