@@ -47,7 +47,7 @@ pub struct Inputs {
     pub local_offered: f64,
     /// This node's demand as its peers know it (its last emitted register), if still current.
     pub published_demand: Option<f64>,
-    /// How far past its share this node may hold (see [`WHOLE_REQUEST_CREDIT`]).
+    /// How far past its share this node may hold (`WHOLE_REQUEST_CREDIT`, or 0).
     pub credit: f64,
     /// Other origins' admitted estimate, as last gossiped.
     pub remote_admitted: f64,
