@@ -359,26 +359,34 @@ fn a_held_origin_keeps_its_demand_and_its_register_until_released() {
     assert_eq!(demand_of_b(T0 + 12_000), None);
 }
 
-#[test]
-fn a_share_follows_the_demand_this_node_published_not_a_rise_its_peers_have_not_heard_of() {
+/// One of two members, after a steady request every 10 ms for a second on key `k` (no onset
+/// left), limit 100 per second; and the time then.
+fn steady_second() -> (Limiter, [Limit; 1], u64) {
     let l = limiter();
     l.set_members(2, T0);
     let lim = [second(100)];
-    // A steady request every 10 ms for a second (no onset left), then a peer's register:
-    // demand 300, 10 admitted.
-    let t = T0 + 1_000;
     for i in 0..100 {
         check(&l, "k", &lim, 1, T0 + 10 * i);
     }
-    let id = l.key_id(b"k", &lim[0].window);
-    let mut peer = update(id, lim[0].window.epoch(t), 1, t);
-    peer.register.demand = 300;
-    peer.register.admitted = vec![10];
-    let peer = Batch {
+    (l, lim, T0 + 1_000)
+}
+
+/// A peer's register of `k` stamped `hlc_ms`: demand 300, 10 admitted in the current bucket.
+fn busy_peer(l: &Limiter, lim: &Limit, version: u64, hlc_ms: u64) -> Batch {
+    let id = l.key_id(b"k", &lim.window);
+    let mut u = update(id, lim.window.epoch(T0 + 1_000), version, hlc_ms);
+    u.register.demand = 300;
+    u.register.admitted = vec![10];
+    Batch {
         origin: OriginId(9),
-        updates: vec![peer],
-    };
-    assert_eq!(l.merge(&peer, t).inserted, 1);
+        updates: vec![u],
+    }
+}
+
+#[test]
+fn a_share_follows_the_demand_this_node_published_not_a_rise_its_peers_have_not_heard_of() {
+    let (l, lim, t) = steady_second();
+    assert_eq!(l.merge(&busy_peer(&l, &lim[0], 1, t), t).inserted, 1);
     let published = l.collect_changed(t).expect("the window changed");
     let own = published.updates[0].register.demand;
     assert!((95..=101).contains(&own), "{own}");
@@ -402,23 +410,8 @@ fn a_share_follows_the_demand_this_node_published_not_a_rise_its_peers_have_not_
 
 #[test]
 fn the_whole_request_credit_needs_current_news_of_the_others() {
-    let l = limiter();
-    l.set_members(2, T0);
-    let lim = [second(100)];
-    let t = T0 + 1_000;
-    for i in 0..100 {
-        check(&l, "k", &lim, 1, T0 + 10 * i);
-    }
-    let id = l.key_id(b"k", &lim[0].window);
-    let peer = |version, hlc_ms| {
-        let mut u = update(id, lim[0].window.epoch(t), version, hlc_ms);
-        u.register.demand = 300;
-        u.register.admitted = vec![10];
-        Batch {
-            origin: OriginId(9),
-            updates: vec![u],
-        }
-    };
+    let (l, lim, t) = steady_second();
+    let peer = |version, hlc_ms| busy_peer(&l, &lim[0], version, hlc_ms);
     // The peer's last word is 300 ms old: more than a quarter of the window.
     assert_eq!(l.merge(&peer(1, t - 300), t).inserted, 1);
     l.collect_changed(t).expect("the window changed");
