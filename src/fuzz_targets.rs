@@ -3,7 +3,7 @@
 //! attacker or a broken peer would hand them to a node, and must return, whatever they are:
 //! no panic, and no allocation in proportion to a length the bytes claim.
 
-use crate::gossip::message::{decode_batch, members_count};
+use crate::gossip::message::{decode_batch, decode_batch_pair, members_count};
 use crate::gossip::wire::{Keyring, Opener, cluster_tag};
 use crate::limiter::OriginId;
 use crate::membership::{Membership, NodeId};
@@ -30,12 +30,15 @@ pub fn datagram(data: &[u8]) {
     }
 }
 
-/// A register or heartbeat body: the members count, then registers.
+/// A register or heartbeat body: the members count, then registers (or, in an exchange, two
+/// batches of them).
 pub fn register_body(data: &[u8]) {
     if let Some((_, rest)) = members_count::decode(data) {
         let _ = decode_batch(rest, OriginId(1));
+        let _ = decode_batch_pair(rest, OriginId(1));
     }
     let _ = decode_batch(data, OriginId(1));
+    let _ = decode_batch_pair(data, OriginId(1));
 }
 
 /// A SWIM packet handed to membership (foca and the codec).

@@ -141,11 +141,32 @@ pub fn empty_batch_body() -> Vec<u8> {
 /// Decodes one body from a datagram of `sender`. Entries with an impossible shape are dropped
 /// and counted; the body as a whole fails only if it does not decode.
 pub fn decode_batch(body: &[u8], sender: OriginId) -> Result<(Batch, EntryRejects), MessageError> {
-    let (wire, used): (WireBatch, usize) = bincode::serde::decode_from_slice(body, WIRE)
-        .map_err(|e| MessageError::Decode(e.to_string()))?;
+    let (batch, used, rejects) = decode_leading_batch(body, sender)?;
     if used != body.len() {
         return Err(MessageError::Trailing(body.len() - used));
     }
+    Ok((batch, rejects))
+}
+
+/// Decodes a body of two batches one after the other (`Kind::Exchange`: two bodies of
+/// [`encode_batch`] put end to end), as [`decode_batch`] does one.
+pub fn decode_batch_pair(
+    body: &[u8],
+    sender: OriginId,
+) -> Result<([Batch; 2], EntryRejects), MessageError> {
+    let (first, used, mut rejects) = decode_leading_batch(body, sender)?;
+    let (second, more) = decode_batch(&body[used..], sender)?;
+    rejects.bad_shape += more.bad_shape;
+    Ok(([first, second], rejects))
+}
+
+/// Decodes the batch at the start of `body`; returns how many bytes it took.
+fn decode_leading_batch(
+    body: &[u8],
+    sender: OriginId,
+) -> Result<(Batch, usize, EntryRejects), MessageError> {
+    let (wire, used): (WireBatch, usize) = bincode::serde::decode_from_slice(body, WIRE)
+        .map_err(|e| MessageError::Decode(e.to_string()))?;
     let mut rejects = EntryRejects::default();
     let mut updates = Vec::with_capacity(wire.entries.len());
     for e in wire.entries {
@@ -184,6 +205,7 @@ pub fn decode_batch(body: &[u8], sender: OriginId) -> Result<(Batch, EntryReject
                 .map_or(sender, |o| OriginId(u128::from_le_bytes(o))),
             updates,
         },
+        used,
         rejects,
     ))
 }
@@ -228,6 +250,54 @@ pub mod members_count {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_batches_end_to_end_decode_as_a_pair_and_nothing_else_does() {
+        let sender = OriginId(9);
+        let batch = |key: u128, demand: u32| Batch {
+            origin: sender,
+            updates: vec![RegisterUpdate {
+                key: KeyId(key),
+                window_ms: 1_000,
+                buckets: 10,
+                register: Register {
+                    version: 3,
+                    hlc: HlcTimestamp::from_bits(1_700_000_000_000 << 16),
+                    newest_epoch: 17_000_000_000,
+                    demand,
+                    admitted: vec![4, 0, 2],
+                },
+            }],
+        };
+        let (registers, sums) = (batch(1, 12), batch(2, 30));
+        let one = |b: &Batch| encode_batch(b, sender, 1_400).unwrap().remove(0);
+        let mut body = one(&registers);
+        body.extend_from_slice(&one(&sums));
+        let ([r, s], rejects) = decode_batch_pair(&body, sender).unwrap();
+        assert_eq!(
+            (r, s, rejects.bad_shape),
+            (registers.clone(), sums.clone(), 0)
+        );
+        // A pair is not one batch, one batch is not a pair, and nothing may trail the second.
+        assert_eq!(
+            decode_batch(&body, sender).unwrap_err(),
+            MessageError::Trailing(one(&sums).len())
+        );
+        assert!(decode_batch_pair(&one(&registers), sender).is_err());
+        let mut trailing = body.clone();
+        trailing.push(0);
+        assert_eq!(
+            decode_batch_pair(&trailing, sender).unwrap_err(),
+            MessageError::Trailing(1)
+        );
+        // Cut anywhere, it fails whole.
+        for cut in 0..body.len() {
+            assert!(
+                decode_batch_pair(&body[..cut], sender).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
 
     const T0: u64 = 1_700_000_000_000;
 

@@ -202,6 +202,42 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
+    /// Sends `to` this node's `registers` of windows it owns and this node's `sums` of windows
+    /// it uses: in one datagram (`Kind::Exchange`) when both fit, as a summary and an aggregate
+    /// otherwise. A datagram costs its envelope (64 bytes) and prefix whatever it carries.
+    pub(super) fn send_registers_and_sums(
+        &mut self,
+        now: Now,
+        to: Destination,
+        registers: &Batch,
+        sums: &Batch,
+    ) {
+        if !registers.updates.is_empty() && !sums.updates.is_empty() {
+            let max_body = self.max_batch_body();
+            let origin = self.limiter.origin();
+            if let (Ok(r), Ok(s)) = (
+                encode_batch(registers, origin, max_body),
+                encode_batch(sums, origin, max_body),
+            ) && let ([r], [s]) = (r.as_slice(), s.as_slice())
+                && r.len() + s.len() <= max_body
+            {
+                let mut body = self.body_prefix(to);
+                body.extend_from_slice(r);
+                body.extend_from_slice(s);
+                self.outbox.seal(Kind::Exchange, now.wall_ms, &body, to);
+                return;
+            }
+        }
+        self.send_batch(now, Kind::Summary, registers, &[to]);
+        self.send_batch(now, Kind::Aggregate, sums, &[to]);
+    }
+
+    /// The most a body of registers may take: a datagram's, less the longest prefix.
+    fn max_batch_body(&self) -> usize {
+        let prefix_len = members_count::MAX_LEN + return_route::COOKIES_LEN;
+        self.outbox.max_body().saturating_sub(prefix_len)
+    }
+
     /// Encodes `batch` into as many bodies as it takes and seals each for every peer.
     pub(super) fn send_batch(
         &mut self,
@@ -213,9 +249,7 @@ impl<T: TimeSource> NodeCore<T> {
         if batch.updates.is_empty() {
             return;
         }
-        let prefix_len = members_count::MAX_LEN + return_route::COOKIES_LEN;
-        let max_batch = self.outbox.max_body().saturating_sub(prefix_len);
-        let Ok(bodies) = encode_batch(batch, self.limiter.origin(), max_batch) else {
+        let Ok(bodies) = encode_batch(batch, self.limiter.origin(), self.max_batch_body()) else {
             return;
         };
         for batch_body in &bodies {

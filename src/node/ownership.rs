@@ -302,7 +302,18 @@ impl<T: TimeSource> NodeCore<T> {
             }
         }
         for (to, updates) in to_owners {
-            self.send_batch(now, Kind::Summary, &Batch { origin, updates }, &[to]);
+            // A node this one sends registers to may also use windows this one owns: one
+            // datagram for both (at 100 nodes, a fifth of the round's datagrams).
+            let sums = to_users.remove(&to).unwrap_or_default();
+            self.send_registers_and_sums(
+                now,
+                to,
+                &Batch { origin, updates },
+                &Batch {
+                    origin,
+                    updates: sums,
+                },
+            );
         }
         for (to, updates) in to_users {
             self.send_batch(now, Kind::Aggregate, &Batch { origin, updates }, &[to]);

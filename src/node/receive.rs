@@ -5,9 +5,9 @@ use std::sync::atomic::Ordering;
 
 use super::core::{NodeCore, destination};
 use crate::clock::{Now, TimeSource};
-use crate::gossip::message::{decode_batch, members_count};
+use crate::gossip::message::{decode_batch, decode_batch_pair, members_count};
 use crate::gossip::wire::{Destination, DropReason, Kind, OVERHEAD, stale_body};
-use crate::limiter::OriginId;
+use crate::limiter::{MergeReport, OriginId};
 
 impl<T: TimeSource> NodeCore<T> {
     /// A datagram arrived from `from`. It is opened in place. Whatever is wrong with it is
@@ -148,26 +148,38 @@ impl<T: TimeSource> NodeCore<T> {
         if header.kind == Kind::Heartbeat {
             return;
         }
-        let Ok((batch, rejects)) = decode_batch(rest, OriginId(header.sender)) else {
+        let sender = OriginId(header.sender);
+        // Registers, and an owner's sums.
+        let decoded = match header.kind {
+            Kind::Exchange => decode_batch_pair(rest, sender)
+                .map(|([registers, sums], rejects)| (Some(registers), Some(sums), rejects)),
+            Kind::Aggregate => {
+                decode_batch(rest, sender).map(|(sums, rejects)| (None, Some(sums), rejects))
+            }
+            _ => decode_batch(rest, sender)
+                .map(|(registers, rejects)| (Some(registers), None, rejects)),
+        };
+        let Ok((registers, sums, rejects)) = decoded else {
             self.view.wire.dropped(DropReason::Malformed);
             return;
         };
-        let report = match header.kind {
-            Kind::Aggregate => self.limiter.merge_aggregates(&batch, now.cluster_ms),
-            kind => {
-                if kind == Kind::Summary && self.ownership.is_some() {
-                    // A member's own registers of windows this node owns: it uses them, and
-                    // hears of them from here.
-                    let keys: Vec<_> = batch.updates.iter().map(|u| u.key).collect();
-                    let to = Destination {
-                        addr: from,
-                        node: Some(header.sender),
-                    };
-                    self.subscribe(header.sender, to, &keys, now.at);
-                }
-                self.limiter.merge(&batch, now.cluster_ms)
+        let mut report = MergeReport::default();
+        if let Some(batch) = registers {
+            if matches!(header.kind, Kind::Summary | Kind::Exchange) && self.ownership.is_some() {
+                // A member's own registers of windows this node owns: it uses them, and
+                // hears of them from here.
+                let keys: Vec<_> = batch.updates.iter().map(|u| u.key).collect();
+                let to = Destination {
+                    addr: from,
+                    node: Some(header.sender),
+                };
+                self.subscribe(header.sender, to, &keys, now.at);
             }
-        };
+            report.add(&self.limiter.merge(&batch, now.cluster_ms));
+        }
+        if let Some(batch) = sums {
+            report.add(&self.limiter.merge_aggregates(&batch, now.cluster_ms));
+        }
         self.view.wire.merged(&report, rejects.bad_shape);
     }
 }

@@ -7,12 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::gossip::wire::{DropReason, Kind};
 use crate::limiter::MergeReport;
 
-const KINDS: [Kind; 5] = [
+const KINDS: [Kind; 6] = [
     Kind::Membership,
     Kind::Summary,
     Kind::AntiEntropy,
     Kind::Heartbeat,
     Kind::Aggregate,
+    Kind::Exchange,
 ];
 
 fn kind_index(kind: Kind) -> usize {
@@ -22,6 +23,7 @@ fn kind_index(kind: Kind) -> usize {
         Kind::AntiEntropy => 2,
         Kind::Heartbeat => 3,
         Kind::Aggregate => 4,
+        Kind::Exchange => 5,
     }
 }
 

@@ -69,6 +69,10 @@ pub enum Kind {
     /// A window's owner's sums over the other origins it holds, for a node that uses the
     /// window (large clusters: `node/ownership.rs`).
     Aggregate = 5,
+    /// In one datagram, what would otherwise be a summary and an aggregate to the same node:
+    /// the sender's registers of windows the receiver owns, then the sender's sums of windows
+    /// it owns and the receiver uses (large clusters: `node/ownership.rs`).
+    Exchange = 6,
 }
 
 impl Kind {
@@ -79,6 +83,7 @@ impl Kind {
             3 => Some(Kind::AntiEntropy),
             4 => Some(Kind::Heartbeat),
             5 => Some(Kind::Aggregate),
+            6 => Some(Kind::Exchange),
             _ => None,
         }
     }
@@ -90,6 +95,7 @@ impl Kind {
             Kind::AntiEntropy => "anti_entropy",
             Kind::Heartbeat => "heartbeat",
             Kind::Aggregate => "aggregate",
+            Kind::Exchange => "exchange",
         }
     }
 }

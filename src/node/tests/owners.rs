@@ -33,20 +33,14 @@ fn admissions_reach_every_user_through_the_owner() {
     net.admit(0, b"k", 20);
     net.admit(2, b"k", 5);
     net.admit(4, b"k", 1);
-    let (summaries, aggregates) = (
-        net.sent_kind(0, Kind::Summary),
-        total(&net, Kind::Aggregate),
-    );
+    let (summaries, aggregates) = (net.sent[0].len(), sums_sent(&net));
     // Far from its limit, the window goes out on calm rounds: once a second from each user to
     // the first owner, and its sums once a second back.
     net.run_ms(2_500);
     for i in [0, 2, 4] {
         assert_eq!(global(&net, i, b"k"), 26.0, "node {i}");
     }
-    assert!(
-        total(&net, Kind::Aggregate) > aggregates,
-        "owners sent sums"
-    );
+    assert!(sums_sent(&net) > aggregates, "owners sent sums");
     // Node 0 sent its register to the window's owners only, not to every member.
     let id = net.node(0).limiter().key_id(b"k", &limit().window);
     let owners: Vec<SocketAddr> = {
@@ -57,9 +51,10 @@ fn admissions_reach_every_user_through_the_owner() {
             .map(|o| addr(o.as_u128() as usize - 1))
             .collect()
     };
+    // Registers go out as summaries, or with sums to the same node as exchanges.
     let to: std::collections::BTreeSet<SocketAddr> = net.sent[0][summaries..]
         .iter()
-        .filter(|o| o.kind == Kind::Summary)
+        .filter(|o| matches!(o.kind, Kind::Summary | Kind::Exchange))
         .map(|o| o.to)
         .collect();
     assert!(!to.is_empty());
@@ -120,4 +115,56 @@ fn when_an_owner_crashes_the_second_takes_over_with_the_registers() {
 
 fn total(net: &Net, kind: Kind) -> usize {
     (0..net.sent.len()).map(|i| net.sent_kind(i, kind)).sum()
+}
+
+/// Datagrams that carried an owner's sums, alone or with registers.
+fn sums_sent(net: &Net) -> usize {
+    total(net, Kind::Aggregate) + total(net, Kind::Exchange)
+}
+
+/// A key whose first owner, in node `viewer`'s view, is node `owner`.
+fn key_owned_by(net: &mut Net, viewer: usize, owner: usize) -> Vec<u8> {
+    (0..1_000)
+        .map(|i| format!("key-{i}").into_bytes())
+        .find(|k| {
+            let id = net.node(viewer).limiter().key_id(k, &limit().window);
+            let core = net.nodes[viewer].as_mut().unwrap();
+            core.owners_of(id).unwrap()[0].as_u128() as usize - 1 == owner
+        })
+        .expect("some key is owned by every node")
+}
+
+#[test]
+fn registers_and_sums_for_the_same_node_share_a_datagram() {
+    let mut net = owners_cluster(6);
+    // Node 1 owns `a`, which node 0 uses; node 0 owns `b`, which node 1 uses. Node 2 uses
+    // both, so that each owner has something of the others to sum.
+    let a = key_owned_by(&mut net, 0, 1);
+    let b = key_owned_by(&mut net, 1, 0);
+    net.admit(0, &a, 7);
+    net.admit(2, &a, 11);
+    net.admit(1, &b, 3);
+    net.admit(2, &b, 13);
+    let from = net.sent[0].len();
+    net.run_ms(2_500);
+    let to_1: Vec<Kind> = net.sent[0][from..]
+        .iter()
+        .filter(|o| o.to == addr(1))
+        .map(|o| o.kind)
+        .collect();
+    assert!(
+        to_1.contains(&Kind::Exchange),
+        "node 0 sent node 1 {to_1:?}"
+    );
+    // Whatever went in one datagram arrived: each owner holds the other's register, and each
+    // user the other owner's sum.
+    assert_eq!(global(&net, 1, &a), 18.0);
+    assert_eq!(global(&net, 0, &a), 18.0);
+    assert_eq!(global(&net, 0, &b), 16.0);
+    assert_eq!(global(&net, 1, &b), 16.0);
+    assert_eq!(
+        net.seen(1, &a, 1),
+        7.0,
+        "node 0's register of `a` at its owner"
+    );
 }
