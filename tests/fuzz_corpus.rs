@@ -70,6 +70,13 @@ fn register_bodies() -> Vec<Vec<u8>> {
         }
     }
     bodies.push(members_count::encode(3));
+    // An exchange: registers, then sums, end to end.
+    let mut pair = members_count::encode(5);
+    for _ in 0..2 {
+        let body = encode_batch(&batch, OriginId(5), 600).expect("encodes");
+        pair.extend_from_slice(&body[0]);
+    }
+    bodies.push(pair);
     bodies
 }
 
@@ -97,6 +104,7 @@ fn write_seed_corpus() {
         (Kind::AntiEntropy, bodies[1].clone()),
         (Kind::Heartbeat, members_count::encode(4)),
         (Kind::Membership, b"swim".to_vec()),
+        (Kind::Exchange, bodies[bodies.len() - 1].clone()),
     ]
     .into_iter()
     .enumerate()

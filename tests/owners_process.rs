@@ -56,16 +56,21 @@ async fn eighteen_processes_share_a_limit_through_owners() {
     let mut summaries_sent = 0;
     for n in &nodes {
         let (_, text) = http_get(n.http, "/metrics").expect("metrics");
-        aggregates += metric(
-            &text,
-            "limitmesh_gossip_packets_received_total",
-            "kind=\"aggregate\"",
-        );
-        summaries_sent += metric(
-            &text,
-            "limitmesh_gossip_packets_sent_total",
-            "kind=\"summary\"",
-        );
+        // Sums and registers go alone, or together to the same node.
+        for kind in ["aggregate", "exchange"] {
+            aggregates += metric(
+                &text,
+                "limitmesh_gossip_packets_received_total",
+                &format!("kind=\"{kind}\""),
+            );
+        }
+        for kind in ["summary", "exchange"] {
+            summaries_sent += metric(
+                &text,
+                "limitmesh_gossip_packets_sent_total",
+                &format!("kind=\"{kind}\""),
+            );
+        }
     }
     println!("aggregates received {aggregates}, summaries sent {summaries_sent}");
     assert!(

@@ -4,7 +4,7 @@
 
 use limitmesh::crdt::HlcTimestamp;
 use limitmesh::crdt::Register;
-use limitmesh::gossip::message::{decode_batch, encode_batch};
+use limitmesh::gossip::message::{decode_batch, decode_batch_pair, encode_batch};
 use limitmesh::gossip::wire::{
     Destination, DropReason, Keyring, Kind, Opener, Sealer, cluster_tag,
 };
@@ -132,6 +132,7 @@ fn random_and_mutated_datagrams_never_panic() {
             Ok(o) => {
                 opened += 1;
                 let _ = decode_batch(o.body, OriginId(o.header.sender));
+                let _ = decode_batch_pair(o.body, OriginId(o.header.sender));
             }
             Err(r) => *reasons.entry(r).or_default() += 1,
         }

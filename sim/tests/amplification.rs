@@ -121,7 +121,16 @@ fn attack(verify: bool) -> (Arc<Seen>, Vec<Arc<Limiter>>) {
                 let (n, _) = udp.recv_from(&mut buf).await?;
                 seen.bytes.fetch_add(n as u64, Ordering::Relaxed);
                 let kind = buf.get(3).map(|b| b & 0x7F);
-                if kind == Some(Kind::Summary as u8) || kind == Some(Kind::AntiEntropy as u8) {
+                // Anything that carries registers or sums.
+                if [
+                    Kind::Summary,
+                    Kind::AntiEntropy,
+                    Kind::Aggregate,
+                    Kind::Exchange,
+                ]
+                .iter()
+                .any(|k| kind == Some(*k as u8))
+                {
                     seen.registers.fetch_add(1, Ordering::Relaxed);
                 } else {
                     seen.other.fetch_add(1, Ordering::Relaxed);

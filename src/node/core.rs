@@ -21,6 +21,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use super::clock_sync::ClockSync;
+use super::features::PeerFeatures;
 use super::liveness::Liveness;
 use super::member_log::MemberLog;
 use super::outbox::{Outbox, Outgoing};
@@ -49,6 +50,8 @@ pub struct NodeCore<T> {
     pub(super) opener: Opener,
     pub(super) clock_sync: ClockSync,
     pub(super) liveness: Liveness,
+    /// What each member's build reads of the wire (`features.rs`).
+    pub(super) features: PeerFeatures,
     /// Which addresses have shown they receive what this node sends, when that must be
     /// checked (`verify_return_route`).
     pub(super) return_route: Option<ReturnRoute>,
@@ -144,6 +147,7 @@ impl<T: TimeSource> NodeCore<T> {
             rng,
             clock_sync: ClockSync::new(limiter.config().max_clock_drift_ms, clock.base()),
             liveness: Liveness::new(params.silence_threshold, params.join_grace),
+            features: PeerFeatures::default(),
             timers,
             discovered: Vec::new(),
             boot_ms: now.cluster_ms,
@@ -299,6 +303,7 @@ impl<T: TimeSource> NodeCore<T> {
         let members = self.membership.members();
         let ids = self.liveness.set_members(&members);
         self.clock_sync.retain(|s| ids.contains(&s));
+        self.features.retain(&ids);
         if let Some(route) = &mut self.return_route {
             let addrs = members.iter().map(|m| m.addr).collect();
             route.retain(&ids, &addrs);

@@ -202,9 +202,23 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
+    /// Tells `to` what this build reads, unless it was told lately (`features.rs`): a heartbeat
+    /// with the flags after its prefix, which older builds read no further than the prefix.
+    pub(super) fn announce_features(&mut self, now: Now, to: Destination) {
+        let Some(member) = to.node else {
+            return;
+        };
+        if self.features.announce_due(member, now.at) {
+            let mut body = self.body_prefix(to);
+            body.push(super::features::READS);
+            self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+        }
+    }
+
     /// Sends `to` this node's `registers` of windows it owns and this node's `sums` of windows
-    /// it uses: in one datagram (`Kind::Exchange`) when both fit, as a summary and an aggregate
-    /// otherwise. A datagram costs its envelope (64 bytes) and prefix whatever it carries.
+    /// it uses: in one datagram (`Kind::Exchange`) when both fit and `to` reads one, as a
+    /// summary and an aggregate otherwise. A datagram costs its envelope (64 bytes) and prefix
+    /// whatever it carries.
     pub(super) fn send_registers_and_sums(
         &mut self,
         now: Now,
@@ -212,24 +226,23 @@ impl<T: TimeSource> NodeCore<T> {
         registers: &Batch,
         sums: &Batch,
     ) {
-        if !registers.updates.is_empty() && !sums.updates.is_empty() {
-            let max_body = self.max_batch_body();
-            let origin = self.limiter.origin();
-            if let (Ok(r), Ok(s)) = (
-                encode_batch(registers, origin, max_body),
-                encode_batch(sums, origin, max_body),
-            ) && let ([r], [s]) = (r.as_slice(), s.as_slice())
-                && r.len() + s.len() <= max_body
-            {
-                let mut body = self.body_prefix(to);
-                body.extend_from_slice(r);
-                body.extend_from_slice(s);
-                self.outbox.seal(Kind::Exchange, now.wall_ms, &body, to);
-                return;
-            }
+        let max_body = self.max_batch_body();
+        let origin = self.limiter.origin();
+        // A batch with an entry too large for any datagram is not sent, as in `send_batch`.
+        let r = encode_batch(registers, origin, max_body).unwrap_or_default();
+        let s = encode_batch(sums, origin, max_body).unwrap_or_default();
+        if let ([r], [s]) = (r.as_slice(), s.as_slice())
+            && r.len() + s.len() <= max_body
+            && to.node.is_some_and(|n| self.features.reads_exchange(n))
+        {
+            let mut body = self.body_prefix(to);
+            body.extend_from_slice(r);
+            body.extend_from_slice(s);
+            self.outbox.seal(Kind::Exchange, now.wall_ms, &body, to);
+            return;
         }
-        self.send_batch(now, Kind::Summary, registers, &[to]);
-        self.send_batch(now, Kind::Aggregate, sums, &[to]);
+        self.seal_bodies(now, Kind::Summary, &r, &[to]);
+        self.seal_bodies(now, Kind::Aggregate, &s, &[to]);
     }
 
     /// The most a body of registers may take: a datagram's, less the longest prefix.
@@ -252,7 +265,12 @@ impl<T: TimeSource> NodeCore<T> {
         let Ok(bodies) = encode_batch(batch, self.limiter.origin(), self.max_batch_body()) else {
             return;
         };
-        for batch_body in &bodies {
+        self.seal_bodies(now, kind, &bodies, peers);
+    }
+
+    /// Seals each of `bodies` behind the prefix, for every peer.
+    fn seal_bodies(&mut self, now: Now, kind: Kind, bodies: &[Vec<u8>], peers: &[Destination]) {
+        for batch_body in bodies {
             for peer in peers {
                 let mut body = self.body_prefix(*peer);
                 body.extend_from_slice(batch_body);

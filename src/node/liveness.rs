@@ -193,6 +193,11 @@ impl Liveness {
         }
     }
 
+    /// Whether `sender` is a member.
+    pub fn is_member(&self, sender: u128) -> bool {
+        self.addrs.contains_key(&sender)
+    }
+
     /// When `member`'s last datagram arrived (cluster time, Unix ms).
     pub fn last_datagram(&self, member: u128) -> Option<u64> {
         self.last_datagram.get(&member).copied()

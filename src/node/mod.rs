@@ -24,6 +24,7 @@ mod collector;
 mod core;
 mod dissemination;
 mod driver;
+mod features;
 mod liveness;
 mod member_log;
 mod outbox;

@@ -301,6 +301,16 @@ impl<T: TimeSource> NodeCore<T> {
                 to_users.entry(sub.to).or_default().push(sum);
             }
         }
+        // Whoever gets registers or sums hears, now and then, what this build reads: so
+        // that it may send this node an exchange.
+        for to in to_owners
+            .keys()
+            .chain(to_users.keys())
+            .copied()
+            .collect::<Vec<_>>()
+        {
+            self.announce_features(now, to);
+        }
         for (to, updates) in to_owners {
             // A node this one sends registers to may also use windows this one owns: one
             // datagram for both (at 100 nodes, a fifth of the round's datagrams).

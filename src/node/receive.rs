@@ -146,6 +146,12 @@ impl<T: TimeSource> NodeCore<T> {
             }
         };
         if header.kind == Kind::Heartbeat {
+            // Flags past the prefix: what the sender's build reads (`features.rs`).
+            if let Some(flags) = rest.first()
+                && self.liveness.is_member(header.sender)
+            {
+                self.features.heard(header.sender, *flags);
+            }
             return;
         }
         let sender = OriginId(header.sender);

@@ -134,19 +134,33 @@ fn key_owned_by(net: &mut Net, viewer: usize, owner: usize) -> Vec<u8> {
         .expect("some key is owned by every node")
 }
 
-#[test]
-fn registers_and_sums_for_the_same_node_share_a_datagram() {
-    let mut net = owners_cluster(6);
-    // Node 1 owns `a`, which node 0 uses; node 0 owns `b`, which node 1 uses. Node 2 uses
-    // both, so that each owner has something of the others to sum.
-    let a = key_owned_by(&mut net, 0, 1);
-    let b = key_owned_by(&mut net, 1, 0);
+/// Nodes 0 and 1 of a 6-node cluster, each the first owner of a window the other uses (`a`,
+/// owned by 1; `b`, owned by 0), with node 2 using both so that each owner has something of
+/// the others to sum. Returns the two keys and where node 0's datagrams start.
+fn crossed_owners(net: &mut Net) -> (Vec<u8>, Vec<u8>, usize) {
+    let a = key_owned_by(net, 0, 1);
+    let b = key_owned_by(net, 1, 0);
     net.admit(0, &a, 7);
     net.admit(2, &a, 11);
     net.admit(1, &b, 3);
     net.admit(2, &b, 13);
-    let from = net.sent[0].len();
-    net.run_ms(2_500);
+    (a, b, net.sent[0].len())
+}
+
+/// Whether node `i` holds an owner's sum of `key`.
+fn holds_a_sum(net: &Net, i: usize, key: &[u8]) -> bool {
+    net.node(i)
+        .limiter()
+        .inspect(key, &limit(), net.now(i).cluster_ms)
+        .is_some_and(|ins| ins.origins.iter().any(|o| o.aggregate))
+}
+
+#[test]
+fn registers_and_sums_for_the_same_node_share_a_datagram() {
+    let mut net = owners_cluster(6);
+    let (a, b, from) = crossed_owners(&mut net);
+    // Past the 3 s a subscription lasts without registers: what went in exchanges keeps it.
+    net.run_ms(3_500);
     let to_1: Vec<Kind> = net.sent[0][from..]
         .iter()
         .filter(|o| o.to == addr(1))
@@ -156,15 +170,33 @@ fn registers_and_sums_for_the_same_node_share_a_datagram() {
         to_1.contains(&Kind::Exchange),
         "node 0 sent node 1 {to_1:?}"
     );
+    net.admit(2, &a, 5);
+    net.admit(2, &b, 2);
+    net.run_ms(1_500);
     // Whatever went in one datagram arrived: each owner holds the other's register, and each
-    // user the other owner's sum.
-    assert_eq!(global(&net, 1, &a), 18.0);
-    assert_eq!(global(&net, 0, &a), 18.0);
-    assert_eq!(global(&net, 0, &b), 16.0);
-    assert_eq!(global(&net, 1, &b), 16.0);
+    // user the other owner's sum, as a sum.
+    assert_eq!(global(&net, 1, &a), 23.0);
+    assert_eq!(global(&net, 0, &a), 23.0);
+    assert_eq!(global(&net, 0, &b), 18.0);
+    assert_eq!(global(&net, 1, &b), 18.0);
     assert_eq!(
         net.seen(1, &a, 1),
         7.0,
         "node 0's register of `a` at its owner"
     );
+    assert!(holds_a_sum(&net, 0, &a) && holds_a_sum(&net, 1, &b));
+}
+
+#[test]
+fn a_member_that_never_said_it_reads_an_exchange_never_gets_one() {
+    // An older build reads a heartbeat no further than its prefix, so it never announces:
+    // as if every announcement were lost.
+    let mut net = owners_cluster(6);
+    net.lose = Some(Kind::Heartbeat);
+    let (a, b, _) = crossed_owners(&mut net);
+    net.run_ms(3_500);
+    assert_eq!(total(&net, Kind::Exchange), 0);
+    assert_eq!(global(&net, 0, &a), 18.0);
+    assert_eq!(global(&net, 1, &b), 16.0);
+    assert!(holds_a_sum(&net, 0, &a) && holds_a_sum(&net, 1, &b));
 }

@@ -1,0 +1,98 @@
+//! What each member's build reads of the wire, for datagrams an older build would drop.
+//!
+//! A node learns it from the member itself: a heartbeat whose body goes on past its prefix
+//! carries a byte of feature flags. Builds that predate a flag stop reading a heartbeat at the
+//! prefix, so an announcement costs them nothing; and a node sends a member a datagram of a
+//! newer kind only once that member has said it reads it. So a fleet upgraded one node at a
+//! time keeps every register and sum: until both ends run the newer build, they talk as the
+//! older one did.
+//!
+//! Entries are kept for members only (the caller checks), and dropped with them.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// Reads `Kind::Exchange`.
+pub const EXCHANGE: u8 = 1;
+/// What this build reads: the flags it announces.
+pub const READS: u8 = EXCHANGE;
+
+/// How often a member this node sends to hears its flags again: an announcement is one
+/// datagram, and may be lost like any other.
+const ANNOUNCE_EVERY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Default)]
+pub struct PeerFeatures {
+    /// Members that said they read an exchange.
+    exchange: HashSet<u128>,
+    /// When this node last announced its flags to each member.
+    announced: HashMap<u128, Instant>,
+}
+
+impl PeerFeatures {
+    /// `member` announced `flags`.
+    pub fn heard(&mut self, member: u128, flags: u8) {
+        if flags & EXCHANGE != 0 {
+            self.exchange.insert(member);
+        } else {
+            self.exchange.remove(&member);
+        }
+    }
+
+    pub fn reads_exchange(&self, member: u128) -> bool {
+        self.exchange.contains(&member)
+    }
+
+    /// Whether `member` is due this node's flags at `at` (never told, or not for
+    /// [`ANNOUNCE_EVERY`]); if so, counts them as told.
+    pub fn announce_due(&mut self, member: u128, at: Instant) -> bool {
+        let due = self
+            .announced
+            .get(&member)
+            .is_none_or(|t| at.saturating_duration_since(*t) >= ANNOUNCE_EVERY);
+        if due {
+            self.announced.insert(member, at);
+        }
+        due
+    }
+
+    /// Forgets whoever is no longer a member.
+    pub fn retain(&mut self, members: &BTreeSet<u128>) {
+        self.exchange.retain(|m| members.contains(m));
+        self.announced.retain(|m, _| members.contains(m));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_reads_an_exchange_once_it_says_so_and_until_it_leaves() {
+        let mut f = PeerFeatures::default();
+        assert!(!f.reads_exchange(7));
+        f.heard(7, 0);
+        assert!(!f.reads_exchange(7), "flags without the bit");
+        f.heard(7, EXCHANGE | 0x80);
+        assert!(f.reads_exchange(7));
+        f.retain(&BTreeSet::from([8]));
+        assert!(!f.reads_exchange(7), "gone with the member");
+    }
+
+    #[test]
+    fn announcements_are_due_at_first_and_then_every_thirty_seconds() {
+        let mut f = PeerFeatures::default();
+        let t = Instant::now();
+        assert!(f.announce_due(3, t));
+        assert!(!f.announce_due(3, t + Duration::from_secs(29)));
+        assert!(f.announce_due(3, t + ANNOUNCE_EVERY));
+        assert!(f.announce_due(4, t), "per member");
+        f.retain(&BTreeSet::new());
+        assert!(
+            f.announce_due(3, t + ANNOUNCE_EVERY),
+            "forgotten with the member"
+        );
+    }
+}
