@@ -266,6 +266,7 @@ impl Limiter {
             live,
             expected,
             force_strict: self.clock_fenced.load(Ordering::Relaxed),
+            silent_members: silent.is_some(),
         };
         // For the rest of this bucket: the smallest cost, and only the offered load that cannot
         // fade before the bucket ends.
