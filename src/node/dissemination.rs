@@ -205,7 +205,7 @@ impl<T: TimeSource> NodeCore<T> {
     /// Tells `to` what this build reads, unless it was told lately (`features.rs`): a heartbeat
     /// with the flags after its prefix, which older builds read no further than the prefix.
     pub(super) fn announce_features(&mut self, now: Now, to: Destination) {
-        let Some(member) = to.node else {
+        let Some(member) = to.node.filter(|m| self.liveness.is_member(*m)) else {
             return;
         };
         if self.features.announce_due(member, now.at) {
@@ -233,7 +233,9 @@ impl<T: TimeSource> NodeCore<T> {
         let s = encode_batch(sums, origin, max_body).unwrap_or_default();
         if let ([r], [s]) = (r.as_slice(), s.as_slice())
             && r.len() + s.len() <= max_body
-            && to.node.is_some_and(|n| self.features.reads_exchange(n))
+            && to
+                .node
+                .is_some_and(|n| self.features.reads_exchange(n, now.at))
         {
             let mut body = self.body_prefix(to);
             body.extend_from_slice(r);

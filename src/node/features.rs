@@ -7,9 +7,12 @@
 //! time keeps every register and sum: until both ends run the newer build, they talk as the
 //! older one did.
 //!
-//! Entries are kept for members only (the caller checks), and dropped with them.
+//! Entries are kept for members only (the callers check), and dropped with them. What a member
+//! said lapses unless it says it again: a flag that could be forged (in an insecure cluster)
+//! could otherwise mark a member of an older build for good, and every exchange to it would be
+//! lost.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -22,27 +25,32 @@ pub const READS: u8 = EXCHANGE;
 /// How often a member this node sends to hears its flags again: an announcement is one
 /// datagram, and may be lost like any other.
 const ANNOUNCE_EVERY: Duration = Duration::from_secs(30);
+/// How long what a member said holds: two announcements may be lost.
+const FLAGS_LAST: Duration = Duration::from_secs(75);
 
 #[derive(Debug, Default)]
 pub struct PeerFeatures {
-    /// Members that said they read an exchange.
-    exchange: HashSet<u128>,
+    /// Members that said they read an exchange, and when they last said so.
+    exchange: HashMap<u128, Instant>,
     /// When this node last announced its flags to each member.
     announced: HashMap<u128, Instant>,
 }
 
 impl PeerFeatures {
-    /// `member` announced `flags`.
-    pub fn heard(&mut self, member: u128, flags: u8) {
+    /// `member` announced `flags` at `at`.
+    pub fn heard(&mut self, member: u128, flags: u8, at: Instant) {
         if flags & EXCHANGE != 0 {
-            self.exchange.insert(member);
+            self.exchange.insert(member, at);
         } else {
             self.exchange.remove(&member);
         }
     }
 
-    pub fn reads_exchange(&self, member: u128) -> bool {
-        self.exchange.contains(&member)
+    /// Whether `member` said, lately as of `at`, that it reads an exchange.
+    pub fn reads_exchange(&self, member: u128, at: Instant) -> bool {
+        self.exchange
+            .get(&member)
+            .is_some_and(|t| at.saturating_duration_since(*t) < FLAGS_LAST)
     }
 
     /// Whether `member` is due this node's flags at `at` (never told, or not for
@@ -60,7 +68,7 @@ impl PeerFeatures {
 
     /// Forgets whoever is no longer a member.
     pub fn retain(&mut self, members: &BTreeSet<u128>) {
-        self.exchange.retain(|m| members.contains(m));
+        self.exchange.retain(|m, _| members.contains(m));
         self.announced.retain(|m, _| members.contains(m));
     }
 }
@@ -70,15 +78,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_member_reads_an_exchange_once_it_says_so_and_until_it_leaves() {
+    fn a_member_reads_an_exchange_once_it_says_so_until_it_leaves_or_stops_saying_so() {
         let mut f = PeerFeatures::default();
-        assert!(!f.reads_exchange(7));
-        f.heard(7, 0);
-        assert!(!f.reads_exchange(7), "flags without the bit");
-        f.heard(7, EXCHANGE | 0x80);
-        assert!(f.reads_exchange(7));
+        let t = Instant::now();
+        assert!(!f.reads_exchange(7, t));
+        f.heard(7, 0, t);
+        assert!(!f.reads_exchange(7, t), "flags without the bit");
+        f.heard(7, EXCHANGE | 0x80, t);
+        assert!(f.reads_exchange(7, t));
+        // Said once and never again (lost, or forged for a member that cannot read one).
+        assert!(f.reads_exchange(7, t + Duration::from_secs(74)));
+        assert!(!f.reads_exchange(7, t + FLAGS_LAST));
+        f.heard(7, EXCHANGE, t + FLAGS_LAST);
+        assert!(f.reads_exchange(7, t + FLAGS_LAST));
         f.retain(&BTreeSet::from([8]));
-        assert!(!f.reads_exchange(7), "gone with the member");
+        assert!(!f.reads_exchange(7, t + FLAGS_LAST), "gone with the member");
     }
 
     #[test]

@@ -146,11 +146,16 @@ impl<T: TimeSource> NodeCore<T> {
             }
         };
         if header.kind == Kind::Heartbeat {
-            // Flags past the prefix: what the sender's build reads (`features.rs`).
+            // Flags past the prefix: what the sender's build reads (`features.rs`). Taken only
+            // from a datagram bound to this node and sent from the member's own address.
             if let Some(flags) = rest.first()
-                && self.liveness.is_member(header.sender)
+                && header.addressed
+                && self
+                    .membership
+                    .member_at(from)
+                    .is_some_and(|m| m.node.as_u128() == header.sender)
             {
-                self.features.heard(header.sender, *flags);
+                self.features.heard(header.sender, *flags, now.at);
             }
             return;
         }

@@ -172,7 +172,10 @@ fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
             // The credit is safe while the global cap can catch it. Scaled with members out of
             // sight, this node may be on a side that cannot see much of the cluster's
             // admissions, and the cap cannot (see `CREDIT_MIN_SCALE`).
-            let in_view = scale >= 1.0 || (scale >= CREDIT_MIN_SCALE && !i.silent_members);
+            let in_view = scale >= 1.0
+                || (scale >= CREDIT_MIN_SCALE
+                    && i.expected.saturating_sub(i.live) <= CREDIT_MAX_MISSING
+                    && !i.silent_members);
             let credit = if in_view { i.credit } else { 0.0 };
             i.limit * share + credit
         }
@@ -209,6 +212,12 @@ pub const WHOLE_REQUEST_CREDIT: f64 = 0.75;
 /// from a large cluster keeps the credit; a partition's sides, members suspected, or a crash
 /// in a cluster of a few nodes do not.
 pub const CREDIT_MIN_SCALE: f64 = 0.9;
+
+/// The most members that may be expected and not live for the whole-request credit to be
+/// given (with the scale at least [`CREDIT_MIN_SCALE`]). A side that cannot see `m` members
+/// cannot see their admissions, which may let its credit pass by up to their part of the
+/// limit: a cluster of 200 that lost 20 is at a scale of 0.9, and that part is a tenth.
+pub const CREDIT_MAX_MISSING: usize = 2;
 
 #[cfg(test)]
 mod tests {
@@ -391,6 +400,15 @@ mod tests {
             ..deploy
         };
         assert!((allowance(STRICT, &suspected) - share).abs() < 1e-9);
+        // A side of 180 that cannot see 20, none of them silent any more: a scale of 0.9, but
+        // too many out of sight.
+        let side = Inputs {
+            live: 180,
+            expected: 200,
+            ..deploy
+        };
+        let share = 100.0 * 0.9 * 0.25;
+        assert!((allowance(STRICT, &side) - share).abs() < 1e-9);
     }
 
     #[test]

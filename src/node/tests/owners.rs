@@ -200,3 +200,37 @@ fn a_member_that_never_said_it_reads_an_exchange_never_gets_one() {
     assert_eq!(global(&net, 1, &b), 16.0);
     assert!(holds_a_sum(&net, 0, &a) && holds_a_sum(&net, 1, &b));
 }
+
+#[test]
+fn a_members_flags_count_only_from_its_own_address() {
+    let mut net = owners_cluster(6);
+    net.lose = Some(Kind::Heartbeat);
+    crossed_owners(&mut net);
+    net.run_ms(1_500);
+    // Node 1's announcements to node 0 (ids are slot + 1), lost on the way.
+    let announcements = |net: &Net| -> Vec<Outgoing> {
+        net.sent[1]
+            .iter()
+            .filter(|o| o.kind == Kind::Heartbeat && o.to == addr(0))
+            .cloned()
+            .collect()
+    };
+    let first = announcements(&net);
+    assert_eq!(first.len(), 1, "one announcement, then none for 30 s");
+    let deliver = |net: &mut Net, out: &Outgoing, from: usize| {
+        let now = net.now(0);
+        let mut datagram = out.datagram.clone();
+        net.nodes[0]
+            .as_mut()
+            .unwrap()
+            .on_datagram(now, &mut datagram, addr(from));
+        net.node(0).features.reads_exchange(2, now.at)
+    };
+    // Genuine, but from another member's address: not taken.
+    assert!(!deliver(&mut net, &first[0], 5));
+    // The next one, 30 s on, from node 1's own address.
+    net.run_ms(30_000);
+    let next = announcements(&net);
+    assert_eq!(next.len(), 2);
+    assert!(deliver(&mut net, &next[1], 1));
+}
