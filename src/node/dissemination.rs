@@ -154,8 +154,10 @@ impl<T: TimeSource> NodeCore<T> {
             && !route.is_verified(to.addr)
         {
             // Pushed once the address has shown it receives: a forged announce must not turn
-            // this node into an amplifier.
+            // this node into an amplifier. Asked to show it now: in owner mode nothing else
+            // may go to it for a while.
             route.defer_bootstrap(to.addr);
+            self.may_send_state(now, to);
             return;
         }
         if let Some(ownership) = &mut self.ownership {
@@ -200,6 +202,24 @@ impl<T: TimeSource> NodeCore<T> {
         for batch in relayed {
             self.send_batch(now, Kind::AntiEntropy, &batch, &[to]);
         }
+    }
+
+    /// Whether `to` may get registers or sums: always, unless return routability is checked
+    /// and `to` has not shown it receives. Then it gets a heartbeat asking for its echo
+    /// instead, at most a few without a word back from it (`ReturnRoute::may_probe`).
+    pub(super) fn may_send_state(&mut self, now: Now, to: Destination) -> bool {
+        let Some(route) = &mut self.return_route else {
+            return true;
+        };
+        if route.is_verified(to.addr) {
+            return true;
+        }
+        if route.may_probe(to.addr) {
+            let mut body = self.body_prefix(to);
+            body.push(super::features::READS | super::features::ASKS_ECHO);
+            self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+        }
+        false
     }
 
     /// Tells `to` what this build reads, unless it was told lately (`features.rs`): a heartbeat

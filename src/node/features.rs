@@ -19,6 +19,11 @@ use tokio::time::Instant;
 
 /// Reads `Kind::Exchange`.
 pub const EXCHANGE: u8 = 1;
+/// Not a feature but a request: the sender has not seen this node echo its cookie (an
+/// insecure cluster's return routability, `return_route.rs`), and asks for a heartbeat back,
+/// which carries the echo. In owner mode nothing else may ever come back from a member this
+/// node only ever sends to.
+pub const ASKS_ECHO: u8 = 2;
 /// What this build reads: the flags it announces.
 pub const READS: u8 = EXCHANGE;
 

@@ -156,6 +156,17 @@ impl<T: TimeSource> NodeCore<T> {
                     .is_some_and(|m| m.node.as_u128() == header.sender)
             {
                 self.features.heard(header.sender, *flags, now.at);
+                if *flags & super::features::ASKS_ECHO != 0 && self.return_route.is_some() {
+                    // The echo it asks for, in a heartbeat that asks for nothing: one answer
+                    // per request, no larger than it, to the member's own address.
+                    let to = Destination {
+                        addr: from,
+                        node: Some(header.sender),
+                    };
+                    let mut body = self.body_prefix(to);
+                    body.push(super::features::READS);
+                    self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+                }
             }
             return;
         }

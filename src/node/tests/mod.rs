@@ -62,6 +62,9 @@ struct Net {
     cut: Vec<bool>,
     /// Datagrams of this kind are lost.
     lose: Option<Kind>,
+    /// `mute[i]`: node i's datagrams other than SWIM's are lost (an address that never
+    /// answers a register or heartbeat).
+    mute: Vec<bool>,
 }
 
 impl Net {
@@ -73,6 +76,7 @@ impl Net {
             sent: Vec::new(),
             cut: Vec::new(),
             lose: None,
+            mute: Vec::new(),
             limiter: LimiterConfig::default(),
         }
     }
@@ -154,7 +158,10 @@ impl Net {
                     let Some(to) = (0..self.nodes.len()).find(|j| addr(*j) == out.to) else {
                         continue;
                     };
-                    let lost = self.cut[from] || self.cut[to] || self.lose == Some(out.kind);
+                    let lost = self.cut[from]
+                        || self.cut[to]
+                        || self.lose == Some(out.kind)
+                        || (self.mute.get(from) == Some(&true) && out.kind != Kind::Membership);
                     if lost || self.nodes[to].is_none() {
                         continue;
                     }

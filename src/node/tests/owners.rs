@@ -4,11 +4,19 @@ use super::*;
 
 /// `n` nodes on owner mode whatever their number, formed.
 fn owners_cluster(n: usize) -> Net {
+    owners_cluster_with(n, false, None)
+}
+
+/// As [`owners_cluster`], checking return routability (an insecure cluster) if `verify`, and
+/// with node `mute`'s address answering nothing but SWIM from the start.
+fn owners_cluster_with(n: usize, verify: bool, mute: Option<usize>) -> Net {
     let mut net = Net::new();
+    net.mute = (0..n).map(|i| Some(i) == mute).collect();
     for i in 0..n {
         let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
         let mut p = net.params(i, i as u128 + 1, &seeds);
         p.dissemination = Dissemination::Owners;
+        p.verify_return_route = verify;
         net.boot_with(p);
     }
     net.run_ms(4_000);
@@ -233,4 +241,84 @@ fn a_members_flags_count_only_from_its_own_address() {
     let next = announcements(&net);
     assert_eq!(next.len(), 2);
     assert!(deliver(&mut net, &next[1], 1));
+}
+
+#[test]
+fn in_an_insecure_cluster_state_goes_only_to_addresses_that_answered() {
+    // Node 5's address never answers anything but SWIM (a victim's address a forged member
+    // claims): whatever it owns or uses, it gets no register and no sum.
+    let mut net = owners_cluster_with(6, true, Some(5));
+    // The others wait for node 5's word until their warm-up times out.
+    net.run_ms(2_000);
+    let a = key_owned_by(&mut net, 0, 1);
+    let b = key_owned_by(&mut net, 0, 5);
+    for (i, key) in [(0, &a), (2, &a), (3, &b), (4, &b)] {
+        net.admit(i, key, 4 + i);
+    }
+    net.run_ms(6_000);
+    // The others verified each other and share through the owners as in a secure cluster.
+    assert_eq!(global(&net, 2, &a), 4.0 + 6.0);
+    assert_eq!(global(&net, 0, &a), 4.0 + 6.0);
+    let to_5: Vec<Kind> = (0..5)
+        .flat_map(|i| net.sent[i].iter())
+        .filter(|o| o.to == addr(5))
+        .map(|o| o.kind)
+        .collect();
+    assert!(
+        to_5.iter()
+            .all(|k| matches!(k, Kind::Heartbeat | Kind::Membership)),
+        "state sent to an address that never answered: {to_5:?}"
+    );
+    let heartbeats = to_5.iter().filter(|k| **k == Kind::Heartbeat).count();
+    assert!(heartbeats > 0, "asked for an echo");
+    assert!(
+        heartbeats <= 5 * 10,
+        "{heartbeats} heartbeats to a silent address"
+    );
+}
+
+#[test]
+fn a_request_for_an_echo_is_answered_with_one() {
+    // Every heartbeat lost while the cluster forms: nobody has verified anybody.
+    let mut net = Net::new();
+    net.lose = Some(Kind::Heartbeat);
+    for i in 0..3 {
+        let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
+        let mut p = net.params(i, i as u128 + 1, &seeds);
+        p.dissemination = Dissemination::Owners;
+        p.verify_return_route = true;
+        net.boot_with(p);
+    }
+    net.run_ms(4_000);
+    let verified = |net: &Net, i: usize, j: usize| {
+        net.node(i)
+            .return_route
+            .as_ref()
+            .is_some_and(|r| r.is_verified(addr(j)))
+    };
+    assert!(!verified(&net, 1, 0));
+    // Node 1 asked node 0 for its echo (a newcomer's probe); it arrives now, and node 0's
+    // answer, from its own address, lets node 1 send it state.
+    let probe = net.sent[1]
+        .iter()
+        .rev()
+        .find(|o| o.kind == Kind::Heartbeat && o.to == addr(0))
+        .expect("node 1 asked node 0")
+        .clone();
+    net.lose = None;
+    let now = net.now(0);
+    let mut datagram = probe.datagram;
+    net.nodes[0]
+        .as_mut()
+        .unwrap()
+        .on_datagram(now, &mut datagram, addr(1));
+    let before = net.sent[0].len();
+    net.deliver();
+    assert!(
+        net.sent[0][before..]
+            .iter()
+            .any(|o| o.kind == Kind::Heartbeat && o.to == addr(1)),
+        "node 0 answered"
+    );
+    assert!(verified(&net, 1, 0));
 }
