@@ -43,6 +43,9 @@ impl<T: TimeSource> NodeCore<T> {
         // Steering moved cluster time: the one second reading of an input.
         now.cluster_ms = self.clock.now_ms();
         self.rounds += 1;
+        if let Some(route) = &mut self.return_route {
+            route.new_round();
+        }
         let suspects = self.membership.suspect_members();
         self.suspects = suspects.keys().copied().collect();
         for change in self.member_log.round(suspects) {

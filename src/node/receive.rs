@@ -156,9 +156,14 @@ impl<T: TimeSource> NodeCore<T> {
                     .is_some_and(|m| m.node.as_u128() == header.sender)
             {
                 self.features.heard(header.sender, *flags, now.at);
-                if *flags & super::features::ASKS_ECHO != 0 && self.return_route.is_some() {
-                    // The echo it asks for, in a heartbeat that asks for nothing: one answer
-                    // per request, no larger than it, to the member's own address.
+                if *flags & super::features::ASKS_ECHO != 0
+                    && self
+                        .return_route
+                        .as_mut()
+                        .is_some_and(|r| r.may_answer(from))
+                {
+                    // The echo it asks for, in a heartbeat that asks for nothing: at most one
+                    // a round, about the request's size, to the member's own address.
                     let to = Destination {
                         addr: from,
                         node: Some(header.sender),
@@ -187,7 +192,14 @@ impl<T: TimeSource> NodeCore<T> {
         };
         let mut report = MergeReport::default();
         if let Some(batch) = registers {
-            if matches!(header.kind, Kind::Summary | Kind::Exchange) && self.ownership.is_some() {
+            // In an insecure cluster, a sender is a subscriber only at its own address: a
+            // forged summary must not point an owner's sums elsewhere.
+            let at_own_address = self.return_route.is_none()
+                || self.liveness.address_of(header.sender) == Some(from);
+            if matches!(header.kind, Kind::Summary | Kind::Exchange)
+                && self.ownership.is_some()
+                && at_own_address
+            {
                 // A member's own registers of windows this node owns: it uses them, and
                 // hears of them from here.
                 let keys: Vec<_> = batch.updates.iter().map(|u| u.key).collect();

@@ -34,6 +34,8 @@ pub(crate) struct ReturnRoute {
     pending_bootstrap: BTreeSet<SocketAddr>,
     /// Heartbeats sent to each unverified member address since anything came from it.
     unanswered: BTreeMap<SocketAddr, u32>,
+    /// Addresses whose request for an echo was answered this round (members only).
+    answered: BTreeSet<SocketAddr>,
 }
 
 impl ReturnRoute {
@@ -44,6 +46,7 @@ impl ReturnRoute {
             echoes: BTreeMap::new(),
             pending_bootstrap: BTreeSet::new(),
             unanswered: BTreeMap::new(),
+            answered: BTreeSet::new(),
         }
     }
 
@@ -108,6 +111,18 @@ impl ReturnRoute {
         self.pending_bootstrap.insert(addr);
     }
 
+    /// Whether a request for an echo from `addr` (a member's address) may be answered: once a
+    /// round, so that forged requests make this node a reflector of at most one heartbeat a
+    /// round per member. Counts the answer.
+    pub fn may_answer(&mut self, addr: SocketAddr) -> bool {
+        self.answered.insert(addr)
+    }
+
+    /// A new summary round: every member may be answered again.
+    pub fn new_round(&mut self) {
+        self.answered.clear();
+    }
+
     /// Whether `addr` had a bootstrap waiting (which is now due).
     pub fn take_bootstrap(&mut self, addr: SocketAddr) -> bool {
         self.pending_bootstrap.remove(&addr)
@@ -119,6 +134,7 @@ impl ReturnRoute {
         self.verified.retain(|a| addrs.contains(a));
         self.pending_bootstrap.retain(|a| addrs.contains(a));
         self.unanswered.retain(|a, _| addrs.contains(a));
+        self.answered.retain(|a| addrs.contains(a));
     }
 }
 
@@ -128,6 +144,23 @@ mod tests {
 
     fn addr(port: u16) -> SocketAddr {
         SocketAddr::from(([10, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn a_request_for_an_echo_is_answered_once_a_round() {
+        let mut r = ReturnRoute::new([1; 32]);
+        assert!(r.may_answer(addr(1)));
+        assert!(
+            !r.may_answer(addr(1)),
+            "a forger's second request this round"
+        );
+        assert!(r.may_answer(addr(2)), "per address");
+        r.new_round();
+        assert!(r.may_answer(addr(1)));
+        assert!(r.may_answer(addr(2)));
+        r.retain(&BTreeSet::new(), &BTreeSet::from([addr(2)]));
+        assert!(!r.may_answer(addr(2)), "kept while a member");
+        assert!(r.may_answer(addr(1)), "forgotten with the member");
     }
 
     #[test]

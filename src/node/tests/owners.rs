@@ -312,13 +312,15 @@ fn a_request_for_an_echo_is_answered_with_one() {
         .as_mut()
         .unwrap()
         .on_datagram(now, &mut datagram, addr(1));
-    let before = net.sent[0].len();
+    let (before_0, before_1) = (net.sent[0].len(), net.sent[1].len());
     net.deliver();
-    assert!(
-        net.sent[0][before..]
-            .iter()
-            .any(|o| o.kind == Kind::Heartbeat && o.to == addr(1)),
-        "node 0 answered"
-    );
+    let heartbeats = |sent: &[Outgoing], to: usize| {
+        sent.iter()
+            .filter(|o| o.kind == Kind::Heartbeat && o.to == addr(to))
+            .count()
+    };
+    assert_eq!(heartbeats(&net.sent[0][before_0..], 1), 1, "one answer");
     assert!(verified(&net, 1, 0));
+    // The answer asks for nothing: node 1 sends nothing back.
+    assert_eq!(heartbeats(&net.sent[1][before_1..], 0), 0);
 }
