@@ -95,7 +95,7 @@ impl<T: TimeSource> NodeCore<T> {
         for peer in heartbeats {
             if let Some(route) = &mut self.return_route
                 && !route.is_verified(peer.addr)
-                && !route.may_probe(peer.addr)
+                && !route.may_probe(peer.addr, now.at)
             {
                 continue;
             }
@@ -209,7 +209,7 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// Whether `to` may get registers or sums: always, unless return routability is checked
     /// and `to` has not shown it receives. Then it gets a heartbeat asking for its echo
-    /// instead, at most a few without a word back from it (`ReturnRoute::may_probe`).
+    /// instead, a few and then one every few seconds (`ReturnRoute::may_probe`).
     pub(super) fn may_send_state(&mut self, now: Now, to: Destination) -> bool {
         let Some(route) = &mut self.return_route else {
             return true;
@@ -217,7 +217,7 @@ impl<T: TimeSource> NodeCore<T> {
         if route.is_verified(to.addr) {
             return true;
         }
-        if route.may_probe(to.addr) {
+        if route.may_probe(to.addr, now.at) {
             let mut body = self.body_prefix(to);
             body.push(super::features::READS | super::features::ASKS_ECHO);
             self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);

@@ -65,9 +65,6 @@ impl<T: TimeSource> NodeCore<T> {
         };
         let header = opened.header;
         self.liveness.heard_any(header.sender, now.cluster_ms);
-        if let Some(route) = &mut self.return_route {
-            route.heard_from(from);
-        }
         self.view
             .wire
             .received(header.kind, opened.body.len() + OVERHEAD);

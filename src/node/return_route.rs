@@ -8,8 +8,10 @@
 //! the members count, the sender's cookie for the receiver's address and the last cookie the
 //! receiver sent it; an address is verified once a datagram *from* it echoes this node's cookie
 //! for it. An off-path attacker who forges the source address never sees the cookie. Until then
-//! the address gets a heartbeat per round (the cookie's carrier), at most ten without a word
-//! back from it, and SWIM's own probes until SWIM declares the never-answering member down;
+//! the address gets a heartbeat per round (the cookie's carrier), ten at most, then one every
+//! five seconds until it is verified (nothing else resets the count: in an insecure cluster
+//! anyone can forge a word from an address), and SWIM's own probes until SWIM declares the
+//! never-answering member down;
 //! a member held as down is announced to again only if its address was verified.
 //!
 //! A cookie is a keyed hash of the address under a secret drawn at boot, so nothing per address
@@ -18,10 +20,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
+use tokio::time::Instant;
+
 /// Bytes the cookies add to a body.
 pub(crate) const COOKIES_LEN: usize = 16;
-/// Heartbeats an unverified address gets without a word back from it.
+/// Heartbeats an unverified address gets before they slow down.
 const PROBES_WITHOUT_ANSWER: u32 = 10;
+/// Then one this often, so that a member whose first ones were all lost is still verified.
+const PROBE_BACKOFF: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug)]
 pub(crate) struct ReturnRoute {
@@ -32,8 +38,8 @@ pub(crate) struct ReturnRoute {
     echoes: BTreeMap<u128, u64>,
     /// Members whose bootstrap push waits for their address to be verified.
     pending_bootstrap: BTreeSet<SocketAddr>,
-    /// Heartbeats sent to each unverified member address since anything came from it.
-    unanswered: BTreeMap<SocketAddr, u32>,
+    /// Heartbeats sent to each unverified member address, and when the last went.
+    unanswered: BTreeMap<SocketAddr, (u32, Instant)>,
     /// Addresses whose request for an echo was answered this round (members only).
     answered: BTreeSet<SocketAddr>,
 }
@@ -50,20 +56,19 @@ impl ReturnRoute {
         }
     }
 
-    /// Whether an unverified `addr` may get another heartbeat (its cookie's carrier): at most
-    /// a few without a word back from it, so that a member that never answers (a forged one)
-    /// gets almost nothing. Counts the heartbeat.
-    pub fn may_probe(&mut self, addr: SocketAddr) -> bool {
-        let sent = self.unanswered.entry(addr).or_insert(0);
-        *sent += 1;
-        *sent <= PROBES_WITHOUT_ANSWER
-    }
-
-    /// Something authenticated came from `addr` (its source address): it may be probed again.
-    pub fn heard_from(&mut self, addr: SocketAddr) {
-        if let Some(sent) = self.unanswered.get_mut(&addr) {
-            *sent = 0;
+    /// Whether an unverified `addr` may get another heartbeat (its cookie's carrier) at `at`:
+    /// a few, then one every [`PROBE_BACKOFF`], so that a member that never answers (a forged
+    /// one: a victim's address) gets almost nothing, whatever else arrives claiming to come
+    /// from it. Counts the heartbeat.
+    pub fn may_probe(&mut self, addr: SocketAddr, at: Instant) -> bool {
+        let (sent, last) = self.unanswered.entry(addr).or_insert((0, at));
+        let due =
+            *sent < PROBES_WITHOUT_ANSWER || at.saturating_duration_since(*last) >= PROBE_BACKOFF;
+        if due {
+            *sent = sent.saturating_add(1);
+            *last = at;
         }
+        due
     }
 
     fn cookie(&self, addr: SocketAddr) -> u64 {
@@ -99,6 +104,9 @@ impl ReturnRoute {
             self.echoes.insert(sender, theirs);
         }
         let newly = echoed == self.cookie(from) && self.verified.insert(from);
+        if newly {
+            self.unanswered.remove(&from);
+        }
         Some((rest, newly))
     }
 
@@ -144,6 +152,29 @@ mod tests {
 
     fn addr(port: u16) -> SocketAddr {
         SocketAddr::from(([10, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn an_unverified_address_gets_ten_heartbeats_then_one_every_five_seconds() {
+        let mut a = ReturnRoute::new([1; 32]);
+        let mut b = ReturnRoute::new([2; 32]);
+        let (a_addr, b_addr) = (addr(1), addr(2));
+        let t = Instant::now();
+        for _ in 0..10 {
+            assert!(a.may_probe(b_addr, t));
+        }
+        assert!(!a.may_probe(b_addr, t));
+        assert!(!a.may_probe(b_addr, t + PROBE_BACKOFF / 2));
+        assert!(a.may_probe(b_addr, t + PROBE_BACKOFF));
+        assert!(!a.may_probe(b_addr, t + PROBE_BACKOFF * 3 / 2));
+        assert!(a.may_probe(addr(3), t), "per address");
+        // Verified at last: nothing to hold back any more, and a fresh count if it ever
+        // has to be verified again.
+        let to_b = a.cookies(b_addr, Some(0xB));
+        b.observe(&to_b, a_addr, Some(0xA)).unwrap();
+        let to_a = b.cookies(a_addr, Some(0xA));
+        assert!(a.observe(&to_a, b_addr, Some(0xB)).unwrap().1);
+        assert!(!a.unanswered.contains_key(&b_addr));
     }
 
     #[test]
