@@ -180,6 +180,15 @@ impl Net {
         panic!("the network never went quiet");
     }
 
+    /// Hands node `to` a datagram as if from node `from`'s address, now.
+    fn hand_over(&mut self, to: usize, mut datagram: Vec<u8>, from: usize) {
+        let now = self.now(to);
+        self.nodes[to]
+            .as_mut()
+            .unwrap()
+            .on_datagram(now, &mut datagram, addr(from));
+    }
+
     fn members(&self, i: usize) -> usize {
         self.node(i).membership.num_members()
     }
@@ -414,12 +423,7 @@ fn a_replayed_datagram_is_dropped_and_changes_nothing() {
             .copied()
     };
     let before = dropped(&net).unwrap_or(0);
-    let now = net.now(1);
-    let mut replay = summary.datagram;
-    net.nodes[1]
-        .as_mut()
-        .unwrap()
-        .on_datagram(now, &mut replay, addr(0));
+    net.hand_over(1, summary.datagram, 0);
     assert_eq!(dropped(&net), Some(before + 1));
     assert_eq!(
         net.seen(1, b"x", 1),

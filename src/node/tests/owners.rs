@@ -4,19 +4,30 @@ use super::*;
 
 /// `n` nodes on owner mode whatever their number, formed.
 fn owners_cluster(n: usize) -> Net {
-    owners_cluster_with(n, false, None)
+    owners_cluster_with(n, Setup::default())
 }
 
-/// As [`owners_cluster`], checking return routability (an insecure cluster) if `verify`, and
-/// with node `mute`'s address answering nothing but SWIM from the start.
-fn owners_cluster_with(n: usize, verify: bool, mute: Option<usize>) -> Net {
+/// How an owner-mode cluster forms.
+#[derive(Debug, Default, Clone, Copy)]
+struct Setup {
+    /// Check return routability (an insecure cluster).
+    verify: bool,
+    /// This node's address answers nothing but SWIM, from the start.
+    mute: Option<usize>,
+    /// Datagrams of this kind are lost while the cluster forms (and after, until changed).
+    lose: Option<Kind>,
+}
+
+/// As [`owners_cluster`], formed as `setup` says.
+fn owners_cluster_with(n: usize, setup: Setup) -> Net {
     let mut net = Net::new();
-    net.mute = (0..n).map(|i| Some(i) == mute).collect();
+    net.mute = (0..n).map(|i| Some(i) == setup.mute).collect();
+    net.lose = setup.lose;
     for i in 0..n {
         let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
         let mut p = net.params(i, i as u128 + 1, &seeds);
         p.dissemination = Dissemination::Owners;
-        p.verify_return_route = verify;
+        p.verify_return_route = setup.verify;
         net.boot_with(p);
     }
     net.run_ms(4_000);
@@ -226,13 +237,8 @@ fn a_members_flags_count_only_from_its_own_address() {
     let first = announcements(&net);
     assert_eq!(first.len(), 1, "one announcement, then none for 30 s");
     let deliver = |net: &mut Net, out: &Outgoing, from: usize| {
-        let now = net.now(0);
-        let mut datagram = out.datagram.clone();
-        net.nodes[0]
-            .as_mut()
-            .unwrap()
-            .on_datagram(now, &mut datagram, addr(from));
-        net.node(0).features.reads_exchange(2, now.at)
+        net.hand_over(0, out.datagram.clone(), from);
+        net.node(0).features.reads_exchange(2, net.now(0).at)
     };
     // Genuine, but from another member's address: not taken.
     assert!(!deliver(&mut net, &first[0], 5));
@@ -247,7 +253,14 @@ fn a_members_flags_count_only_from_its_own_address() {
 fn in_an_insecure_cluster_state_goes_only_to_addresses_that_answered() {
     // Node 5's address never answers anything but SWIM (a victim's address a forged member
     // claims): whatever it owns or uses, it gets no register and no sum.
-    let mut net = owners_cluster_with(6, true, Some(5));
+    let mut net = owners_cluster_with(
+        6,
+        Setup {
+            verify: true,
+            mute: Some(5),
+            ..Setup::default()
+        },
+    );
     // The others wait for node 5's word until their warm-up times out.
     net.run_ms(2_000);
     let a = key_owned_by(&mut net, 0, 1);
@@ -280,16 +293,14 @@ fn in_an_insecure_cluster_state_goes_only_to_addresses_that_answered() {
 #[test]
 fn a_request_for_an_echo_is_answered_with_one() {
     // Every heartbeat lost while the cluster forms: nobody has verified anybody.
-    let mut net = Net::new();
-    net.lose = Some(Kind::Heartbeat);
-    for i in 0..3 {
-        let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
-        let mut p = net.params(i, i as u128 + 1, &seeds);
-        p.dissemination = Dissemination::Owners;
-        p.verify_return_route = true;
-        net.boot_with(p);
-    }
-    net.run_ms(4_000);
+    let mut net = owners_cluster_with(
+        3,
+        Setup {
+            verify: true,
+            lose: Some(Kind::Heartbeat),
+            ..Setup::default()
+        },
+    );
     let verified = |net: &Net, i: usize, j: usize| {
         net.node(i)
             .return_route
@@ -306,12 +317,7 @@ fn a_request_for_an_echo_is_answered_with_one() {
         .expect("node 1 asked node 0")
         .clone();
     net.lose = None;
-    let now = net.now(0);
-    let mut datagram = probe.datagram;
-    net.nodes[0]
-        .as_mut()
-        .unwrap()
-        .on_datagram(now, &mut datagram, addr(1));
+    net.hand_over(0, probe.datagram, 1);
     let (before_0, before_1) = (net.sent[0].len(), net.sent[1].len());
     net.deliver();
     let heartbeats = |sent: &[Outgoing], to: usize| {
