@@ -228,7 +228,7 @@ mod tests {
 
     /// The gap at a fresh reading, as the node core takes it once a round.
     fn gap_now(c: &ClusterClock<Arc<Split>>) -> i64 {
-        let now = super::super::Now::read_at(c, tokio::time::Instant::now());
+        let now = super::super::Now::read_at(c, crate::clock::monotonic_now());
         c.own_gap(now.wall_ms, now.mono_ms)
     }
 

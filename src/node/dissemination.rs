@@ -218,23 +218,26 @@ impl<T: TimeSource> NodeCore<T> {
             return true;
         }
         if route.may_probe(to.addr, now.at) {
-            let mut body = self.body_prefix(to);
-            body.push(super::features::READS | super::features::ASKS_ECHO);
-            self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+            self.send_flags(now, to, super::features::READS | super::features::ASKS_ECHO);
         }
         false
     }
 
-    /// Tells `to` what this build reads, unless it was told lately (`features.rs`): a heartbeat
-    /// with the flags after its prefix, which older builds read no further than the prefix.
+    /// A heartbeat to `to` with `flags` after its prefix (`features.rs`), which older builds
+    /// read no further than the prefix.
+    pub(super) fn send_flags(&mut self, now: Now, to: Destination, flags: u8) {
+        let mut body = self.body_prefix(to);
+        body.push(flags);
+        self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+    }
+
+    /// Tells `to` what this build reads, unless it was told lately (`features.rs`).
     pub(super) fn announce_features(&mut self, now: Now, to: Destination) {
         let Some(member) = to.node.filter(|m| self.liveness.is_member(*m)) else {
             return;
         };
         if self.features.announce_due(member, now.at) {
-            let mut body = self.body_prefix(to);
-            body.push(super::features::READS);
-            self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+            self.send_flags(now, to, super::features::READS);
         }
     }
 

@@ -85,7 +85,7 @@ mod tests {
     #[test]
     fn a_member_reads_an_exchange_once_it_says_so_until_it_leaves_or_stops_saying_so() {
         let mut f = PeerFeatures::default();
-        let t = Instant::now();
+        let t = crate::clock::monotonic_now();
         assert!(!f.reads_exchange(7, t));
         f.heard(7, 0, t);
         assert!(!f.reads_exchange(7, t), "flags without the bit");
@@ -103,7 +103,7 @@ mod tests {
     #[test]
     fn announcements_are_due_at_first_and_then_every_thirty_seconds() {
         let mut f = PeerFeatures::default();
-        let t = Instant::now();
+        let t = crate::clock::monotonic_now();
         assert!(f.announce_due(3, t));
         assert!(!f.announce_due(3, t + Duration::from_secs(29)));
         assert!(f.announce_due(3, t + ANNOUNCE_EVERY));

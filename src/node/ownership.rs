@@ -303,17 +303,13 @@ impl<T: TimeSource> NodeCore<T> {
         }
         // In an insecure cluster, only to addresses that have shown they receive: a forged
         // member must not draw every user's registers, or an owner's sums, to a victim.
-        let unverified: BTreeSet<Destination> = to_owners
-            .keys()
-            .chain(to_users.keys())
-            .copied()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .filter(|to| !self.may_send_state(now, *to))
-            .collect();
-        for to in &unverified {
-            to_owners.remove(to);
-            to_users.remove(to);
+        let destinations: BTreeSet<Destination> =
+            to_owners.keys().chain(to_users.keys()).copied().collect();
+        for to in destinations {
+            if !self.may_send_state(now, to) {
+                to_owners.remove(&to);
+                to_users.remove(&to);
+            }
         }
         // Whoever gets registers or sums hears, now and then, what this build reads: so
         // that it may send this node an exchange.

@@ -165,9 +165,7 @@ impl<T: TimeSource> NodeCore<T> {
                         addr: from,
                         node: Some(header.sender),
                     };
-                    let mut body = self.body_prefix(to);
-                    body.push(super::features::READS);
-                    self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+                    self.send_flags(now, to, super::features::READS);
                 }
             }
             return;

@@ -159,7 +159,7 @@ mod tests {
         let mut a = ReturnRoute::new([1; 32]);
         let mut b = ReturnRoute::new([2; 32]);
         let (a_addr, b_addr) = (addr(1), addr(2));
-        let t = Instant::now();
+        let t = crate::clock::monotonic_now();
         for _ in 0..10 {
             assert!(a.may_probe(b_addr, t));
         }

@@ -82,8 +82,10 @@ enum Op {
         n: u32,
         dt: u64,
     },
+    /// Members live, and whether one is silent (the whole-request credit depends on both).
     Members {
         live: usize,
+        silent: bool,
     },
     /// Both limiters emit their registers: their own demand, as peers know it, changes.
     Emit {
@@ -102,7 +104,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0u8..2, limit, any::<bool>())
             .prop_map(|(key, limit, exact)| Op::Reload { key, limit, exact }),
         2 => (0u8..2, 1u32..60, 0u64..150).prop_map(|(key, n, dt)| Op::PeerTraffic { key, n, dt }),
-        1 => (1usize..4).prop_map(|live| Op::Members { live }),
+        1 => (1usize..4, any::<bool>()).prop_map(|(live, silent)| Op::Members { live, silent }),
         2 => (0u64..250).prop_map(|dt| Op::Emit { dt }),
     ]
 }
@@ -160,9 +162,10 @@ proptest! {
                         prop_assert_eq!(on.merge(&batch, now), off.merge(&batch, now));
                     }
                 }
-                Op::Members { live } => {
-                    on.set_members(*live, now);
-                    off.set_members(*live, now);
+                Op::Members { live, silent } => {
+                    let silent: &[OriginId] = if *silent { &[OriginId(7)] } else { &[] };
+                    on.set_liveness(*live, silent, 0, now);
+                    off.set_liveness(*live, silent, 0, now);
                 }
                 Op::Emit { dt } => {
                     now += dt;
