@@ -6,8 +6,7 @@
 //! partitions drop it at the sender. Each node is a real [`NodeCore`] with a real limiter:
 //! only the socket and the clocks are simulated.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
@@ -22,7 +21,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use super::config::{FleetConfig, FleetFault};
-use super::event::{Event, Queued};
+use super::event::{Event, EventQueue};
 use super::record::Recorder;
 use super::traffic::{self, Arrivals, KeySpec, PROBE_KEY};
 use super::vtime::{NodeTime, VirtualClock};
@@ -55,8 +54,7 @@ pub struct Engine<'c> {
     clock: Arc<VirtualClock>,
     t0: Instant,
     pub(super) now_us: u64,
-    seq: u64,
-    events: BinaryHeap<Reverse<Queued>>,
+    events: EventQueue,
     pub(super) slots: Vec<Slot>,
     by_addr: BTreeMap<SocketAddr, usize>,
     arrivals: Arrivals,
@@ -101,8 +99,7 @@ impl<'c> Engine<'c> {
             clock: Arc::new(VirtualClock::default()),
             t0: monotonic_now(),
             now_us: 0,
-            seq: 0,
-            events: BinaryHeap::new(),
+            events: EventQueue::default(),
             slots: Vec::new(),
             by_addr: BTreeMap::new(),
             arrivals,
@@ -152,12 +149,7 @@ impl<'c> Engine<'c> {
     }
 
     fn push(&mut self, at_us: u64, event: Event) {
-        self.seq += 1;
-        self.events.push(Reverse(Queued {
-            at_us,
-            seq: self.seq,
-            event,
-        }));
+        self.events.push(at_us, event);
     }
 
     fn at(&self) -> Instant {
@@ -264,7 +256,7 @@ impl<'c> Engine<'c> {
     pub fn run(&mut self) {
         let end_us = self.cfg.duration_ms * 1_000;
         loop {
-            let next_event = self.events.peek().map(|Reverse(q)| q.at_us);
+            let next_event = self.events.peek_us();
             let next_arrival = self.arrivals.peek_us();
             let take_arrival = match (next_event, next_arrival) {
                 (None, None) => break,
@@ -283,14 +275,14 @@ impl<'c> Engine<'c> {
                 self.request(key, node);
                 continue;
             }
-            let Some(Reverse(q)) = self.events.pop() else {
+            let Some((at_us, event)) = self.events.pop() else {
                 break;
             };
-            if q.at_us >= end_us {
+            if at_us >= end_us {
                 break;
             }
-            self.set_time(q.at_us);
-            self.handle(q.event);
+            self.set_time(at_us);
+            self.handle(event);
         }
     }
 
