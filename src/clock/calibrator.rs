@@ -8,7 +8,7 @@
 //! node's monotonic clock; cluster time is `mono + base`, and the calibrator says what `base`
 //! should be. Pure: it is handed every reading and reads no clock.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 use crate::limiter::IdHashBuilder;
 
@@ -44,11 +44,49 @@ pub const UNFENCE_PER_MILLE: u64 = 850;
 /// Estimates of the members' wall clocks, each as "its wall − this node's mono".
 #[derive(Debug, Default)]
 pub struct Calibrator {
-    /// Per peer, the last samples and their maximum (kept, as it is read far more often than
-    /// a sample arrives).
-    /// Hashed (a large cluster's node looks up every member's each round); never iterated in
-    /// an order that matters.
-    samples: HashMap<u128, (VecDeque<i64>, i64), IdHashBuilder>,
+    /// Per peer, the last samples and their maximum. Hashed (a large cluster's node looks up
+    /// every member's each round); never iterated in an order that matters.
+    samples: HashMap<u128, PeerSamples, IdHashBuilder>,
+}
+
+/// A peer's last [`SAMPLES`] samples, in place (every datagram adds one: a separate buffer
+/// would cost a second cache miss per datagram in a large cluster), and their maximum, kept
+/// as it is read far more often than a sample arrives.
+#[derive(Debug, Clone)]
+struct PeerSamples {
+    ring: [i64; SAMPLES],
+    /// Where the next sample goes.
+    next: u8,
+    len: u8,
+    max: i64,
+}
+
+impl PeerSamples {
+    fn new() -> Self {
+        Self {
+            ring: [0; SAMPLES],
+            next: 0,
+            len: 0,
+            max: i64::MIN,
+        }
+    }
+
+    fn push(&mut self, sample: i64) {
+        let at = usize::from(self.next);
+        let dropped = (usize::from(self.len) == SAMPLES).then_some(self.ring[at]);
+        self.ring[at] = sample;
+        self.next = ((at + 1) % SAMPLES) as u8;
+        self.len = (usize::from(self.len) + 1).min(SAMPLES) as u8;
+        self.max = if dropped == Some(self.max) {
+            self.ring[..usize::from(self.len)]
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(sample)
+        } else {
+            self.max.max(sample)
+        };
+    }
 }
 
 impl Calibrator {
@@ -58,22 +96,15 @@ impl Calibrator {
     /// or delayed datagram can only make a sample smaller, which the maximum ignores.
     pub fn observe(&mut self, peer: u128, sent_wall_ms: u64, mono_ms: u64) {
         let sample = signed_diff(sent_wall_ms, mono_ms);
-        let (q, max) = self
-            .samples
+        self.samples
             .entry(peer)
-            .or_insert_with(|| (VecDeque::new(), i64::MIN));
-        let dropped = (q.len() == SAMPLES).then(|| q.pop_front()).flatten();
-        q.push_back(sample);
-        *max = if dropped == Some(*max) {
-            q.iter().copied().max().unwrap_or(sample)
-        } else {
-            (*max).max(sample)
-        };
+            .or_insert_with(PeerSamples::new)
+            .push(sample);
     }
 
     /// The peer's wall clock minus this node's monotonic clock, if it has sent anything.
     pub fn estimate(&self, peer: u128) -> Option<i64> {
-        self.samples.get(&peer).map(|(_, max)| *max)
+        self.samples.get(&peer).map(|p| p.max)
     }
 
     /// Forgets peers that are no longer members.

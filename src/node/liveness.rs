@@ -23,21 +23,13 @@ use crate::membership::NodeId;
 pub struct Liveness {
     silence_threshold: Duration,
     join_grace: Duration,
-    // The per-member tables are hashed: every datagram updates two of them, and in a large
-    // cluster a tree's walk misses the cache at every level. Nothing depends on their order
-    // (what is listed from them is sorted).
-    /// When each member was last heard from (registers and heartbeats only).
-    last_heard: Members<Instant>,
+    // The per-member tables are hashed: in a large cluster a tree's walk misses the cache at
+    // every level. Nothing depends on their order (what is listed from them is sorted).
+    /// What is known of each member, in one entry: every datagram reads or writes most of
+    /// it, and one entry is one cache miss where a table per field was one each.
+    members: Members<MemberRecord>,
     /// When each member appeared (up or renamed), while in its join grace.
     joined_at: Members<Instant>,
-    /// Each member's address, to tell whose datagrams may steer this node's clock.
-    addrs: Members<SocketAddr>,
-    /// When each member's last datagram of any kind (SWIM's included) arrived, in cluster
-    /// time: what `members` shows an operator.
-    last_datagram: Members<u64>,
-    /// How many members each member says it counts, itself included (the prefix of its
-    /// register and heartbeat bodies).
-    counts: Members<usize>,
     /// Senders whose clocks are more than a minute from this node's: when last heard, and when
     /// last told so.
     far: BTreeMap<u128, FarSender>,
@@ -47,6 +39,20 @@ pub struct Liveness {
 }
 
 type Members<V> = HashMap<u128, V, crate::limiter::IdHashBuilder>;
+
+#[derive(Debug, Clone, Copy)]
+struct MemberRecord {
+    /// Its address, to tell whose datagrams may steer this node's clock.
+    addr: SocketAddr,
+    /// When it was last heard from (registers and heartbeats only).
+    last_heard: Option<Instant>,
+    /// When its last datagram of any kind (SWIM's included) arrived, in cluster time: what
+    /// `members` shows an operator.
+    last_datagram: Option<u64>,
+    /// How many members it says it counts, itself included (the prefix of its register and
+    /// heartbeat bodies).
+    count: Option<usize>,
+}
 
 #[derive(Debug, Clone, Copy)]
 struct FarSender {
@@ -83,11 +89,8 @@ impl Liveness {
         Self {
             silence_threshold,
             join_grace,
-            last_heard: Members::default(),
+            members: Members::default(),
             joined_at: Members::default(),
-            addrs: Members::default(),
-            last_datagram: Members::default(),
-            counts: Members::default(),
             far: BTreeMap::new(),
             far_members: 0,
             tells: (0, None),
@@ -175,32 +178,31 @@ impl Liveness {
         self.far_members
     }
 
-    /// A register or heartbeat from `sender` arrived.
     /// A register or heartbeat from `sender` arrived. Recorded for members only: anyone who
     /// can open a datagram (anyone at all, in an insecure cluster) could otherwise fill the
     /// table, and have made-up senders held (`held`).
     pub fn heard(&mut self, sender: u128, at: Instant) {
-        if self.addrs.contains_key(&sender) {
-            self.last_heard.insert(sender, at);
+        if let Some(m) = self.members.get_mut(&sender) {
+            m.last_heard = Some(at);
         }
     }
 
     /// A datagram of any kind from `sender` opened at cluster time `at_ms`. Recorded for
     /// members only: the table cannot grow past the member list.
     pub fn heard_any(&mut self, sender: u128, at_ms: u64) {
-        if self.addrs.contains_key(&sender) {
-            self.last_datagram.insert(sender, at_ms);
+        if let Some(m) = self.members.get_mut(&sender) {
+            m.last_datagram = Some(at_ms);
         }
     }
 
     /// Whether `sender` is a member.
     pub fn is_member(&self, sender: u128) -> bool {
-        self.addrs.contains_key(&sender)
+        self.members.contains_key(&sender)
     }
 
     /// When `member`'s last datagram arrived (cluster time, Unix ms).
     pub fn last_datagram(&self, member: u128) -> Option<u64> {
-        self.last_datagram.get(&member).copied()
+        self.members.get(&member).and_then(|m| m.last_datagram)
     }
 
     /// `member` came up or was renamed (a restart): its demand is unknown until its registers
@@ -211,30 +213,49 @@ impl Liveness {
 
     /// `sender` counts this many members, itself included.
     pub fn counted(&mut self, sender: u128, members: usize) {
-        if self.addrs.contains_key(&sender) {
-            self.counts.insert(sender, members);
+        if let Some(m) = self.members.get_mut(&sender) {
+            m.count = Some(members);
         }
     }
 
     /// The largest member count any member reports, or any sender a minute off.
     pub fn largest_count(&self) -> usize {
         let far = self.far.values().map(|f| f.count);
-        self.counts.values().copied().chain(far).max().unwrap_or(0)
+        self.members
+            .values()
+            .filter_map(|m| m.count)
+            .chain(far)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The address SWIM holds for `member`.
     pub fn address_of(&self, member: u128) -> Option<SocketAddr> {
-        self.addrs.get(&member).copied()
+        self.members.get(&member).map(|m| m.addr)
     }
 
     /// The members changed: forget whoever is no longer one. Returns the members' ids.
     pub fn set_members(&mut self, members: &[NodeId]) -> BTreeSet<u128> {
-        self.addrs = members.iter().map(|m| (m.node.as_u128(), m.addr)).collect();
-        let ids: BTreeSet<u128> = self.addrs.keys().copied().collect();
-        self.last_heard.retain(|s, _| ids.contains(s));
-        self.last_datagram.retain(|s, _| ids.contains(s));
+        let mut records = Members::default();
+        for m in members {
+            let id = m.node.as_u128();
+            let record = match self.members.get(&id) {
+                Some(known) => MemberRecord {
+                    addr: m.addr,
+                    ..*known
+                },
+                None => MemberRecord {
+                    addr: m.addr,
+                    last_heard: None,
+                    last_datagram: None,
+                    count: None,
+                },
+            };
+            records.insert(id, record);
+        }
+        self.members = records;
+        let ids: BTreeSet<u128> = self.members.keys().copied().collect();
         self.joined_at.retain(|s, _| ids.contains(s));
-        self.counts.retain(|s, _| ids.contains(s));
         ids
     }
 
@@ -247,9 +268,10 @@ impl Liveness {
             .map(|m| m.node.as_u128())
             .filter(|id| {
                 let heard = self
-                    .last_heard
+                    .members
                     .get(id)
-                    .is_some_and(|t| at.saturating_duration_since(*t) <= self.silence_threshold);
+                    .and_then(|m| m.last_heard)
+                    .is_some_and(|t| at.saturating_duration_since(t) <= self.silence_threshold);
                 let settled = self
                     .joined_at
                     .get(id)
@@ -264,14 +286,14 @@ impl Liveness {
     /// the last [`HOLD_FOR`]) that have gone quiet for `quiet`: on the other side of a
     /// partition, perhaps, and still admitting. Their demand is held (`Limiter::set_held`).
     pub fn held(&self, quiet: Duration, at: Instant) -> Vec<OriginId> {
-        // `last_heard` holds members only (`heard`, `set_members`), and only those heard at
-        // all: in a large cluster, far fewer than the members.
         let mut held: Vec<OriginId> = self
-            .last_heard
+            .members
             .iter()
-            .filter(|(_, t)| {
-                let since = at.saturating_duration_since(**t);
-                since > quiet && since <= HOLD_FOR
+            .filter(|(_, m)| {
+                m.last_heard.is_some_and(|t| {
+                    let since = at.saturating_duration_since(t);
+                    since > quiet && since <= HOLD_FOR
+                })
             })
             .map(|(id, _)| OriginId(*id))
             .collect();

@@ -273,3 +273,23 @@ fn a_clock_fixed_after_being_beyond_the_tolerance_stays_cut_off_until_cluster_ti
     let s = steer(WALL0 + 15_000, WALL0, WALL0, 10_000, true, Steer::Jump);
     assert!(!s.fenced && s.base == WALL0, "{s:?}");
 }
+
+proptest::proptest! {
+    /// The estimate is the largest of the last `SAMPLES` samples, whatever their order: a
+    /// maximum that leaves the window is replaced by the largest of those still in it.
+    #[test]
+    fn the_estimate_is_the_largest_of_the_last_samples(
+        offsets in proptest::collection::vec(-1_000i64..1_000, 1..60),
+    ) {
+        let mut cal = Calibrator::default();
+        let mono = 1_000_000u64;
+        for (i, offset) in offsets.iter().enumerate() {
+            let sent = (mono as i64 + offset) as u64;
+            cal.observe(7, sent, mono);
+            let from = (i + 1).saturating_sub(SAMPLES);
+            let expected = offsets[from..=i].iter().copied().max();
+            proptest::prop_assert_eq!(cal.estimate(7), expected, "after sample {}", i);
+        }
+        proptest::prop_assert_eq!(cal.estimate(8), None);
+    }
+}
