@@ -14,6 +14,8 @@ use crate::limiter::IdHashBuilder;
 
 /// Samples kept per peer. The estimate is the largest (see [`Calibrator::observe`]).
 const SAMPLES: usize = 16;
+// A ring position fits in a byte (`PeerSamples`).
+const _: () = assert!(SAMPLES <= u8::MAX as usize);
 
 /// Corrections this small are not made: they are within what the estimate can tell (a sample
 /// is short by one network latency) and moving for them would only make time jitter.

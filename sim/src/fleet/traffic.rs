@@ -197,12 +197,13 @@ pub struct Arrivals {
 
 impl Arrivals {
     pub fn new(keys: &[KeySpec], seed: u64) -> Self {
-        // Grouped by rate (its bits, for an order that does not depend on the float's value
-        // comparisons), so that picking a stream is a search over a few groups.
+        // Grouped by rate, so that picking a stream is a search over a few groups; keyed by
+        // the rate's bits, as a float is not `Ord` (for positive rates the order is the same).
         let mut by_rate: BTreeMap<u64, Vec<(usize, usize)>> = BTreeMap::new();
         for (k, key) in keys.iter().enumerate() {
             let per_user = key.offered_per_s / key.users.len().max(1) as f64;
-            if per_user <= 0.0 {
+            // A stream that offers nothing (or a rate that is not one) has no arrivals.
+            if !(per_user > 0.0 && per_user.is_finite()) {
                 continue;
             }
             for &node in &key.users {
@@ -216,12 +217,13 @@ impl Arrivals {
         let mut total_per_us = 0.0;
         for (bits, streams) in by_rate {
             let rate_per_us = f64::from_bits(bits);
+            let count = streams.len();
             groups.push(RateGroup {
                 rate_per_us,
                 before: total_per_us,
                 streams,
             });
-            total_per_us += rate_per_us * groups.last().map_or(0, |g| g.streams.len()) as f64;
+            total_per_us += rate_per_us * count as f64;
         }
         let mut arrivals = Self {
             groups,
@@ -323,13 +325,22 @@ mod tests {
             counts[key][node][s] += 1;
         }
         for (k, key) in keys.iter().enumerate() {
-            let total: u32 = counts[k].iter().flatten().sum();
-            let expected = key.offered_per_s * seconds as f64;
-            assert!(
-                (f64::from(total) - expected).abs() < 5.0 * expected.sqrt() + 1.0,
-                "key {k}: {total} vs {expected}"
-            );
+            let expected = key.offered_per_s / key.users.len() as f64 * seconds as f64;
+            for (node, by_second) in counts[k].iter().enumerate() {
+                let total: u32 = by_second.iter().sum();
+                let expected = if key.users.contains(&node) {
+                    expected
+                } else {
+                    0.0
+                };
+                assert!(
+                    (f64::from(total) - expected).abs() < 5.0 * expected.sqrt() + 1.0,
+                    "key {k} at node {node}: {total} vs {expected}"
+                );
+            }
         }
+        // Nothing offered, nothing drawn.
+        assert!(Arrivals::new(&[], 1).pop().is_none());
         // A global key at twice its limit: each node about a twentieth, per second Poisson.
         let per_node = keys[0].offered_per_s / nodes as f64;
         for (node, seconds_of_node) in counts[0].iter().enumerate() {
