@@ -1,8 +1,8 @@
 //! The discrete-event engine: node cores driven in one thread, in virtual time.
 //!
 //! Events (a datagram arriving, a node's wake-up, a request, a fault, a sample) are taken
-//! earliest first, ties in the order they were made, so a seed gives the same run byte for
-//! byte. A datagram's latency is drawn uniformly between the configured bounds; loss and
+//! earliest first, ties in the order they were made (a request that arrives in the same
+//! microsecond as another event comes after it), so a seed gives the same run byte for byte. A datagram's latency is drawn uniformly between the configured bounds; loss and
 //! partitions drop it at the sender. Each node is a real [`NodeCore`] with a real limiter:
 //! only the socket and the clocks are simulated.
 
