@@ -231,7 +231,7 @@ fn fleet(args: &Args) -> anyhow::Result<()> {
     };
     if !args.json {
         println!(
-            "{:<18} {:<7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>7}",
+            "{:<18} {:<7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>7}",
             "scenario",
             "policy",
             "nodes",
@@ -239,6 +239,7 @@ fn fleet(args: &Args) -> anyhow::Result<()> {
             "over_p99",
             "over_max",
             "util",
+            "refused<L",
             "part_max",
             "stale_p50",
             "stale_p99",
@@ -289,7 +290,7 @@ fn fleet(args: &Args) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
-                    "{:<18} {:<7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>10.0} {:>10.0} {:>8.1} {:>8} {:>7}",
+                    "{:<18} {:<7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10.0} {:>10.0} {:>8.1} {:>8} {:>7}",
                     name,
                     label,
                     r.nodes,
@@ -297,6 +298,7 @@ fn fleet(args: &Args) -> anyhow::Result<()> {
                     fmt_pct(Some(r.over_admission_p99)),
                     fmt_pct(Some(r.over_admission_max)),
                     fmt_pct(Some(r.utilization)),
+                    fmt_pct(Some(r.refused_below_limit)),
                     r.partition_max_ratio
                         .map_or_else(|| "-".into(), |v| format!("{v:.3}xL")),
                     fmt_opt(r.staleness_p50_ms),

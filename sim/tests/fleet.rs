@@ -84,3 +84,21 @@ fn a_fleet_past_sixteen_members_shares_through_owners_and_holds_the_limits() {
     );
     assert!(r.over_admission_max <= 0.3, "seed {SEED}: {r:?}");
 }
+
+/// A key offered half its limit is one the limit should leave alone. Sparse traffic (tenant
+/// keys: 5 requests a window per node) must not look like a burst starting, which holds a
+/// node to its onset share (`1/N` of the limit).
+#[test]
+fn keys_offered_half_their_limit_are_seldom_refused() {
+    let cfg = short("fleet", 24);
+    let r = fleet::run("fleet", "share", &cfg);
+    let refused = |class| r.refused_below_limit_by_class[&class];
+    use limitmesh_sim::fleet::KeyClass;
+    eprintln!(
+        "seed {SEED}: refused below the limit {:?}",
+        r.refused_below_limit_by_class
+    );
+    assert!(refused(KeyClass::Local) <= 0.005, "seed {SEED}: {r:?}");
+    assert!(refused(KeyClass::Tenant) <= 0.05, "seed {SEED}: {r:?}");
+    assert!(refused(KeyClass::Global) <= 0.005, "seed {SEED}: {r:?}");
+}

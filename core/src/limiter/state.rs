@@ -123,6 +123,19 @@ impl WindowState {
         }
     }
 
+    /// Whether this node's traffic on the window has lasted past its onset, since it last
+    /// had none in a window (see [`LocalRing::establish`]).
+    pub fn established(&self, active: bool) -> bool {
+        active && self.ring.established()
+    }
+
+    /// Records that this node's traffic on the window has lasted past its onset.
+    pub fn establish(&self) {
+        if !self.ring.established() {
+            self.ring.establish();
+        }
+    }
+
     /// The window's shape (interpolated). Kept as length and bucket count, the rest derived:
     /// there is one of these per key, and the check path uses the caller's spec.
     pub fn spec(&self) -> WindowSpec {
@@ -293,13 +306,25 @@ mod tests {
         state.publish_demand(41);
         assert_eq!(state.bound.get(&key), None);
         assert_eq!(state.published_demand(true), Some(41));
+        // Established traffic stays so across emissions, while the window has traffic.
+        assert!(!state.established(true));
+        state.establish();
+        state.publish_demand(42);
+        assert_eq!(state.published_demand(true), Some(42));
+        assert!(state.established(true));
+        assert!(!state.established(false), "not without traffic");
+        state.publish_demand(41);
         // A window with no traffic left: peers have stopped counting that register.
         state.bound.store(state.bound.seen(), &key, 7);
         assert_eq!(state.published_demand(false), None);
         assert_eq!(state.bound.get(&key), None);
         assert_eq!(state.published_demand(true), None, "forgotten");
+        assert!(!state.established(true), "forgotten with it");
         state.publish_demand(u32::MAX);
-        assert_eq!(state.published_demand(true), Some(u32::MAX - 1));
+        assert_eq!(
+            state.published_demand(true),
+            Some(crate::window::MAX_PUBLISHED)
+        );
         assert!(
             std::mem::size_of::<WindowState>() <= 128,
             "a window stays 128 bytes"

@@ -138,6 +138,11 @@ pub enum Admit {
     Refused { current: u32 },
 }
 
+/// The published word's top bit: the traffic is established ([`LocalRing::establish`]).
+const ESTABLISHED: u32 = 1 << 31;
+/// The largest demand the published word holds (below the flag, and `+ 1` for "some").
+pub const MAX_PUBLISHED: u32 = ESTABLISHED - 2;
+
 /// Slots kept inline in the window's own allocation: enough for the default 10 buckets.
 const INLINE_SLOTS: usize = 11;
 
@@ -193,22 +198,41 @@ impl LocalRing {
     }
 
     /// Records the demand this node just emitted for the window; returns the one recorded
-    /// before, if any. Demands above `u32::MAX - 1` are recorded as that.
+    /// before, if any. Demands above [`MAX_PUBLISHED`] are recorded as that. Whether the
+    /// traffic is established ([`LocalRing::establish`]) is kept.
     pub fn publish(&self, demand: u32) -> Option<u32> {
+        let value = demand.min(MAX_PUBLISHED) + 1;
         let before = self
             .published_word()
-            .swap(demand.saturating_add(1), Ordering::AcqRel);
-        before.checked_sub(1)
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some(w & ESTABLISHED | value)
+            })
+            .unwrap_or_else(|w| w);
+        (before & !ESTABLISHED).checked_sub(1)
     }
 
     /// The demand last recorded by [`LocalRing::publish`], if any and not forgotten since.
     pub fn published(&self) -> Option<u32> {
-        self.published_word().load(Ordering::Acquire).checked_sub(1)
+        (self.published_word().load(Ordering::Acquire) & !ESTABLISHED).checked_sub(1)
     }
 
-    /// Forgets the recorded demand; returns whether there was one.
+    /// Forgets the recorded demand, and that the traffic was established; returns whether
+    /// there was a demand.
     pub fn forget_published(&self) -> bool {
-        self.published_word().swap(0, Ordering::AcqRel) != 0
+        self.published_word().swap(0, Ordering::AcqRel) & !ESTABLISHED != 0
+    }
+
+    /// Records that this node's traffic on the window has lasted past its onset: from now
+    /// until [`LocalRing::forget_published`] (a window with no traffic), a gap that leaves
+    /// only young buckets in the window is not a new onset.
+    pub fn establish(&self) {
+        self.published_word()
+            .fetch_or(ESTABLISHED, Ordering::AcqRel);
+    }
+
+    /// Whether [`LocalRing::establish`] was called since the last forget.
+    pub fn established(&self) -> bool {
+        self.published_word().load(Ordering::Acquire) & ESTABLISHED != 0
     }
 
     fn slot(&self, epoch: u64) -> &AtomicU64 {

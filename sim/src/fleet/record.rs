@@ -21,6 +21,14 @@ pub struct Recorder {
     pub datagrams: Vec<u64>,
     /// Bytes sent after warm-up, by datagram kind, all nodes.
     pub sent_by_kind: std::collections::BTreeMap<&'static str, u64>,
+    /// Datagrams sent after warm-up, by kind, all nodes.
+    pub datagrams_by_kind: std::collections::BTreeMap<&'static str, u64>,
+    /// Per key class, after warm-up, on keys offered less than their limit: requests offered
+    /// and refused. A refusal there is a request the limit did not call for.
+    pub below_limit: std::collections::BTreeMap<KeyClass, (u64, u64)>,
+    /// Every key's class, and whether it is offered more than its limit.
+    key_classes: Vec<(KeyClass, bool)>,
+    warmup_ms: u64,
     /// When node 0's probes were admitted (ms), and how many each observer has seen.
     pub probes: Vec<u64>,
     seen: Vec<usize>,
@@ -77,6 +85,10 @@ impl Recorder {
             bytes: vec![0; cfg.nodes],
             datagrams: vec![0; cfg.nodes],
             sent_by_kind: std::collections::BTreeMap::new(),
+            datagrams_by_kind: std::collections::BTreeMap::new(),
+            below_limit: std::collections::BTreeMap::new(),
+            key_classes: keys.iter().map(|k| (k.class, k.overloaded)).collect(),
+            warmup_ms: cfg.warmup_ms,
             probes: Vec::new(),
             seen: vec![0; cfg.nodes],
             staleness_ms: Vec::new(),
@@ -93,6 +105,13 @@ impl Recorder {
     }
 
     pub fn request(&mut self, key: usize, node: usize, t_ms: u64, allowed: bool) {
+        if let Some((class, false)) = self.key_classes.get(key).copied()
+            && t_ms >= self.warmup_ms
+        {
+            let (offered, refused) = self.below_limit.entry(class).or_default();
+            *offered += 1;
+            *refused += u64::from(!allowed);
+        }
         if let Some(m) = self.measured[key] {
             let slot = (t_ms / SLOT_MS) as usize;
             if slot < self.slots {
@@ -116,6 +135,7 @@ impl Recorder {
         self.bytes[node] += bytes as u64;
         self.datagrams[node] += 1;
         *self.sent_by_kind.entry(kind).or_default() += bytes as u64;
+        *self.datagrams_by_kind.entry(kind).or_default() += 1;
     }
 
     pub fn received(&mut self, node: usize, bytes: usize) {

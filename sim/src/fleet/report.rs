@@ -32,6 +32,10 @@ pub struct FleetReport {
     pub utilization: f64,
     pub over_admission_mean_by_class: BTreeMap<KeyClass, f64>,
     pub utilization_by_class: BTreeMap<KeyClass, f64>,
+    /// Per key class, of the requests on keys offered less than their limit (half of it in
+    /// `fleet`), the fraction refused: what a user sees as a limit that bites too early.
+    pub refused_below_limit: f64,
+    pub refused_below_limit_by_class: BTreeMap<KeyClass, f64>,
     /// Largest admitted / L over windows ending inside a partition, over every overloaded key.
     pub partition_max_ratio: Option<f64>,
     pub staleness_p50_ms: Option<u64>,
@@ -43,6 +47,8 @@ pub struct FleetReport {
     pub datagrams_per_node_per_s_mean: f64,
     /// Bytes sent per node per second, by datagram kind.
     pub sent_bytes_per_node_per_s_by_kind: BTreeMap<String, f64>,
+    /// Datagrams sent per node per second, by kind.
+    pub sent_datagrams_per_node_per_s_by_kind: BTreeMap<String, f64>,
     /// The slowest of the crashes and replacements: until every other node counted the member
     /// out (ms).
     pub detection_ms: Option<u64>,
@@ -201,6 +207,18 @@ impl FleetReport {
                 .iter()
                 .map(|(c, w)| (*c, w.utilization()))
                 .collect(),
+            refused_below_limit: {
+                let (offered, refused) = rec
+                    .below_limit
+                    .values()
+                    .fold((0, 0), |(o, r), (bo, br)| (o + bo, r + br));
+                refused as f64 / u64::max(offered, 1) as f64
+            },
+            refused_below_limit_by_class: rec
+                .below_limit
+                .iter()
+                .map(|(c, (offered, refused))| (*c, *refused as f64 / (*offered).max(1) as f64))
+                .collect(),
             partition_max_ratio: partition_max,
             staleness_p50_ms: percentile(&stale, 0.5),
             staleness_p90_ms: percentile(&stale, 0.9),
@@ -214,6 +232,11 @@ impl FleetReport {
                 .sent_by_kind
                 .iter()
                 .map(|(k, b)| ((*k).to_owned(), *b as f64 / seconds / nodes))
+                .collect(),
+            sent_datagrams_per_node_per_s_by_kind: rec
+                .datagrams_by_kind
+                .iter()
+                .map(|(k, d)| ((*k).to_owned(), *d as f64 / seconds / nodes))
                 .collect(),
             detection_ms: rec.detection_ms.iter().copied().max(),
             starved_windows_max: starved,

@@ -425,3 +425,63 @@ fn the_whole_request_credit_needs_current_news_of_the_others() {
         "{stale} then {current}"
     );
 }
+
+#[test]
+fn sparse_traffic_that_lasted_is_not_a_new_onset_after_a_gap() {
+    let lim = [second(100)];
+    let c = admission::WHOLE_REQUEST_CREDIT;
+    // A peer of a 10-member cluster with a demand of 30 a window, said at `at`.
+    let peer = |l: &Limiter, at: u64| {
+        let id = l.key_id(b"k", &lim[0].window);
+        let mut u = update(id, lim[0].window.epoch(at), 1, at);
+        u.register.demand = 30;
+        u.register.admitted = vec![3];
+        Batch {
+            origin: OriginId(9),
+            updates: vec![u],
+        }
+    };
+    let allowance = |l: &Limiter, at: u64| l.inspect(b"k", &lim[0], at).unwrap().allowance;
+    let l = limiter();
+    l.set_members(10, T0);
+    // A request every 100 ms for two seconds, told to the peers.
+    for i in 0..20 {
+        check(&l, "k", &lim, 1, T0 + 100 * i);
+    }
+    let own = l.collect_changed(T0 + 1_950).expect("changed").updates[0]
+        .register
+        .demand;
+    assert!((9..=11).contains(&own), "{own}");
+    // Then nothing for 700 ms, and a request every 100 ms again: 400 ms on, the window holds
+    // only those, as it would for traffic that just started.
+    for i in 0..5 {
+        check(&l, "k", &lim, 1, T0 + 2_700 + 100 * i);
+    }
+    let t = T0 + 3_100;
+    l.merge(&peer(&l, t), t);
+    let share = 100.0 * f64::from(own) / f64::from(own + 30) + c;
+    assert!(
+        (allowance(&l, t) - share).abs() < 1e-9,
+        "{}",
+        allowance(&l, t)
+    );
+    // Traffic that did start 400 ms ago gets the onset share, a tenth of the limit.
+    let new = limiter_with(LimiterConfig::default(), 2);
+    new.set_members(10, T0);
+    for i in 0..5 {
+        check(&new, "k", &lim, 1, T0 + 2_700 + 100 * i);
+    }
+    new.merge(&peer(&new, t), t);
+    assert!((allowance(&new, t) - (10.0 + c)).abs() < 1e-9);
+    // After a window without traffic, the first node's traffic is new again: its share is
+    // that of its fresh demand (one request, and the one asked about), at most a tenth.
+    check(&l, "k", &lim, 1, T0 + 4_500);
+    let later = T0 + 4_600;
+    l.merge(&peer(&l, later), later);
+    let fresh = 100.0 * 2.0 / 32.0 + c;
+    assert!(
+        (allowance(&l, later) - fresh).abs() < 1e-9,
+        "{}",
+        allowance(&l, later)
+    );
+}
