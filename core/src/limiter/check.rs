@@ -232,6 +232,7 @@ impl Limiter {
             older: local.older_offered,
             recent_span,
             older_span: active_span.saturating_sub(recent_span),
+            margin_cap: f64::from(limit.max) / 10.0,
         };
         let surging = recent_load.surging();
         let young = local.oldest_active_age.is_none_or(|age| {

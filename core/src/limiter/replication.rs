@@ -218,11 +218,12 @@ fn register_of(
         version,
         hlc,
         newest_epoch: snap.epoch,
+        // Clamped as this node records what it published, so that the two agree.
         demand: snap
             .offered
             .sum(spec, now_ms)
             .ceil()
-            .min(f64::from(u32::MAX)) as u32,
+            .min(f64::from(crate::window::MAX_PUBLISHED)) as u32,
         admitted: by_age[..used]
             .iter()
             .map(|c| u32::try_from(*c).unwrap_or(u32::MAX))

@@ -217,9 +217,9 @@ impl LocalRing {
     }
 
     /// Forgets the recorded demand, and that the traffic was established; returns whether
-    /// there was a demand.
+    /// there was either (a bound cached from them is then stale).
     pub fn forget_published(&self) -> bool {
-        self.published_word().swap(0, Ordering::AcqRel) & !ESTABLISHED != 0
+        self.published_word().swap(0, Ordering::AcqRel) != 0
     }
 
     /// Records that this node's traffic on the window has lasted past its onset: from now

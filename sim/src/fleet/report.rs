@@ -32,9 +32,11 @@ pub struct FleetReport {
     pub utilization: f64,
     pub over_admission_mean_by_class: BTreeMap<KeyClass, f64>,
     pub utilization_by_class: BTreeMap<KeyClass, f64>,
-    /// Per key class, of the requests on keys offered less than their limit (half of it in
-    /// `fleet`), the fraction refused: what a user sees as a limit that bites too early.
+    /// Of the requests on keys offered less than their limit (half of it in `fleet`), the
+    /// fraction refused, after warm-up: what a user sees as a limit that bites too early. It
+    /// includes what faults refuse there (a partition's scaled shares, a new node warming up).
     pub refused_below_limit: f64,
+    /// The same, per key class.
     pub refused_below_limit_by_class: BTreeMap<KeyClass, f64>,
     /// Largest admitted / L over windows ending inside a partition, over every overloaded key.
     pub partition_max_ratio: Option<f64>,
