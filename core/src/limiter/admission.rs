@@ -87,7 +87,7 @@ pub struct RecentLoad {
     pub recent_span: u64,
     /// Full buckets before it.
     pub older_span: u64,
-    /// The most the margin for chance may be, in requests ([`RecentLoad::threshold`]): a
+    /// The most the margin for chance may be, in requests (`RecentLoad::threshold`): a
     /// tenth of the limit.
     pub margin_cap: f64,
 }
