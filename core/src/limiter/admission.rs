@@ -96,7 +96,7 @@ impl RecentLoad {
     /// The recent span's total past which its rate is more than twice the older buckets',
     /// by more than chance explains: `2μ + min(3·√((μ + 1)(2 + 4ρ)), cap) + 1`, with `ρ` the
     /// ratio of the spans' lengths and `μ = ρ · older` what the older rate gives the recent
-    /// span. The root is three standard deviations of `recent − ρ · older` when the recent
+    /// span. The root is three standard deviations of `recent − 2ρ · older` when the recent
     /// rate is twice the older (`+ 1` for spans that saw nothing).
     ///
     /// Requests arrive at random, so both totals are Poisson counts. Compared bare, a steady
@@ -104,7 +104,11 @@ impl RecentLoad {
     /// the node fell to the onset share, `1/N` of the limit: in `fleet` at 100 nodes, tenant
     /// keys offered half their limit had 18 % of their requests refused. With the margin a
     /// steady load crosses it at under 1 % of checks, 2 % when the older rate is read from a
-    /// single bucket (`a_steady_load_rarely_looks_like_a_surge_at_any_rate`).
+    /// single bucket (`a_steady_load_rarely_looks_like_a_surge_at_any_rate`), as long as the
+    /// cap below leaves the margin whole (it does for `fleet`'s tenant keys: a limit of 100,
+    /// half a request a bucket). Under the cap chance does more: a limit of 50 at half load
+    /// (2.5 requests a bucket) crosses it at 0.5 % of checks with an older span of 5 buckets,
+    /// 10 % with one.
     ///
     /// The margin is what a node may take at its usual share once its load does surge, before
     /// the onset share holds it. That share can be the whole limit (a node that trickled while

@@ -287,6 +287,11 @@ mod tests {
         let state = WindowState::new(spec);
         let t = 1_700_000_000_050;
         assert_eq!(state.published_demand(true), None);
+        state.establish();
+        assert!(
+            !state.established(true),
+            "not before a demand is recorded (a check racing a forget)"
+        );
         let key = BoundKey {
             epoch: spec.epoch(t),
             limit: 100,

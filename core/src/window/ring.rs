@@ -225,12 +225,21 @@ impl LocalRing {
     /// Records that this node's traffic on the window has lasted past its onset: from now
     /// until [`LocalRing::forget_published`] (a window with no traffic), a gap that leaves
     /// only young buckets in the window is not a new onset.
+    ///
+    /// Only while a demand is recorded. A check that read the clock just before another
+    /// thread's check forgot the demand still sees the old traffic; it must not mark the
+    /// traffic after the gap, which records its first demand a round later, long after
+    /// such a check is done. Traffic outlives its onset (500 ms) after its first emission.
     pub fn establish(&self) {
-        self.published_word()
-            .fetch_or(ESTABLISHED, Ordering::AcqRel);
+        // `Err` is "no demand recorded": nothing to mark.
+        let _ = self
+            .published_word()
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (w & !ESTABLISHED != 0).then_some(w | ESTABLISHED)
+            });
     }
 
-    /// Whether [`LocalRing::establish`] was called since the last forget.
+    /// Whether [`LocalRing::establish`] took since the last forget.
     pub fn established(&self) -> bool {
         self.published_word().load(Ordering::Acquire) & ESTABLISHED != 0
     }
