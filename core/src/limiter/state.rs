@@ -131,6 +131,7 @@ impl WindowState {
 
     /// Records that this node's traffic on the window has lasted past its onset.
     pub fn establish(&self) {
+        // Called on every check past its onset: a load, and a write once per stretch.
         if !self.ring.established() {
             self.ring.establish();
         }

@@ -205,7 +205,7 @@ impl LocalRing {
         let before = self
             .published_word()
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
-                Some(w & ESTABLISHED | value)
+                Some((w & ESTABLISHED) | value)
             })
             .unwrap_or_else(|w| w);
         (before & !ESTABLISHED).checked_sub(1)

@@ -26,8 +26,8 @@ pub struct Recorder {
     /// Per key class, after warm-up, on keys offered less than their limit: requests offered
     /// and refused. A refusal there is a request the limit did not call for.
     pub below_limit: std::collections::BTreeMap<KeyClass, (u64, u64)>,
-    /// Every key's class, and whether it is offered more than its limit.
-    key_classes: Vec<(KeyClass, bool)>,
+    /// Every key's class.
+    key_classes: Vec<KeyClass>,
     warmup_ms: u64,
     /// When node 0's probes were admitted (ms), and how many each observer has seen.
     pub probes: Vec<u64>,
@@ -87,7 +87,7 @@ impl Recorder {
             sent_by_kind: std::collections::BTreeMap::new(),
             datagrams_by_kind: std::collections::BTreeMap::new(),
             below_limit: std::collections::BTreeMap::new(),
-            key_classes: keys.iter().map(|k| (k.class, k.overloaded)).collect(),
+            key_classes: keys.iter().map(|k| k.class).collect(),
             warmup_ms: cfg.warmup_ms,
             probes: Vec::new(),
             seen: vec![0; cfg.nodes],
@@ -105,19 +105,21 @@ impl Recorder {
     }
 
     pub fn request(&mut self, key: usize, node: usize, t_ms: u64, allowed: bool) {
-        if let Some((class, false)) = self.key_classes.get(key).copied()
-            && t_ms >= self.warmup_ms
-        {
-            let (offered, refused) = self.below_limit.entry(class).or_default();
-            *offered += 1;
-            *refused += u64::from(!allowed);
-        }
-        if let Some(m) = self.measured[key] {
-            let slot = (t_ms / SLOT_MS) as usize;
-            if slot < self.slots {
-                self.offered[m][slot] += 1;
-                self.admitted[m][slot] += u32::from(allowed);
+        match self.measured[key] {
+            Some(m) => {
+                let slot = (t_ms / SLOT_MS) as usize;
+                if slot < self.slots {
+                    self.offered[m][slot] += 1;
+                    self.admitted[m][slot] += u32::from(allowed);
+                }
             }
+            // Keys not measured for over-admission are those offered less than their limit.
+            None if t_ms >= self.warmup_ms => {
+                let (offered, refused) = self.below_limit.entry(self.key_classes[key]).or_default();
+                *offered += 1;
+                *refused += u64::from(!allowed);
+            }
+            None => {}
         }
         if self.shared_key == Some(key) {
             let w = (t_ms / self.window_ms) as usize;
