@@ -111,8 +111,18 @@ fn write_seed_corpus() {
     {
         let mut out = Vec::new();
         let node = (i % 2 == 0).then_some(FUZZ_RECEIVER);
+        // The last two under the compact header (`gossip/wire/envelope.rs`).
+        let compact = i >= 3;
         sealer
-            .seal(&keyring, kind, FUZZ_NOW_MS, &body, to(node), &mut out)
+            .seal(
+                &keyring,
+                kind,
+                FUZZ_NOW_MS,
+                &body,
+                to(node),
+                compact,
+                &mut out,
+            )
             .expect("seals");
         write("datagram", &format!("seed-{i}"), &out);
     }

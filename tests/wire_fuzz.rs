@@ -111,6 +111,8 @@ fn random_and_mutated_datagrams_never_panic() {
                     addr: "10.0.0.1:7946".parse().unwrap(),
                     node: Some(RECEIVER),
                 },
+                // Both header layouts.
+                i % 3 == 0,
                 &mut d,
             )
             .unwrap();

@@ -268,8 +268,7 @@ impl<T: TimeSource> NodeCore<T> {
     /// Seals what membership queued and reacts to its events. Runs after every input.
     pub(super) fn settle(&mut self, now: Now) {
         for (to, data) in self.membership.take_outbox() {
-            self.outbox
-                .seal(Kind::Membership, now.wall_ms, &data, destination(&to));
+            self.seal(now, Kind::Membership, &data, destination(&to));
         }
         let events = self.membership.take_events();
         if events.is_empty() {

@@ -100,7 +100,7 @@ impl<T: TimeSource> NodeCore<T> {
                 continue;
             }
             let body = self.body_prefix(peer);
-            self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, peer);
+            self.seal(now, Kind::Heartbeat, &body, peer);
         }
         now
     }
@@ -198,7 +198,7 @@ impl<T: TimeSource> NodeCore<T> {
             // member before it serves (see `warmup.rs`).
             let mut body = self.body_prefix(to);
             body.extend_from_slice(&empty_batch_body());
-            self.outbox.seal(Kind::AntiEntropy, now.wall_ms, &body, to);
+            self.seal(now, Kind::AntiEntropy, &body, to);
             return;
         }
         self.send_batch(now, Kind::AntiEntropy, &own, &[to]);
@@ -228,7 +228,15 @@ impl<T: TimeSource> NodeCore<T> {
     pub(super) fn send_flags(&mut self, now: Now, to: Destination, flags: u8) {
         let mut body = self.body_prefix(to);
         body.push(flags);
-        self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+        self.seal(now, Kind::Heartbeat, &body, to);
+    }
+
+    /// Seals `body` for `to`: under the compact header once `to` said it reads one.
+    pub(super) fn seal(&mut self, now: Now, kind: Kind, body: &[u8], to: Destination) {
+        let compact = to
+            .node
+            .is_some_and(|n| self.features.reads_compact(n, now.at));
+        self.outbox.seal(kind, now.wall_ms, body, to, compact);
     }
 
     /// Tells `to` what this build reads, unless it was told lately (`features.rs`).
@@ -266,7 +274,7 @@ impl<T: TimeSource> NodeCore<T> {
             let mut body = self.body_prefix(to);
             body.extend_from_slice(r);
             body.extend_from_slice(s);
-            self.outbox.seal(Kind::Exchange, now.wall_ms, &body, to);
+            self.seal(now, Kind::Exchange, &body, to);
             return;
         }
         self.seal_bodies(now, Kind::Summary, &r, &[to]);
@@ -302,7 +310,7 @@ impl<T: TimeSource> NodeCore<T> {
             for peer in peers {
                 let mut body = self.body_prefix(*peer);
                 body.extend_from_slice(batch_body);
-                self.outbox.seal(kind, now.wall_ms, &body, *peer);
+                self.seal(now, kind, &body, *peer);
             }
         }
     }

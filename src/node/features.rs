@@ -19,13 +19,15 @@ use tokio::time::Instant;
 
 /// Reads `Kind::Exchange`.
 pub const EXCHANGE: u8 = 1;
+/// Reads the compact envelope header (`gossip/wire/envelope.rs`).
+pub const COMPACT: u8 = 4;
 /// Not a feature but a request: the sender has not seen this node echo its cookie (an
 /// insecure cluster's return routability, `return_route.rs`), and asks for a heartbeat back,
 /// which carries the echo. In owner mode nothing else may ever come back from a member this
 /// node only ever sends to.
 pub const ASKS_ECHO: u8 = 2;
 /// What this build reads: the flags it announces.
-pub const READS: u8 = EXCHANGE;
+pub const READS: u8 = EXCHANGE | COMPACT;
 
 /// How often a member this node sends to hears its flags again: an announcement is one
 /// datagram, and may be lost like any other.
@@ -35,8 +37,8 @@ const FLAGS_LAST: Duration = Duration::from_secs(75);
 
 #[derive(Debug, Default)]
 pub struct PeerFeatures {
-    /// Members that said they read an exchange, and when they last said so.
-    exchange: HashMap<u128, Instant>,
+    /// What each member said it reads, and when it last said so.
+    reads: HashMap<u128, (u8, Instant)>,
     /// When this node last announced its flags to each member.
     announced: HashMap<u128, Instant>,
 }
@@ -44,18 +46,29 @@ pub struct PeerFeatures {
 impl PeerFeatures {
     /// `member` announced `flags` at `at`.
     pub fn heard(&mut self, member: u128, flags: u8, at: Instant) {
-        if flags & EXCHANGE != 0 {
-            self.exchange.insert(member, at);
+        let flags = flags & (EXCHANGE | COMPACT);
+        if flags != 0 {
+            self.reads.insert(member, (flags, at));
         } else {
-            self.exchange.remove(&member);
+            self.reads.remove(&member);
         }
+    }
+
+    /// Whether `member` said, lately as of `at`, that it reads all of `flags`.
+    fn reads(&self, member: u128, flags: u8, at: Instant) -> bool {
+        self.reads.get(&member).is_some_and(|(said, t)| {
+            said & flags == flags && at.saturating_duration_since(*t) < FLAGS_LAST
+        })
     }
 
     /// Whether `member` said, lately as of `at`, that it reads an exchange.
     pub fn reads_exchange(&self, member: u128, at: Instant) -> bool {
-        self.exchange
-            .get(&member)
-            .is_some_and(|t| at.saturating_duration_since(*t) < FLAGS_LAST)
+        self.reads(member, EXCHANGE, at)
+    }
+
+    /// Whether `member` said, lately as of `at`, that it reads the compact header.
+    pub fn reads_compact(&self, member: u128, at: Instant) -> bool {
+        self.reads(member, COMPACT, at)
     }
 
     /// Whether `member` is due this node's flags at `at` (never told, or not for
@@ -73,7 +86,7 @@ impl PeerFeatures {
 
     /// Forgets whoever is no longer a member.
     pub fn retain(&mut self, members: &BTreeSet<u128>) {
-        self.exchange.retain(|m, _| members.contains(m));
+        self.reads.retain(|m, _| members.contains(m));
         self.announced.retain(|m, _| members.contains(m));
     }
 }
@@ -83,7 +96,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_member_reads_an_exchange_once_it_says_so_until_it_leaves_or_stops_saying_so() {
+    fn a_member_reads_what_it_said_last_until_it_leaves_or_stops_saying_so() {
         let mut f = PeerFeatures::default();
         let t = crate::clock::monotonic_now();
         assert!(!f.reads_exchange(7, t));
@@ -91,6 +104,15 @@ mod tests {
         assert!(!f.reads_exchange(7, t), "flags without the bit");
         f.heard(7, EXCHANGE | 0x80, t);
         assert!(f.reads_exchange(7, t));
+        assert!(!f.reads_compact(7, t), "said exchange only");
+        f.heard(7, EXCHANGE | COMPACT, t);
+        assert!(f.reads_exchange(7, t) && f.reads_compact(7, t));
+        f.heard(7, COMPACT, t);
+        assert!(
+            !f.reads_exchange(7, t) && f.reads_compact(7, t),
+            "the latest word holds"
+        );
+        f.heard(7, EXCHANGE, t);
         // Said once and never again (lost, or forged for a member that cannot read one).
         assert!(f.reads_exchange(7, t + Duration::from_secs(74)));
         assert!(!f.reads_exchange(7, t + FLAGS_LAST));

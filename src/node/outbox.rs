@@ -35,15 +35,21 @@ impl Outbox {
         self.sealer.max_body()
     }
 
-    /// Seals `body` for `to`, sent at `wall_ms`, and queues it. A body too large for a datagram
-    /// is not sent: every caller sizes its bodies to [`Outbox::max_body`], so this is a bug
-    /// guard, logged rather than a reason to stop the node.
-    pub fn seal(&mut self, kind: Kind, wall_ms: u64, body: &[u8], to: Destination) {
+    /// Seals `body` for `to`, sent at `wall_ms`, and queues it; under the compact header if
+    /// `compact` (`to` said it reads one). A body too large for a datagram is not sent: every
+    /// caller sizes its bodies to [`Outbox::max_body`], so this is a bug guard, logged rather
+    /// than a reason to stop the node.
+    pub fn seal(&mut self, kind: Kind, wall_ms: u64, body: &[u8], to: Destination, compact: bool) {
         let mut datagram = Vec::with_capacity(body.len() + OVERHEAD);
-        match self
-            .sealer
-            .seal(&self.keyring, kind, wall_ms, body, to, &mut datagram)
-        {
+        match self.sealer.seal(
+            &self.keyring,
+            kind,
+            wall_ms,
+            body,
+            to,
+            compact,
+            &mut datagram,
+        ) {
             Ok(()) => self.queued.push(Outgoing {
                 kind,
                 to: to.addr,

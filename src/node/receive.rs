@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use super::core::{NodeCore, destination};
 use crate::clock::{Now, TimeSource};
 use crate::gossip::message::{decode_batch, decode_batch_pair, members_count};
-use crate::gossip::wire::{Destination, DropReason, Kind, OVERHEAD, stale_body};
+use crate::gossip::wire::{Destination, DropReason, Kind, TAG_LEN, stale_body};
 use crate::limiter::{MergeReport, OriginId};
 
 impl<T: TimeSource> NodeCore<T> {
@@ -58,16 +58,17 @@ impl<T: TimeSource> NodeCore<T> {
                         node: Some(sender),
                     };
                     let body = self.body_prefix(to);
-                    self.outbox.seal(Kind::Heartbeat, now.wall_ms, &body, to);
+                    self.seal(now, Kind::Heartbeat, &body, to);
                 }
                 return;
             }
         };
         let header = opened.header;
         self.liveness.heard_any(header.sender, now.cluster_ms);
-        self.view
-            .wire
-            .received(header.kind, opened.body.len() + OVERHEAD);
+        self.view.wire.received(
+            header.kind,
+            opened.body.len() + header.encoded_len() + TAG_LEN,
+        );
         if header.kind != Kind::Membership {
             // Only registers and heartbeats count as hearing a member: a member that sends this
             // node SWIM traffic but no state (it holds this node as down, or its state is lost

@@ -50,11 +50,21 @@ impl Keyring {
         &self.keys[0]
     }
 
-    /// The key whose fingerprint is `fingerprint`, if this node holds it.
-    pub(super) fn find(&self, fingerprint: u32) -> Option<&XChaCha20Poly1305> {
+    /// The keys whose fingerprint is `fingerprint`, or, if `short`, whose fingerprint's low
+    /// 16 bits are (a compact header's).
+    pub(super) fn matching(
+        &self,
+        fingerprint: u32,
+        short: bool,
+    ) -> impl Iterator<Item = &XChaCha20Poly1305> {
+        let mask = if short {
+            super::envelope::SHORT_MASK
+        } else {
+            u32::MAX
+        };
         self.keys
             .iter()
-            .find(|(fp, _)| *fp == fingerprint)
+            .filter(move |(fp, _)| fp & mask == fingerprint)
             .map(|(_, k)| k)
     }
 

@@ -1,9 +1,11 @@
 //! The datagram envelope: every UDP datagram a node sends, membership and summaries alike.
 //!
 //! ```text
-//! 0      2    3     4            8            12           20            36         44       48
-//! | "LM" | v2 | kind | cluster tag | key finger | sent ms    | sender       | counter  | stream | ciphertext … | tag (16) |
+//! | header (48, or 39 compact) | ciphertext … | tag (16) |
 //! ```
+//!
+//! The header (`envelope.rs`) names the cluster, the key, the send time, the sender and its
+//! counters. Its compact layout goes only to members that said they read it.
 //!
 //! The body is sealed with XChaCha20-Poly1305 under a key of the cluster's keyring. The
 //! associated data is the header and, when the kind byte's high bit says the datagram is
@@ -41,10 +43,15 @@ pub use self::seal::{Opened, Opener, Sealer, Stale, stale_body};
 
 pub const MAGIC: [u8; 2] = *b"LM";
 pub const WIRE_VERSION: u8 = 2;
+/// The compact header's version (`envelope.rs`): sent only to members that read it.
+pub const COMPACT_VERSION: u8 = 3;
 pub const HEADER_LEN: usize = 48;
+pub const COMPACT_HEADER_LEN: usize = 39;
 pub const TAG_LEN: usize = 16;
-/// Bytes the envelope adds to a body.
+/// Bytes the envelope adds to a body: at most this (the full header).
 pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;
+/// Bytes the envelope adds to a body under the compact header.
+pub const COMPACT_OVERHEAD: usize = COMPACT_HEADER_LEN + TAG_LEN;
 
 /// Datagrams further than this from the receiver's clock are refused: it bounds how long a
 /// captured datagram stays replayable once its stream has left the replay table.

@@ -9,8 +9,8 @@ use chacha20poly1305::aead::AeadInPlace;
 use super::envelope::{Destination, Header, associated_data};
 use super::replay::ReplayTable;
 use super::{
-    DropReason, HEADER_LEN, Keyring, Kind, MAX_CLOCK_DISTANCE_MS, MAX_STREAMS, OVERHEAD, TAG_LEN,
-    WireError,
+    COMPACT_OVERHEAD, DropReason, Keyring, Kind, MAX_CLOCK_DISTANCE_MS, MAX_STREAMS, OVERHEAD,
+    TAG_LEN, WireError,
 };
 
 /// A destination's stream: its last number, and when it was last used (in sealer counter
@@ -26,7 +26,7 @@ pub(super) struct Stream {
 pub struct Sealer {
     cluster_tag: u32,
     sender: u128,
-    counter: u64,
+    pub(super) counter: u64,
     pub(super) streams: BTreeMap<SocketAddr, Stream>,
     max_packet: usize,
 }
@@ -47,7 +47,9 @@ impl Sealer {
         self.max_packet.saturating_sub(OVERHEAD)
     }
 
-    /// Seals `body`, for `to`, into `out` (cleared first).
+    /// Seals `body`, for `to`, into `out` (cleared first); under the compact header if
+    /// `compact` (the receiver reads it) and the counter still fits one.
+    #[allow(clippy::too_many_arguments)]
     pub fn seal(
         &mut self,
         keyring: &Keyring,
@@ -55,6 +57,7 @@ impl Sealer {
         sent_ms: u64,
         body: &[u8],
         to: Destination,
+        compact: bool,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
         if body.len() > self.max_body() {
@@ -66,9 +69,10 @@ impl Sealer {
         self.counter += 1;
         let stream = self.next_stream(to.addr);
         let (fingerprint, cipher) = keyring.primary();
-        let header = Header {
+        let mut header = Header {
             kind,
             addressed: to.node.is_some(),
+            compact,
             cluster_tag: self.cluster_tag,
             key_fingerprint: *fingerprint,
             sent_ms,
@@ -76,12 +80,17 @@ impl Sealer {
             counter: self.counter,
             stream,
         };
+        header.compact &= header.fits_compact();
         out.clear();
         header.write(out);
         out.extend_from_slice(body);
-        let (aad, aad_len) = associated_data(out, to.node);
+        let (aad, aad_len) = associated_data(out, header.encoded_len(), to.node);
         let tag = cipher
-            .encrypt_in_place_detached(&header.nonce(), &aad[..aad_len], &mut out[HEADER_LEN..])
+            .encrypt_in_place_detached(
+                &header.nonce(),
+                &aad[..aad_len],
+                &mut out[header.encoded_len()..],
+            )
             .map_err(|_| WireError::Seal)?;
         out.extend_from_slice(&tag);
         Ok(())
@@ -178,24 +187,40 @@ impl Opener {
         if datagram.len() > self.max_packet {
             return Err(DropReason::Oversized);
         }
-        if datagram.len() < OVERHEAD {
+        if datagram.len() < COMPACT_OVERHEAD.min(OVERHEAD) {
             return Err(DropReason::TooShort);
         }
-        let header = Header::parse(datagram)?;
-        if header.cluster_tag != self.cluster_tag {
+        let header = Header::parse(datagram, now_ms)?;
+        if datagram.len() < header.encoded_len() + TAG_LEN {
+            return Err(DropReason::TooShort);
+        }
+        if !header.names_cluster(self.cluster_tag) {
             return Err(DropReason::WrongCluster);
         }
-        let cipher = keyring
-            .find(header.key_fingerprint)
-            .ok_or(DropReason::UnknownKey)?;
-        let (aad, aad_len) = associated_data(datagram, header.addressed.then_some(self.receiver));
+        let (aad, aad_len) = associated_data(
+            datagram,
+            header.encoded_len(),
+            header.addressed.then_some(self.receiver),
+        );
         let tag_at = datagram.len() - TAG_LEN;
         let (sealed, tag) = datagram.split_at_mut(tag_at);
         let tag = *Tag::from_slice(tag);
-        let body = &mut sealed[HEADER_LEN..];
-        cipher
-            .decrypt_in_place_detached(&header.nonce(), &aad[..aad_len], body, &tag)
-            .map_err(|_| DropReason::Forged)?;
+        let body = &mut sealed[header.encoded_len()..];
+        // A compact header names the key by 16 bits, which two keys of the ring may share: each
+        // is tried (a failed attempt leaves the body as it was).
+        let mut keys = keyring
+            .matching(header.key_fingerprint, header.compact)
+            .peekable();
+        if keys.peek().is_none() {
+            return Err(DropReason::UnknownKey);
+        }
+        if !keys.any(|cipher| {
+            cipher
+                .decrypt_in_place_detached(&header.nonce(), &aad[..aad_len], body, &tag)
+                .is_ok()
+        }) {
+            return Err(DropReason::Forged);
+        }
         if header.sent_ms.abs_diff(now_ms) > MAX_CLOCK_DISTANCE_MS {
             let stream = (header.sender, header.addressed);
             if self.replay.accept(stream, u64::from(header.stream), now_ms) {
@@ -218,7 +243,8 @@ impl Opener {
 
 /// The decrypted body of a datagram [`Opener::open`] refused as stale.
 pub fn stale_body(datagram: &[u8]) -> &[u8] {
+    let header_len = Header::parse(datagram, 0).map_or(datagram.len(), |h| h.encoded_len());
     datagram
-        .get(HEADER_LEN..datagram.len().saturating_sub(TAG_LEN))
+        .get(header_len..datagram.len().saturating_sub(TAG_LEN))
         .unwrap_or(&[])
 }

@@ -23,7 +23,17 @@ const TO: Destination = Destination {
 
 fn sealed(kind: Kind, body: &[u8], keyring: &Keyring, sealer: &mut Sealer) -> Vec<u8> {
     let mut out = Vec::new();
-    sealer.seal(keyring, kind, NOW, body, TO, &mut out).unwrap();
+    sealer
+        .seal(keyring, kind, NOW, body, TO, false, &mut out)
+        .unwrap();
+    out
+}
+
+fn sealed_compact(sent_ms: u64, body: &[u8], keyring: &Keyring, sealer: &mut Sealer) -> Vec<u8> {
+    let mut out = Vec::new();
+    sealer
+        .seal(keyring, Kind::Summary, sent_ms, body, TO, true, &mut out)
+        .unwrap();
     out
 }
 
@@ -160,7 +170,7 @@ fn bodies_that_do_not_fit_are_refused() {
     let mut out = Vec::new();
     let body = vec![0u8; 200 - OVERHEAD + 1];
     assert!(matches!(
-        sealer.seal(&ring(1), Kind::Summary, NOW, &body, TO, &mut out),
+        sealer.seal(&ring(1), Kind::Summary, NOW, &body, TO, false, &mut out),
         Err(WireError::TooLarge { .. })
     ));
 }
@@ -194,7 +204,7 @@ fn a_datagram_captured_on_its_way_elsewhere_opens_only_at_its_receiver() {
     let mut s = Sealer::new(tag, 7, 1400);
     let mut for_x = Vec::new();
     for _ in 0..500 {
-        s.seal(&k, Kind::Summary, NOW, b"to x", to(x, 1), &mut for_x)
+        s.seal(&k, Kind::Summary, NOW, b"to x", to(x, 1), false, &mut for_x)
             .unwrap();
     }
     let mut at_y = Opener::new(tag, 1400, y);
@@ -203,7 +213,7 @@ fn a_datagram_captured_on_its_way_elsewhere_opens_only_at_its_receiver() {
         DropReason::Forged
     );
     let mut for_y = Vec::new();
-    s.seal(&k, Kind::Summary, NOW, b"to y", to(y, 2), &mut for_y)
+    s.seal(&k, Kind::Summary, NOW, b"to y", to(y, 2), false, &mut for_y)
         .unwrap();
     assert_eq!(at_y.open(&k, &mut for_y, NOW).unwrap().body, b"to y");
     // And X itself opens it once.
@@ -228,7 +238,7 @@ fn replayed_announcements_cannot_block_addressed_traffic() {
     let mut s = Sealer::new(tag, 7, 1400);
     let mut announce = Vec::new();
     for _ in 0..2_000 {
-        s.seal(&k, Kind::Membership, NOW, b"hi", seed, &mut announce)
+        s.seal(&k, Kind::Membership, NOW, b"hi", seed, false, &mut announce)
             .unwrap();
     }
     let mut opener = Opener::new(tag, 1400, RECEIVER);
@@ -238,7 +248,7 @@ fn replayed_announcements_cannot_block_addressed_traffic() {
         DropReason::Replayed
     );
     let mut addressed = Vec::new();
-    s.seal(&k, Kind::Summary, NOW, b"x", TO, &mut addressed)
+    s.seal(&k, Kind::Summary, NOW, b"x", TO, false, &mut addressed)
         .unwrap();
     assert!(opener.open(&k, &mut addressed, NOW).is_ok());
 }
@@ -254,14 +264,168 @@ fn the_sealer_forgets_the_least_recently_used_destination() {
     };
     // Port 1 has the smallest address but is used last; port 2 is the least recent.
     for port in 1..=MAX_STREAMS as u16 {
-        s.seal(&k, Kind::Summary, NOW, b"x", dest(port), &mut out)
+        s.seal(&k, Kind::Summary, NOW, b"x", dest(port), false, &mut out)
             .unwrap();
     }
-    s.seal(&k, Kind::Summary, NOW, b"x", dest(1), &mut out)
+    s.seal(&k, Kind::Summary, NOW, b"x", dest(1), false, &mut out)
         .unwrap();
-    s.seal(&k, Kind::Summary, NOW, b"x", dest(60_000), &mut out)
+    s.seal(&k, Kind::Summary, NOW, b"x", dest(60_000), false, &mut out)
         .unwrap();
     assert!(s.streams.contains_key(&dest(1).addr));
     assert!(!s.streams.contains_key(&dest(2).addr));
     assert_eq!(s.streams[&dest(1).addr].number, 2);
+}
+
+#[test]
+fn the_compact_header_round_trips_in_nine_bytes_less() {
+    let k = ring(1);
+    let tag = cluster_tag("prod");
+    let mut sealer = Sealer::new(tag, 7, 1400);
+    let mut opener = Opener::new(tag, 1400, RECEIVER);
+    let full = sealed(Kind::Summary, b"hello", &k, &mut sealer);
+    // Sent 30 s behind the receiver's clock, and 30 s ahead: the time comes back whole.
+    for sent in [NOW - 30_000, NOW + 30_000, NOW] {
+        let mut d = sealed_compact(sent, b"hello", &k, &mut sealer);
+        assert_eq!(d.len(), 5 + COMPACT_OVERHEAD);
+        assert_eq!(full.len() - d.len(), 9);
+        let opened = opener.open(&k, &mut d, NOW).unwrap();
+        assert_eq!(opened.body, b"hello");
+        assert!(opened.header.compact && opened.header.addressed);
+        assert_eq!(
+            (
+                opened.header.kind,
+                opened.header.sender,
+                opened.header.sent_ms
+            ),
+            (Kind::Summary, 7, sent)
+        );
+    }
+    // Full and compact datagrams of one sender share its stream: both open, neither twice.
+    let mut full = full;
+    assert!(opener.open(&k, &mut full.clone(), NOW).is_ok());
+    assert_eq!(
+        opener.open(&k, &mut full, NOW).unwrap_err(),
+        DropReason::Replayed
+    );
+}
+
+#[test]
+fn every_byte_of_a_compact_datagram_is_authenticated() {
+    let k = ring(1);
+    let tag = cluster_tag("prod");
+    let good = sealed_compact(NOW, b"payload", &k, &mut Sealer::new(tag, 7, 1400));
+    let open = |bytes: &[u8], cluster: u32, now: u64| {
+        let mut b = bytes.to_vec();
+        Opener::new(cluster, 1400, RECEIVER)
+            .open(&k, &mut b, now)
+            .map(|_| ())
+    };
+    assert_eq!(open(&good, tag, NOW), Ok(()));
+    for i in 0..good.len() {
+        for bit in [0x01u8, 0x80] {
+            let mut bad = good.clone();
+            bad[i] ^= bit;
+            assert!(
+                open(&bad, tag, NOW).is_err(),
+                "byte {i} bit {bit:#x} opened"
+            );
+        }
+    }
+    // Read as the full layout (the version byte changed), it fails too.
+    let mut as_full = good.clone();
+    as_full[2] = WIRE_VERSION;
+    assert!(open(&as_full, tag, NOW).is_err());
+    for cut in 0..good.len() {
+        assert!(open(&good[..cut], tag, NOW).is_err(), "cut at {cut}");
+    }
+    assert_eq!(
+        open(&good[..COMPACT_OVERHEAD - 1], tag, NOW),
+        Err(DropReason::TooShort)
+    );
+    let other = cluster_tag("staging");
+    assert_ne!(
+        other & 0xFFFF,
+        tag & 0xFFFF,
+        "the test needs tags apart in 16 bits"
+    );
+    assert_eq!(open(&good, other, NOW), Err(DropReason::WrongCluster));
+    assert_eq!(
+        open(&good, tag, NOW + MAX_CLOCK_DISTANCE_MS + 1),
+        Err(DropReason::Stale)
+    );
+    let mut opener = Opener::new(tag, 1400, RECEIVER);
+    let mut far = sealed_compact(NOW - 90_000, b"far", &k, &mut Sealer::new(tag, 8, 1400));
+    assert_eq!(
+        opener.open(&k, &mut far, NOW).unwrap_err(),
+        DropReason::Stale
+    );
+    let stale = opener.take_stale().unwrap();
+    assert_eq!((stale.sender, stale.sent_ms), (8, NOW - 90_000));
+    assert_eq!(stale_body(&far), b"far");
+}
+
+#[test]
+fn two_keys_that_share_a_short_fingerprint_both_open_compact_datagrams() {
+    // Secrets whose fingerprints agree in the 16 bits a compact header sends.
+    let mut seen = std::collections::HashMap::new();
+    let (a, b) = (0u32..)
+        .find_map(|i| {
+            let mut secret = [0u8; 32];
+            secret[..4].copy_from_slice(&i.to_le_bytes());
+            let fp = Keyring::new(&[secret]).unwrap().primary().0;
+            seen.insert(fp & 0xFFFF, secret)
+                .map(|earlier| (earlier, secret))
+        })
+        .unwrap();
+    let ring_ab = Keyring::new(&[a, b]).unwrap();
+    let (fa, fb) = (
+        Keyring::new(&[a]).unwrap().primary().0,
+        Keyring::new(&[b]).unwrap().primary().0,
+    );
+    assert!(fa != fb && fa & 0xFFFF == fb & 0xFFFF);
+    let tag = cluster_tag("prod");
+    // Sealed under the second key of the receiver's ring: the first is tried and fails.
+    let mut d = sealed_compact(
+        NOW,
+        b"b",
+        &Keyring::new(&[b]).unwrap(),
+        &mut Sealer::new(tag, 7, 1400),
+    );
+    let mut opener = Opener::new(tag, 1400, RECEIVER);
+    assert_eq!(opener.open(&ring_ab, &mut d, NOW).unwrap().body, b"b");
+    let mut d = sealed_compact(
+        NOW,
+        b"a",
+        &Keyring::new(&[a]).unwrap(),
+        &mut Sealer::new(tag, 9, 1400),
+    );
+    assert_eq!(opener.open(&ring_ab, &mut d, NOW).unwrap().body, b"a");
+    // A full header names the key whole: the other key is not tried.
+    let mut d = sealed(
+        Kind::Summary,
+        b"c",
+        &ring(3),
+        &mut Sealer::new(tag, 10, 1400),
+    );
+    assert_eq!(
+        opener.open(&ring_ab, &mut d, NOW).unwrap_err(),
+        DropReason::UnknownKey
+    );
+}
+
+#[test]
+fn a_sender_past_the_compact_counter_sends_full_headers() {
+    let k = ring(1);
+    let tag = cluster_tag("prod");
+    let mut sealer = Sealer::new(tag, 7, 1400);
+    sealer.counter = (1 << 48) - 2;
+    let d = sealed_compact(NOW, b"x", &k, &mut sealer);
+    assert_eq!(d.len(), 1 + COMPACT_OVERHEAD, "the last counter that fits");
+    let mut d = sealed_compact(NOW, b"x", &k, &mut sealer);
+    assert_eq!(d.len(), 1 + OVERHEAD, "one past it");
+    let opened = Opener::new(tag, 1400, RECEIVER)
+        .open(&k, &mut d, NOW)
+        .unwrap();
+    assert!(!opened.header.compact);
+    assert_eq!(opened.header.counter, 1 << 48);
 }

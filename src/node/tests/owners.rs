@@ -189,6 +189,17 @@ fn registers_and_sums_for_the_same_node_share_a_datagram() {
         to_1.contains(&Kind::Exchange),
         "node 0 sent node 1 {to_1:?}"
     );
+    // Node 1 said it reads the compact header too: what node 0 sent it lately has one.
+    let versions: Vec<u8> = net.sent[0][from..]
+        .iter()
+        .filter(|o| o.to == addr(1))
+        .map(|o| o.datagram[2])
+        .collect();
+    assert_eq!(
+        versions.last(),
+        Some(&crate::gossip::wire::COMPACT_VERSION),
+        "{versions:?}"
+    );
     net.admit(2, &a, 5);
     net.admit(2, &b, 2);
     net.run_ms(1_500);
@@ -207,7 +218,7 @@ fn registers_and_sums_for_the_same_node_share_a_datagram() {
 }
 
 #[test]
-fn a_member_that_never_said_it_reads_an_exchange_never_gets_one() {
+fn a_member_that_never_said_what_it_reads_gets_no_exchange_and_no_compact_header() {
     // An older build reads a heartbeat no further than its prefix, so it never announces:
     // as if every announcement were lost.
     let mut net = owners_cluster(6);
@@ -215,6 +226,13 @@ fn a_member_that_never_said_it_reads_an_exchange_never_gets_one() {
     let (a, b, _) = crossed_owners(&mut net);
     net.run_ms(3_500);
     assert_eq!(total(&net, Kind::Exchange), 0);
+    // Nor a compact header: every datagram is of the full layout.
+    let versions: std::collections::BTreeSet<u8> =
+        net.sent.iter().flatten().map(|o| o.datagram[2]).collect();
+    assert_eq!(
+        versions,
+        std::collections::BTreeSet::from([crate::gossip::wire::WIRE_VERSION])
+    );
     assert_eq!(global(&net, 0, &a), 18.0);
     assert_eq!(global(&net, 1, &b), 16.0);
     assert!(holds_a_sum(&net, 0, &a) && holds_a_sum(&net, 1, &b));
