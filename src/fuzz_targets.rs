@@ -3,7 +3,9 @@
 //! attacker or a broken peer would hand them to a node, and must return, whatever they are:
 //! no panic, and no allocation in proportion to a length the bytes claim.
 
-use crate::gossip::message::{decode_batch, decode_batch_pair, members_count};
+use crate::gossip::message::{
+    Stamp, decode_batch_pair_stamped, decode_batch_stamped, members_count,
+};
 use crate::gossip::wire::{Keyring, Opener, cluster_tag};
 use crate::limiter::OriginId;
 use crate::membership::{Membership, NodeId};
@@ -33,12 +35,20 @@ pub fn datagram(data: &[u8]) {
 /// A register or heartbeat body: the members count, then registers (or, in an exchange, two
 /// batches of them).
 pub fn register_body(data: &[u8]) {
-    if let Some((_, rest)) = members_count::decode(data) {
-        let _ = decode_batch(rest, OriginId(1));
-        let _ = decode_batch_pair(rest, OriginId(1));
+    // Both layouts of the stamp; the send time at either end of its range too.
+    let stamps = [
+        Stamp::Whole,
+        Stamp::FromSent(FUZZ_NOW_MS),
+        Stamp::FromSent(0),
+        Stamp::FromSent(u64::MAX),
+    ];
+    let rest = members_count::decode(data).map(|(_, rest)| rest);
+    for body in rest.into_iter().chain([data]) {
+        for stamp in stamps {
+            let _ = decode_batch_stamped(body, OriginId(1), stamp);
+            let _ = decode_batch_pair_stamped(body, OriginId(1), stamp);
+        }
     }
-    let _ = decode_batch(data, OriginId(1));
-    let _ = decode_batch_pair(data, OriginId(1));
 }
 
 /// A SWIM packet handed to membership (foca and the codec).

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use limitmesh::crdt::HlcTimestamp;
 use limitmesh::crdt::Register;
 use limitmesh::fuzz_targets::{FUZZ_CLUSTER, FUZZ_KEY, FUZZ_NOW_MS, FUZZ_RECEIVER, TARGETS};
-use limitmesh::gossip::message::{encode_batch, members_count};
+use limitmesh::gossip::message::{Stamp, encode_batch, encode_batch_stamped, members_count};
 use limitmesh::gossip::wire::{Destination, Keyring, Kind, Sealer, cluster_tag};
 use limitmesh::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
 use limitmesh::membership::{Membership, NodeId};
@@ -74,6 +74,15 @@ fn register_bodies() -> Vec<Vec<u8>> {
     let mut pair = members_count::encode(5);
     for _ in 0..2 {
         let body = encode_batch(&batch, OriginId(5), 600).expect("encodes");
+        pair.extend_from_slice(&body[0]);
+    }
+    bodies.push(pair);
+    // The same under the compact header: stamps from the send time (the last body, which
+    // the seed datagrams send as a compact exchange).
+    let mut pair = members_count::encode(5);
+    for _ in 0..2 {
+        let stamp = Stamp::FromSent(FUZZ_NOW_MS);
+        let body = encode_batch_stamped(&batch, OriginId(5), 600, stamp).expect("encodes");
         pair.extend_from_slice(&body[0]);
     }
     bodies.push(pair);

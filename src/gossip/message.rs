@@ -9,8 +9,8 @@ use bincode::config::{Configuration, Limit, LittleEndian, Varint};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::crdt::HlcTimestamp;
 use crate::crdt::Register;
+use crate::crdt::{HLC_MAX_PHYSICAL_MS, HlcTimestamp};
 use crate::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
 use crate::window::{EstimateMode, MAX_BUCKETS, WindowSpec};
 
@@ -21,14 +21,26 @@ const DECODE_LIMIT: usize = 64 * 1024;
 type WireConfig = Configuration<LittleEndian, Varint, Limit<DECODE_LIMIT>>;
 const WIRE: WireConfig = bincode::config::standard().with_limit::<DECODE_LIMIT>();
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct WireBatch {
-    /// The registers' origin, when it is not the datagram's (authenticated) sender.
-    origin: Option<[u8; 16]>,
-    version: u64,
-    hlc: u64,
-    entries: Vec<WireEntry>,
+/// How a batch's stamp is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stamp {
+    /// Whole: nine bytes (a clock stamp is a 64-bit integer past `u32::MAX`).
+    Whole,
+    /// As its distance from the datagram's send time (a datagram under the compact header,
+    /// which every build that reads one also reads): the stamp of a round's emission is the
+    /// round's time, so this is two bytes, or four on a node whose clock is being steered.
+    FromSent(u64),
 }
+
+// A batch is its head and then its entries (bincode writes a struct, a tuple and a `Vec`
+// as their parts one after the other, so the whole layout is the older `WireBatch` of
+// `origin, version, hlc, entries`):
+/// The head with its stamp whole: the registers' origin when it is not the datagram's
+/// (authenticated) sender, the version, the clock stamp's bits.
+type WholeHead = (Option<[u8; 16]>, u64, u64);
+/// The head with its stamp from the send time: origin, version, the stamp's milliseconds
+/// less the send time's, its logical counter.
+type FromSentHead = (Option<[u8; 16]>, u64, i64, u16);
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct WireEntry {
@@ -51,6 +63,8 @@ pub enum MessageError {
     Trailing(usize),
     #[error("a single register does not fit in {0} bytes")]
     EntryTooLarge(usize),
+    #[error("clock stamp out of range of the send time")]
+    StampOutOfRange,
 }
 
 /// What decoding a register body found wrong with individual entries (the rest is kept).
@@ -86,27 +100,44 @@ fn entry_of(update: &RegisterUpdate, version: u64, hlc: HlcTimestamp) -> WireEnt
     }
 }
 
-/// Cuts a batch into bodies of at most `max_body` bytes each, for datagrams sent by `sender`.
+/// Cuts a batch into bodies of at most `max_body` bytes each, for datagrams sent by `sender`,
+/// with the stamp whole.
 pub fn encode_batch(
     batch: &Batch,
     sender: OriginId,
     max_body: usize,
+) -> Result<Vec<Vec<u8>>, MessageError> {
+    encode_batch_stamped(batch, sender, max_body, Stamp::Whole)
+}
+
+/// [`encode_batch`], with the stamp written as `stamp` says.
+pub fn encode_batch_stamped(
+    batch: &Batch,
+    sender: OriginId,
+    max_body: usize,
+    stamp: Stamp,
 ) -> Result<Vec<Vec<u8>>, MessageError> {
     let Some(first) = batch.updates.first() else {
         return Ok(Vec::new());
     };
     // The batch stamp is the one most entries share: that of the first, for an emission.
     let (version, hlc) = (first.register.version, first.register.hlc);
-    let head = WireBatch {
-        origin: (batch.origin != sender).then(|| batch.origin.0.to_le_bytes()),
-        version,
-        hlc: hlc.to_bits(),
-        entries: Vec::new(),
+    let origin = (batch.origin != sender).then(|| batch.origin.0.to_le_bytes());
+    let head = match stamp {
+        Stamp::Whole => {
+            let head: WholeHead = (origin, version, hlc.to_bits());
+            encode(&head)
+        }
+        Stamp::FromSent(sent_ms) => {
+            let offset = i64::try_from(i128::from(hlc.physical_ms()) - i128::from(sent_ms))
+                .map_err(|_| MessageError::StampOutOfRange)?;
+            let head: FromSentHead = (origin, version, offset, hlc.logical());
+            encode(&head)
+        }
     };
-    // Header size with an entry count of up to 3 varint bytes.
-    let head_len = encode(&head).len() + 2;
-    let mut bodies = Vec::new();
-    let mut part = head.clone();
+    // With an entry count of up to 3 varint bytes.
+    let head_len = head.len() + 3;
+    let mut parts: Vec<Vec<WireEntry>> = vec![Vec::new()];
     let mut part_len = head_len;
     for update in &batch.updates {
         let entry = entry_of(update, version, hlc);
@@ -115,33 +146,54 @@ pub fn encode_batch(
             return Err(MessageError::EntryTooLarge(max_body));
         }
         if part_len + len > max_body {
-            bodies.push(encode(&part));
-            part.entries.clear();
+            parts.push(Vec::new());
             part_len = head_len;
         }
-        part.entries.push(entry);
+        if let Some(part) = parts.last_mut() {
+            part.push(entry);
+        }
         part_len += len;
     }
-    if !part.entries.is_empty() {
-        bodies.push(encode(&part));
-    }
-    Ok(bodies)
+    Ok(parts
+        .iter()
+        .map(|entries| {
+            let mut body = head.clone();
+            body.extend_from_slice(&encode(entries));
+            body
+        })
+        .collect())
 }
 
 /// A body that carries no register: a bootstrap push with nothing to push.
-pub fn empty_batch_body() -> Vec<u8> {
-    encode(&WireBatch {
-        origin: None,
-        version: 0,
-        hlc: 0,
-        entries: Vec::new(),
-    })
+pub fn empty_batch_body(stamp: Stamp) -> Vec<u8> {
+    let mut body = match stamp {
+        Stamp::Whole => {
+            let head: WholeHead = (None, 0, 0);
+            encode(&head)
+        }
+        Stamp::FromSent(_) => {
+            let head: FromSentHead = (None, 0, 0, 0);
+            encode(&head)
+        }
+    };
+    body.extend_from_slice(&encode(&Vec::<WireEntry>::new()));
+    body
 }
 
-/// Decodes one body from a datagram of `sender`. Entries with an impossible shape are dropped
-/// and counted; the body as a whole fails only if it does not decode.
+/// Decodes one body from a datagram of `sender`, its stamp written whole. Entries with an
+/// impossible shape are dropped and counted; the body as a whole fails only if it does not
+/// decode.
 pub fn decode_batch(body: &[u8], sender: OriginId) -> Result<(Batch, EntryRejects), MessageError> {
-    let (batch, used, rejects) = decode_leading_batch(body, sender)?;
+    decode_batch_stamped(body, sender, Stamp::Whole)
+}
+
+/// [`decode_batch`], with the stamp written as `stamp` says.
+pub fn decode_batch_stamped(
+    body: &[u8],
+    sender: OriginId,
+    stamp: Stamp,
+) -> Result<(Batch, EntryRejects), MessageError> {
+    let (batch, used, rejects) = decode_leading_batch(body, sender, stamp)?;
     if used != body.len() {
         return Err(MessageError::Trailing(body.len() - used));
     }
@@ -154,22 +206,54 @@ pub fn decode_batch_pair(
     body: &[u8],
     sender: OriginId,
 ) -> Result<([Batch; 2], EntryRejects), MessageError> {
-    let (first, used, mut rejects) = decode_leading_batch(body, sender)?;
-    let (second, more) = decode_batch(&body[used..], sender)?;
+    decode_batch_pair_stamped(body, sender, Stamp::Whole)
+}
+
+/// [`decode_batch_pair`], with the stamps written as `stamp` says.
+pub fn decode_batch_pair_stamped(
+    body: &[u8],
+    sender: OriginId,
+    stamp: Stamp,
+) -> Result<([Batch; 2], EntryRejects), MessageError> {
+    let (first, used, mut rejects) = decode_leading_batch(body, sender, stamp)?;
+    let (second, more) = decode_batch_stamped(&body[used..], sender, stamp)?;
     rejects.bad_shape += more.bad_shape;
     Ok(([first, second], rejects))
+}
+
+fn decode_err(e: bincode::error::DecodeError) -> MessageError {
+    MessageError::Decode(e.to_string())
 }
 
 /// Decodes the batch at the start of `body`; returns how many bytes it took.
 fn decode_leading_batch(
     body: &[u8],
     sender: OriginId,
+    stamp: Stamp,
 ) -> Result<(Batch, usize, EntryRejects), MessageError> {
-    let (wire, used): (WireBatch, usize) = bincode::serde::decode_from_slice(body, WIRE)
-        .map_err(|e| MessageError::Decode(e.to_string()))?;
+    let ((origin, batch_version, batch_hlc), head_len) = match stamp {
+        Stamp::Whole => {
+            let (head, used): (WholeHead, usize) =
+                bincode::serde::decode_from_slice(body, WIRE).map_err(decode_err)?;
+            (head, used)
+        }
+        Stamp::FromSent(sent_ms) => {
+            let ((origin, version, offset, logical), used): (FromSentHead, usize) =
+                bincode::serde::decode_from_slice(body, WIRE).map_err(decode_err)?;
+            let physical = sent_ms
+                .checked_add_signed(offset)
+                .filter(|ms| *ms <= HLC_MAX_PHYSICAL_MS)
+                .ok_or(MessageError::StampOutOfRange)?;
+            let hlc = HlcTimestamp::new(physical, logical).to_bits();
+            ((origin, version, hlc), used)
+        }
+    };
+    let (entries, entries_len): (Vec<WireEntry>, usize) =
+        bincode::serde::decode_from_slice(&body[head_len..], WIRE).map_err(decode_err)?;
+    let used = head_len + entries_len;
     let mut rejects = EntryRejects::default();
-    let mut updates = Vec::with_capacity(wire.entries.len());
-    for e in wire.entries {
+    let mut updates = Vec::with_capacity(entries.len());
+    for e in entries {
         let Some(w) = bucket_ms(e.window_ms, e.buckets) else {
             rejects.bad_shape += 1;
             continue;
@@ -178,7 +262,7 @@ fn decode_leading_batch(
             rejects.bad_shape += 1;
             continue;
         }
-        let (version, hlc) = e.own_stamp.unwrap_or((wire.version, wire.hlc));
+        let (version, hlc) = e.own_stamp.unwrap_or((batch_version, batch_hlc));
         let hlc = HlcTimestamp::from_bits(hlc);
         let stamp_epoch = (hlc.physical_ms() / w) as i64;
         let Some(newest) = stamp_epoch.checked_sub(e.epoch_lag).filter(|n| *n >= 0) else {
@@ -200,9 +284,7 @@ fn decode_leading_batch(
     }
     Ok((
         Batch {
-            origin: wire
-                .origin
-                .map_or(sender, |o| OriginId(u128::from_le_bytes(o))),
+            origin: origin.map_or(sender, |o| OriginId(u128::from_le_bytes(o))),
             updates,
         },
         used,
@@ -480,5 +562,88 @@ mod tests {
         let mut trailing = good[0].clone();
         trailing.push(0);
         assert_eq!(decode_batch(&trailing, s), Err(MessageError::Trailing(1)));
+    }
+
+    #[test]
+    fn a_stamp_from_the_send_time_round_trips_and_saves_seven_bytes() {
+        let batch = |hlc_ms: u64| Batch {
+            origin: OriginId(1),
+            updates: vec![
+                update(1, 9, hlc_ms, 0, vec![3, 1]),
+                // A relayed register keeps its own stamp whole.
+                update(2, 4, T0 - 90_000, 1, vec![7]),
+            ],
+        };
+        for (offset, saved) in [(0i64, 7usize), (-3, 7), (250, 5), (-40_000, 3), (90_000, 3)] {
+            let sent = T0.checked_add_signed(-offset).unwrap();
+            let b = batch(T0);
+            let whole = encode_batch(&b, OriginId(1), 1_340).unwrap();
+            let from = encode_batch_stamped(&b, OriginId(1), 1_340, Stamp::FromSent(sent)).unwrap();
+            assert_eq!(whole[0].len() - from[0].len(), saved, "offset {offset}");
+            let (decoded, rejects) =
+                decode_batch_stamped(&from[0], OriginId(1), Stamp::FromSent(sent)).unwrap();
+            assert_eq!((decoded, rejects.bad_shape), (b.clone(), 0));
+            // The same body read against another send time names another stamp: the send
+            // time it is read against is the authenticated one of its datagram.
+            let (moved, _) =
+                decode_batch_stamped(&from[0], OriginId(1), Stamp::FromSent(sent + 5)).unwrap();
+            assert_eq!(moved.updates[0].register.hlc.physical_ms(), T0 + 5);
+            assert_eq!(moved.updates[1].register.hlc, b.updates[1].register.hlc);
+        }
+        // A pair, and an empty body, in the same layout.
+        let stamp = Stamp::FromSent(T0);
+        let one = |b: &Batch| {
+            encode_batch_stamped(b, OriginId(1), 1_340, stamp)
+                .unwrap()
+                .remove(0)
+        };
+        let (r, s) = (batch(T0), batch(T0 + 7));
+        let mut body = one(&r);
+        body.extend_from_slice(&one(&s));
+        let ([dr, ds], _) = decode_batch_pair_stamped(&body, OriginId(1), stamp).unwrap();
+        assert_eq!((dr, ds), (r, s));
+        let (empty, _) =
+            decode_batch_stamped(&empty_batch_body(stamp), OriginId(1), stamp).unwrap();
+        assert!(empty.updates.is_empty());
+        let (empty, _) =
+            decode_batch_stamped(&empty_batch_body(Stamp::Whole), OriginId(1), Stamp::Whole)
+                .unwrap();
+        assert!(empty.updates.is_empty());
+    }
+
+    #[test]
+    fn a_stamp_out_of_range_of_the_send_time_is_refused() {
+        let head = |offset: i64| {
+            let head: FromSentHead = (None, 1, offset, 0);
+            let mut body = encode(&head);
+            body.extend_from_slice(&encode(&Vec::<WireEntry>::new()));
+            body
+        };
+        let at = |sent: u64, offset: i64| {
+            decode_batch_stamped(&head(offset), OriginId(1), Stamp::FromSent(sent))
+        };
+        assert!(at(T0, 0).is_ok());
+        assert_eq!(
+            at(T0, -(T0 as i64) - 1).unwrap_err(),
+            MessageError::StampOutOfRange
+        );
+        assert_eq!(at(T0, i64::MIN).unwrap_err(), MessageError::StampOutOfRange);
+        assert_eq!(
+            at(T0, (HLC_MAX_PHYSICAL_MS - T0) as i64 + 1).unwrap_err(),
+            MessageError::StampOutOfRange
+        );
+        assert_eq!(
+            at(u64::MAX, i64::MAX).unwrap_err(),
+            MessageError::StampOutOfRange
+        );
+        // And an encoder never writes one: a stamp too far from the send time is refused.
+        let far = Batch {
+            origin: OriginId(1),
+            updates: vec![update(1, 1, T0, 0, vec![1])],
+        };
+        assert_eq!(
+            encode_batch_stamped(&far, OriginId(1), 1_340, Stamp::FromSent(u64::MAX)),
+            Err(MessageError::StampOutOfRange)
+        );
     }
 }

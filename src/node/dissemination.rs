@@ -22,7 +22,7 @@ use rand::RngExt;
 use super::core::{NodeCore, destination};
 use super::return_route;
 use crate::clock::{Clock, Now, TimeSource};
-use crate::gossip::message::{empty_batch_body, encode_batch, members_count};
+use crate::gossip::message::{Stamp, empty_batch_body, encode_batch_stamped, members_count};
 use crate::gossip::wire::{Destination, Kind};
 use crate::limiter::{Batch, OriginId};
 
@@ -196,9 +196,11 @@ impl<T: TimeSource> NodeCore<T> {
         if own.updates.is_empty() && relayed.is_empty() {
             // Nothing to push, said all the same: the newcomer waits for word from every
             // member before it serves (see `warmup.rs`).
+            let compact = self.compact_to(now, to);
             let mut body = self.body_prefix(to);
-            body.extend_from_slice(&empty_batch_body());
-            self.seal(now, Kind::AntiEntropy, &body, to);
+            body.extend_from_slice(&empty_batch_body(Self::stamp(now, compact)));
+            self.outbox
+                .seal(Kind::AntiEntropy, now.wall_ms, &body, to, compact);
             return;
         }
         self.send_batch(now, Kind::AntiEntropy, &own, &[to]);
@@ -231,11 +233,27 @@ impl<T: TimeSource> NodeCore<T> {
         self.seal(now, Kind::Heartbeat, &body, to);
     }
 
-    /// Seals `body` for `to`: under the compact header once `to` said it reads one.
+    /// Whether a datagram to `to` goes under the compact header: once `to` said it reads one
+    /// (`features.rs`).
+    fn compact_to(&self, now: Now, to: Destination) -> bool {
+        self.outbox.compact_possible()
+            && to
+                .node
+                .is_some_and(|n| self.features.reads_compact(n, now.at))
+    }
+
+    /// How a batch's stamp is written in a datagram under the compact header, or not.
+    fn stamp(now: Now, compact: bool) -> Stamp {
+        if compact {
+            Stamp::FromSent(now.wall_ms)
+        } else {
+            Stamp::Whole
+        }
+    }
+
+    /// Seals `body` (one that carries no batch) for `to`, under the header `to` reads.
     pub(super) fn seal(&mut self, now: Now, kind: Kind, body: &[u8], to: Destination) {
-        let compact = to
-            .node
-            .is_some_and(|n| self.features.reads_compact(n, now.at));
+        let compact = self.compact_to(now, to);
         self.outbox.seal(kind, now.wall_ms, body, to, compact);
     }
 
@@ -262,9 +280,11 @@ impl<T: TimeSource> NodeCore<T> {
     ) {
         let max_body = self.max_batch_body();
         let origin = self.limiter.origin();
+        let compact = self.compact_to(now, to);
+        let stamp = Self::stamp(now, compact);
         // A batch with an entry too large for any datagram is not sent, as in `send_batch`.
-        let r = encode_batch(registers, origin, max_body).unwrap_or_default();
-        let s = encode_batch(sums, origin, max_body).unwrap_or_default();
+        let r = encode_batch_stamped(registers, origin, max_body, stamp).unwrap_or_default();
+        let s = encode_batch_stamped(sums, origin, max_body, stamp).unwrap_or_default();
         if let ([r], [s]) = (r.as_slice(), s.as_slice())
             && r.len() + s.len() <= max_body
             && to
@@ -274,11 +294,12 @@ impl<T: TimeSource> NodeCore<T> {
             let mut body = self.body_prefix(to);
             body.extend_from_slice(r);
             body.extend_from_slice(s);
-            self.seal(now, Kind::Exchange, &body, to);
+            self.outbox
+                .seal(Kind::Exchange, now.wall_ms, &body, to, compact);
             return;
         }
-        self.seal_bodies(now, Kind::Summary, &r, &[to]);
-        self.seal_bodies(now, Kind::Aggregate, &s, &[to]);
+        self.seal_bodies(now, Kind::Summary, &r, to, compact);
+        self.seal_bodies(now, Kind::Aggregate, &s, to, compact);
     }
 
     /// The most a body of registers may take: a datagram's, less the longest prefix.
@@ -287,7 +308,8 @@ impl<T: TimeSource> NodeCore<T> {
         self.outbox.max_body().saturating_sub(prefix_len)
     }
 
-    /// Encodes `batch` into as many bodies as it takes and seals each for every peer.
+    /// Encodes `batch` into as many bodies as it takes and seals each for every peer: laid out
+    /// once for the peers that read the compact header and once for those that do not.
     pub(super) fn send_batch(
         &mut self,
         now: Now,
@@ -298,20 +320,41 @@ impl<T: TimeSource> NodeCore<T> {
         if batch.updates.is_empty() {
             return;
         }
-        let Ok(bodies) = encode_batch(batch, self.limiter.origin(), self.max_batch_body()) else {
-            return;
-        };
-        self.seal_bodies(now, kind, &bodies, peers);
+        let layouts: Vec<(Destination, bool)> = peers
+            .iter()
+            .map(|p| (*p, self.compact_to(now, *p)))
+            .collect();
+        let (origin, max_body) = (self.limiter.origin(), self.max_batch_body());
+        let mut bodies: [Vec<Vec<u8>>; 2] = Default::default();
+        for compact in [false, true] {
+            if layouts.iter().any(|(_, c)| *c == compact) {
+                let stamp = Self::stamp(now, compact);
+                // A batch with an entry too large for any datagram is sent to no one.
+                let Ok(encoded) = encode_batch_stamped(batch, origin, max_body, stamp) else {
+                    return;
+                };
+                bodies[usize::from(compact)] = encoded;
+            }
+        }
+        for (peer, compact) in layouts {
+            self.seal_bodies(now, kind, &bodies[usize::from(compact)], peer, compact);
+        }
     }
 
-    /// Seals each of `bodies` behind the prefix, for every peer.
-    fn seal_bodies(&mut self, now: Now, kind: Kind, bodies: &[Vec<u8>], peers: &[Destination]) {
+    /// Seals each of `bodies` (laid out for the header `compact` says) behind the prefix,
+    /// for `to`.
+    fn seal_bodies(
+        &mut self,
+        now: Now,
+        kind: Kind,
+        bodies: &[Vec<u8>],
+        to: Destination,
+        compact: bool,
+    ) {
         for batch_body in bodies {
-            for peer in peers {
-                let mut body = self.body_prefix(*peer);
-                body.extend_from_slice(batch_body);
-                self.seal(now, kind, &body, *peer);
-            }
+            let mut body = self.body_prefix(to);
+            body.extend_from_slice(batch_body);
+            self.outbox.seal(kind, now.wall_ms, &body, to, compact);
         }
     }
 }

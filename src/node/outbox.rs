@@ -30,6 +30,11 @@ impl Outbox {
         }
     }
 
+    /// Whether the next datagram may go under the compact header.
+    pub fn compact_possible(&self) -> bool {
+        self.sealer.compact_possible()
+    }
+
     /// The largest body that fits one datagram.
     pub fn max_body(&self) -> usize {
         self.sealer.max_body()

@@ -5,7 +5,9 @@ use std::sync::atomic::Ordering;
 
 use super::core::{NodeCore, destination};
 use crate::clock::{Now, TimeSource};
-use crate::gossip::message::{decode_batch, decode_batch_pair, members_count};
+use crate::gossip::message::{
+    Stamp, decode_batch_pair_stamped, decode_batch_stamped, members_count,
+};
 use crate::gossip::wire::{Destination, DropReason, Kind, TAG_LEN, stale_body};
 use crate::limiter::{MergeReport, OriginId};
 
@@ -172,14 +174,19 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         }
         let sender = OriginId(header.sender);
+        // A batch under the compact header states its stamp from the send time.
+        let stamp = if header.compact {
+            Stamp::FromSent(header.sent_ms)
+        } else {
+            Stamp::Whole
+        };
         // Registers, and an owner's sums.
         let decoded = match header.kind {
-            Kind::Exchange => decode_batch_pair(rest, sender)
+            Kind::Exchange => decode_batch_pair_stamped(rest, sender, stamp)
                 .map(|([registers, sums], rejects)| (Some(registers), Some(sums), rejects)),
-            Kind::Aggregate => {
-                decode_batch(rest, sender).map(|(sums, rejects)| (None, Some(sums), rejects))
-            }
-            _ => decode_batch(rest, sender)
+            Kind::Aggregate => decode_batch_stamped(rest, sender, stamp)
+                .map(|(sums, rejects)| (None, Some(sums), rejects)),
+            _ => decode_batch_stamped(rest, sender, stamp)
                 .map(|(registers, rejects)| (Some(registers), None, rejects)),
         };
         let Ok((registers, sums, rejects)) = decoded else {

@@ -22,8 +22,8 @@
 //!   datagram is refused, so its low 40 bits (34 years) name it: the receiver takes the time
 //!   with those bits nearest its own clock, and one further off than 17 years is still refused.
 //! - The counter is the nonce's low half; a sender past 2⁴⁸ datagrams (nine years at a million
-//!   a second) sends full headers. The nonce is built from the full counter either way, so the
-//!   two layouts never share a nonce.
+//!   a second) sends full headers ([`super::Sealer::compact_possible`]). The nonce is built from
+//!   the full counter either way, so the two layouts never share a nonce.
 
 use std::net::SocketAddr;
 
@@ -66,7 +66,7 @@ pub struct Header {
 /// Bits of the send time in the compact layout.
 const SENT_BITS: u32 = 40;
 /// Bits of the counter in the compact layout.
-const COUNTER_BITS: u32 = 48;
+pub(super) const COUNTER_BITS: u32 = 48;
 /// Of a 32-bit tag or fingerprint, what the compact layout sends.
 pub(super) const SHORT_MASK: u32 = 0xFFFF;
 
@@ -94,11 +94,6 @@ fn widen_sent_ms(low: u64, now_ms: u64) -> u64 {
 }
 
 impl Header {
-    /// Whether this header can go out compact: its counter fits the layout.
-    pub(super) fn fits_compact(&self) -> bool {
-        self.counter < 1 << COUNTER_BITS
-    }
-
     /// The header's length in its layout.
     pub fn encoded_len(&self) -> usize {
         if self.compact {

@@ -175,6 +175,8 @@ pub enum WireError {
     TooLarge { len: usize, max: usize },
     #[error("sealing failed")]
     Seal,
+    #[error("the datagram counter no longer fits a compact header")]
+    CompactCounter,
 }
 
 /// A short tag of the cluster's name, checked before any cryptography: datagrams of a

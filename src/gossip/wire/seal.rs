@@ -47,8 +47,14 @@ impl Sealer {
         self.max_packet.saturating_sub(OVERHEAD)
     }
 
+    /// Whether the next datagram may go under the compact header: its counter fits one.
+    pub fn compact_possible(&self) -> bool {
+        self.counter.saturating_add(1) < 1 << super::envelope::COUNTER_BITS
+    }
+
     /// Seals `body`, for `to`, into `out` (cleared first); under the compact header if
-    /// `compact` (the receiver reads it) and the counter still fits one.
+    /// `compact` (the receiver reads it, and [`Sealer::compact_possible`]: a body may be laid
+    /// out for one header, so the header is never changed behind the caller's back).
     #[allow(clippy::too_many_arguments)]
     pub fn seal(
         &mut self,
@@ -66,10 +72,13 @@ impl Sealer {
                 max: self.max_body(),
             });
         }
+        if compact && !self.compact_possible() {
+            return Err(WireError::CompactCounter);
+        }
         self.counter += 1;
         let stream = self.next_stream(to.addr);
         let (fingerprint, cipher) = keyring.primary();
-        let mut header = Header {
+        let header = Header {
             kind,
             addressed: to.node.is_some(),
             compact,
@@ -80,7 +89,6 @@ impl Sealer {
             counter: self.counter,
             stream,
         };
-        header.compact &= header.fits_compact();
         out.clear();
         header.write(out);
         out.extend_from_slice(body);

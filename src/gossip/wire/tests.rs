@@ -414,15 +414,22 @@ fn two_keys_that_share_a_short_fingerprint_both_open_compact_datagrams() {
 }
 
 #[test]
-fn a_sender_past_the_compact_counter_sends_full_headers() {
+fn a_sender_past_the_compact_counter_may_send_only_full_headers() {
     let k = ring(1);
     let tag = cluster_tag("prod");
     let mut sealer = Sealer::new(tag, 7, 1400);
     sealer.counter = (1 << 48) - 2;
+    assert!(sealer.compact_possible());
     let d = sealed_compact(NOW, b"x", &k, &mut sealer);
     assert_eq!(d.len(), 1 + COMPACT_OVERHEAD, "the last counter that fits");
-    let mut d = sealed_compact(NOW, b"x", &k, &mut sealer);
-    assert_eq!(d.len(), 1 + OVERHEAD, "one past it");
+    assert!(!sealer.compact_possible());
+    let mut out = Vec::new();
+    assert_eq!(
+        sealer.seal(&k, Kind::Summary, NOW, b"x", TO, true, &mut out),
+        Err(WireError::CompactCounter),
+        "refused, not quietly sent under a header its body was not laid out for"
+    );
+    let mut d = sealed(Kind::Summary, b"x", &k, &mut sealer);
     let opened = Opener::new(tag, 1400, RECEIVER)
         .open(&k, &mut d, NOW)
         .unwrap();
