@@ -157,7 +157,15 @@ fn attack(verify: bool) -> (Arc<Seen>, Vec<Arc<Limiter>>) {
                 addr: target,
                 node: None,
             };
-            sealer.seal(&keyring, Kind::Membership, now, &packet, to, &mut out)?;
+            sealer.seal(
+                &keyring,
+                Kind::Membership,
+                now,
+                &packet,
+                to,
+                false,
+                &mut out,
+            )?;
             attacker_seen
                 .attacker_bytes
                 .fetch_add(out.len() as u64, Ordering::Relaxed);
