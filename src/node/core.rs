@@ -234,7 +234,14 @@ impl<T: TimeSource> NodeCore<T> {
                         |down| route.is_none_or(|r| r.is_verified(down)),
                         now.at,
                     );
-                    if self.ownership.is_some() {
+                    // A member that counts more members than this node does knows some this
+                    // node does not.
+                    let behind = self.liveness.largest_count() > self.membership.num_members() + 1;
+                    if self
+                        .ownership
+                        .as_mut()
+                        .is_some_and(|o| o.spread_due(behind))
+                    {
                         self.spread_membership(now);
                     }
                 }
@@ -328,9 +335,10 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// In a large cluster, windows' owners are only agreed on if the members' lists agree,
-    /// and SWIM's gossip can leave a member unknown to a node for minutes. So twice a second
-    /// this node announces itself to one member at random, whose answer carries members it
-    /// may not know yet.
+    /// and SWIM's gossip can leave a member unknown to a node for minutes. So this node
+    /// announces itself to one member at random, whose answer carries members it may not know
+    /// yet: twice a second while the members change, less often as they stay the same
+    /// (`Ownership::spread_due`).
     fn spread_membership(&mut self, now: Now) {
         let members = self.membership.members();
         if members.is_empty() {

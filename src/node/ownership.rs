@@ -29,6 +29,10 @@ pub const FULL_MESH_UP_TO: usize = 16;
 pub const BACK_TO_FULL_MESH: usize = 12;
 /// A window far from its limit goes out once in this many rounds (see `owner_round`).
 pub const CALM_EVERY: u64 = 5;
+/// In a quiet cluster, a node announces itself to a random member (`spread_membership`) at
+/// most this many membership rounds apart: the gap doubles from one round after each
+/// announcement while the members do not change.
+pub const SPREAD_EVERY_MAX: u32 = 16;
 /// A node that has sent an owner no register of a window for this long stops hearing of it.
 const SUBSCRIPTION: std::time::Duration = std::time::Duration::from_secs(3);
 
@@ -72,6 +76,10 @@ pub struct Ownership {
     /// Send every live register of this node to both its owners next round (owners moved, or
     /// anti-entropy is due).
     resend_all: bool,
+    /// Membership rounds between announcements to a random member, and rounds left until
+    /// the next (see [`Ownership::spread_due`]).
+    spread_every: u32,
+    spread_wait: u32,
 }
 
 impl Ownership {
@@ -80,8 +88,30 @@ impl Ownership {
             stale: true,
             members_dirty: true,
             resend_all: true,
+            spread_every: 1,
             ..Self::default()
         }
+    }
+
+    /// Whether this membership round announces this node to a random member, whose answer
+    /// carries up to a packet of the members it knows. Every round while the members change
+    /// (a fleet forming, a rolling deploy) or while `behind` (a member counts more members than
+    /// this node does: this node misses some); otherwise at 1, 2, 4 … up to
+    /// [`SPREAD_EVERY_MAX`] rounds apart. An answer is a full packet (1.4 kB): at one every
+    /// round, a twentieth of a 1 000-node fleet's gossip, and a node that knows every member
+    /// learns nothing from it.
+    pub fn spread_due(&mut self, behind: bool) -> bool {
+        if behind {
+            self.spread_every = 1;
+            self.spread_wait = 0;
+        }
+        if self.spread_wait > 0 {
+            self.spread_wait -= 1;
+            return false;
+        }
+        self.spread_wait = self.spread_every - 1;
+        self.spread_every = (self.spread_every * 2).min(SPREAD_EVERY_MAX);
+        true
     }
 
     /// The owners of `key` on the current ring.
@@ -112,6 +142,8 @@ impl Ownership {
     pub fn members_changed(&mut self) {
         self.stale = true;
         self.members_dirty = true;
+        self.spread_every = 1;
+        self.spread_wait = 0;
     }
 
     /// A newcomer to push the windows it owns to, next round.
@@ -356,5 +388,35 @@ impl<T: TimeSource> NodeCore<T> {
             .as_mut()
             .and_then(|o| o.owners(key))
             .is_some_and(|[a, b]| a.id == member || b.id == member)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rounds, of `rounds`, in which `o` announces.
+    fn announcing(o: &mut Ownership, rounds: u32) -> Vec<u32> {
+        (0..rounds).filter(|_| o.spread_due(false)).collect()
+    }
+
+    #[test]
+    fn announcements_slow_down_while_nothing_is_missing_and_resume_when_the_members_change() {
+        let mut o = Ownership::new();
+        // Gaps of 1, 2, 4, 8, then 16 rounds.
+        assert_eq!(
+            announcing(&mut o, 64),
+            vec![0, 1, 3, 7, 15, 31, 47, 63],
+            "rounds of the first 64 that announce"
+        );
+        assert_eq!(announcing(&mut o, 32).len(), 2, "one in 16 rounds at most");
+        // A change, mid-wait: the next round announces, and the pace starts over.
+        assert!(!o.spread_due(false));
+        o.members_changed();
+        assert_eq!(announcing(&mut o, 8), vec![0, 1, 3, 7]);
+        // Behind another member's count: every round, for as long as it lasts.
+        assert!((0..20).all(|_| o.spread_due(true)));
+        // Then slowing again, from where the last of those left the gap (two rounds).
+        assert_eq!(announcing(&mut o, 8), vec![0, 2, 6]);
     }
 }
