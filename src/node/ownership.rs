@@ -29,6 +29,11 @@ pub const FULL_MESH_UP_TO: usize = 16;
 pub const BACK_TO_FULL_MESH: usize = 12;
 /// A window far from its limit goes out once in this many rounds (see `owner_round`).
 pub const CALM_EVERY: u64 = 5;
+/// A contended window's register that is a minor part of its demand (`Limiter::minor`) goes
+/// out once in this many rounds. Fewer than the four rounds of the silence threshold, so that
+/// its owner never holds the node as quiet between two: once a second (the calm pace) cost
+/// the global keys of a 400-node `fleet` a point of utilization, every other round nothing.
+pub const MINOR_EVERY: u64 = 2;
 /// In a quiet cluster, a node announces itself to a random member (`spread_membership`) at
 /// most this many membership rounds apart: the gap doubles from one round after each
 /// announcement while the members do not change.
@@ -255,7 +260,8 @@ impl<T: TimeSource> NodeCore<T> {
     /// windows it owns to the nodes that use them.
     ///
     /// Windows that refused something lately (`Limiter::contended`) go out every round, to the
-    /// first owner, and their sums to their users; every [`CALM_EVERY`]th round every live
+    /// first owner (every [`MINOR_EVERY`]th round where this node's demand is a minor part of
+    /// the window's), and their sums to their users; every [`CALM_EVERY`]th round every live
     /// register goes to the first owner, and the sums of every changed window to their users;
     /// at anti-entropy, and when the owners may have moved, every live register goes to both.
     /// A window far from its limit admits the same whether the others' counts are a round old
@@ -282,7 +288,12 @@ impl<T: TimeSource> NodeCore<T> {
             self.limiter.snapshot_local(now.cluster_ms).updates
         } else {
             let mut updates = changed.map(|b| b.updates).unwrap_or_default();
-            updates.retain(|u| self.limiter.contended(u.key, now.cluster_ms));
+            // A minor part of a window's demand goes every `MINOR_EVERY` rounds.
+            let minor_round = self.rounds.is_multiple_of(MINOR_EVERY);
+            updates.retain(|u| {
+                self.limiter.contended(u.key, now.cluster_ms)
+                    && (minor_round || !self.limiter.minor(u.key, now.cluster_ms))
+            });
             updates
         };
         let Some(ownership) = self.ownership.as_mut() else {

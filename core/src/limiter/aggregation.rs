@@ -17,6 +17,9 @@ use super::state::is_aggregate;
 use super::{KeyId, Limiter, OriginId};
 use crate::crdt::{HlcTimestamp, Register};
 
+/// See [`Limiter::minor`].
+pub const MINOR_PART: f64 = 32.0;
+
 /// The version and stamp of one round's aggregates (see [`Limiter::aggregate_stamp`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AggregateStamp {
@@ -47,6 +50,25 @@ impl Limiter {
                 u64::from(reg.live_demand(&spec, now_ms)) > admitted + 1
             })
         })
+    }
+
+    /// Whether this node's demand for window `key` is a minor part of it: at most
+    /// 1/[`MINOR_PART`] of the others' demand as far as this node knows (a window that many
+    /// nodes use about evenly, like a fleet-wide limit). Its register moves the others'
+    /// shares by under 1/`MINOR_PART` of theirs, so it need not reach the owner every round
+    /// even when the window is contended (`node::ownership` sends it every other round): the
+    /// owner of a window used by a thousand nodes would otherwise receive a thousand
+    /// registers a round. Its own share still follows the owner's sums, which go out every
+    /// round. A rise of this node's demand past the part ends it at the next round.
+    pub fn minor(&self, key: KeyId, now_ms: u64) -> bool {
+        let guard = self.table.guard();
+        let Some(state) = self.table.get(&key, &guard) else {
+            return false;
+        };
+        let spec = state.spec();
+        let own = state.ring.usage(&spec, now_ms, 1).offered;
+        let others = state.remote_scalars(&spec, now_ms, None, None).demand as f64;
+        others > 0.0 && own * MINOR_PART <= others
     }
 
     /// A fresh version and stamp for one round of aggregates. Every aggregate of the round

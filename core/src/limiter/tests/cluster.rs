@@ -487,3 +487,26 @@ fn sparse_traffic_that_lasted_is_not_a_new_onset_after_a_gap() {
         allowance(&l, later)
     );
 }
+
+#[test]
+fn a_node_with_a_small_part_of_a_windows_demand_is_minor_and_one_with_a_large_part_is_not() {
+    let lim = [second(10_000)];
+    // This node offers 3; one peer offers `others` in the same window.
+    let minor_with = |others: usize| {
+        let me = limiter_with(LimiterConfig::default(), 1);
+        let key = me.key_id(b"k", &lim[0].window);
+        assert!(!me.minor(key, T0), "a window this node does not hold");
+        assert_eq!(admitted_in(&me, "k", &lim, 3, T0), 3);
+        if others > 0 {
+            let peer = limiter_with(LimiterConfig::default(), 2);
+            assert_eq!(admitted_in(&peer, "k", &lim, others, T0), others);
+            me.merge(&peer.collect_changed(T0 + 1).expect("peer changed"), T0 + 1);
+        }
+        me.minor(key, T0 + 2)
+    };
+    assert!(!minor_with(0), "alone: the whole demand");
+    assert!(!minor_with(30), "a tenth");
+    assert!(!minor_with(90), "just over a thirty-second");
+    assert!(minor_with(3 * 32), "a thirty-third");
+    assert!(minor_with(3_000), "a thousandth");
+}
