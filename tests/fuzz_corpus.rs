@@ -114,14 +114,16 @@ fn write_seed_corpus() {
         (Kind::Heartbeat, members_count::encode(4)),
         (Kind::Membership, b"swim".to_vec()),
         (Kind::Exchange, bodies[bodies.len() - 1].clone()),
+        // A full-layout exchange (whole stamps).
+        (Kind::Exchange, bodies[bodies.len() - 2].clone()),
     ]
     .into_iter()
     .enumerate()
     {
         let mut out = Vec::new();
         let node = (i % 2 == 0).then_some(FUZZ_RECEIVER);
-        // The last two under the compact header (`gossip/wire/envelope.rs`).
-        let compact = i >= 3;
+        // Seeds 3 and 4 under the compact header (`gossip/wire/envelope.rs`).
+        let compact = i == 3 || i == 4;
         sealer
             .seal(
                 &keyring,

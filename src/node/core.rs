@@ -235,13 +235,15 @@ impl<T: TimeSource> NodeCore<T> {
                         now.at,
                     );
                     // A member that counts more members than this node does knows some this
-                    // node does not.
-                    let behind = self.liveness.largest_count() > self.membership.num_members() + 1;
-                    if self
-                        .ownership
-                        .as_mut()
-                        .is_some_and(|o| o.spread_due(behind))
-                    {
+                    // node does not; one that counts fewer may not know this node, which
+                    // learns of it from its announcement.
+                    let mine = self.members_counted();
+                    let apart = self.liveness.largest_count() > mine
+                        || self
+                            .liveness
+                            .smallest_recent_count(now.at, REJOIN_INTERVAL * 4)
+                            .is_some_and(|c| c < mine);
+                    if self.ownership.as_mut().is_some_and(|o| o.spread_due(apart)) {
                         self.spread_membership(now);
                     }
                 }

@@ -113,11 +113,16 @@ impl<T: TimeSource> NodeCore<T> {
             .is_none_or(|route| route.is_verified(addr))
     }
 
+    /// How many members this node counts, itself and members a minute off included: what its
+    /// register and heartbeat bodies say.
+    pub(super) fn members_counted(&self) -> usize {
+        self.membership.num_members() + 1 + self.liveness.far_members()
+    }
+
     /// The front of every register and heartbeat body to `to`: the members count, and the
     /// cookies when return routability is checked.
     pub(super) fn body_prefix(&self, to: Destination) -> Vec<u8> {
-        let members = self.membership.num_members() + 1 + self.liveness.far_members();
-        let mut prefix = members_count::encode(members);
+        let mut prefix = members_count::encode(self.members_counted());
         if let Some(route) = &self.return_route {
             prefix.extend_from_slice(&route.cookies(to.addr, to.node));
         }

@@ -229,6 +229,19 @@ impl Liveness {
             .unwrap_or(0)
     }
 
+    /// The smallest member count reported by a member heard from within `within` of `at`
+    /// (an older report may predate members that came since).
+    pub fn smallest_recent_count(&self, at: Instant, within: Duration) -> Option<usize> {
+        self.members
+            .values()
+            .filter(|m| {
+                m.last_heard
+                    .is_some_and(|t| at.saturating_duration_since(t) <= within)
+            })
+            .filter_map(|m| m.count)
+            .min()
+    }
+
     /// The address SWIM holds for `member`.
     pub fn address_of(&self, member: u128) -> Option<SocketAddr> {
         self.members.get(&member).map(|m| m.addr)

@@ -100,13 +100,14 @@ impl Ownership {
 
     /// Whether this membership round announces this node to a random member, whose answer
     /// carries up to a packet of the members it knows. Every round while the members change
-    /// (a fleet forming, a rolling deploy) or while `behind` (a member counts more members than
-    /// this node does: this node misses some); otherwise at 1, 2, 4 … up to
+    /// (a fleet forming, a rolling deploy) or while the members' counts are `apart` (a member
+    /// counts more members than this node does, or fewer: one of the two misses some);
+    /// otherwise at 1, 2, 4 … up to
     /// [`SPREAD_EVERY_MAX`] rounds apart. An answer is a full packet (1.4 kB): at one every
     /// round, a twentieth of a 1 000-node fleet's gossip, and a node that knows every member
     /// learns nothing from it.
-    pub fn spread_due(&mut self, behind: bool) -> bool {
-        if behind {
+    pub fn spread_due(&mut self, apart: bool) -> bool {
+        if apart {
             self.spread_every = 1;
             self.spread_wait = 0;
         }
@@ -114,7 +115,7 @@ impl Ownership {
             self.spread_wait -= 1;
             return false;
         }
-        self.spread_wait = self.spread_every - 1;
+        self.spread_wait = self.spread_every.saturating_sub(1);
         self.spread_every = (self.spread_every * 2).min(SPREAD_EVERY_MAX);
         true
     }

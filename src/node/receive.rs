@@ -123,6 +123,10 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         };
         self.liveness.counted(header.sender, count);
+        // Whether the sender receives at `from`: always taken so in a secure cluster (nobody
+        // can seal a datagram without the key); in an insecure one, if it echoes this node's
+        // cookie for `from`.
+        let mut from_receives = true;
         let rest = match &mut self.return_route {
             None => rest,
             Some(route) => {
@@ -130,7 +134,7 @@ impl<T: TimeSource> NodeCore<T> {
                     .membership
                     .member_at(from)
                     .filter(|m| m.node.as_u128() == header.sender);
-                let Some((rest, newly)) =
+                let Some((rest, newly, echoes)) =
                     route.observe(rest, from, member.as_ref().map(|m| m.node.as_u128()))
                 else {
                     self.view.wire.dropped(DropReason::Malformed);
@@ -142,6 +146,7 @@ impl<T: TimeSource> NodeCore<T> {
                 {
                     self.queue_bootstrap(now, destination(&m));
                 }
+                from_receives = echoes;
                 rest
             }
         };
@@ -155,7 +160,12 @@ impl<T: TimeSource> NodeCore<T> {
                     .member_at(from)
                     .is_some_and(|m| m.node.as_u128() == header.sender)
             {
-                self.features.heard(header.sender, *flags, now.at);
+                // What it reads is taken only from a sender shown to receive here: in an
+                // insecure cluster a forged flag could otherwise have this node send a member
+                // of an older build datagrams it drops (compact headers, exchanges).
+                if from_receives {
+                    self.features.heard(header.sender, *flags, now.at);
+                }
                 if *flags & super::features::ASKS_ECHO != 0
                     && self
                         .return_route

@@ -89,13 +89,14 @@ impl ReturnRoute {
 
     /// Takes the cookies off the front of a body that arrived from `from` (the datagram's
     /// source address), sent by member `sender` (`None` if it is not a member). Returns the rest
-    /// of the body, and whether `from` is newly verified; `None` if the body is too short.
+    /// of the body, whether `from` is newly verified, and whether this datagram echoes `from`'s
+    /// cookie (its sender receives at `from`); `None` if the body is too short.
     pub fn observe<'b>(
         &mut self,
         body: &'b [u8],
         from: SocketAddr,
         sender: Option<u128>,
-    ) -> Option<(&'b [u8], bool)> {
+    ) -> Option<(&'b [u8], bool, bool)> {
         let (cookies, rest) = body.split_first_chunk::<COOKIES_LEN>()?;
         let (theirs, echoed) = cookies.split_at(8);
         let theirs = u64::from_le_bytes(theirs.try_into().expect("8 bytes"));
@@ -103,11 +104,12 @@ impl ReturnRoute {
         if let Some(sender) = sender {
             self.echoes.insert(sender, theirs);
         }
-        let newly = echoed == self.cookie(from) && self.verified.insert(from);
+        let echoes = echoed == self.cookie(from);
+        let newly = echoes && self.verified.insert(from);
         if newly {
             self.unanswered.remove(&from);
         }
-        Some((rest, newly))
+        Some((rest, newly, echoes))
     }
 
     pub fn is_verified(&self, addr: SocketAddr) -> bool {
@@ -203,20 +205,28 @@ mod tests {
         let to_b = a.cookies(b_addr, Some(0xB));
         let (rest, newly) = b
             .observe(&[&to_b[..], b"x"].concat(), a_addr, Some(0xA))
-            .map(|(r, n)| (r.to_vec(), n))
+            .map(|(r, n, _)| (r.to_vec(), n))
             .unwrap();
         assert_eq!(rest, b"x");
         assert!(!newly);
         // B answers, echoing A's cookie: A now knows B's address receives.
         let to_a = b.cookies(a_addr, Some(0xA));
-        let (_, newly) = a.observe(&to_a, b_addr, Some(0xB)).unwrap();
+        let (_, newly, echoes) = a.observe(&to_a, b_addr, Some(0xB)).unwrap();
+        assert_eq!(newly, echoes);
         assert!(newly && a.is_verified(b_addr));
         // A forger who sends "from" B's address without having seen the cookie gets nowhere.
         let mut c = ReturnRoute::new([3; 32]);
         let mut forged = [0u8; COOKIES_LEN];
         forged[8..].copy_from_slice(&12345u64.to_le_bytes());
-        assert!(!c.observe(&forged, b_addr, None).unwrap().1);
+        let (_, newly, echoes) = c.observe(&forged, b_addr, None).unwrap();
+        assert!(!newly && !echoes);
         assert!(!c.is_verified(b_addr));
+        // Nor does a datagram without the echo from an address verified before: each datagram
+        // says for itself whether it echoes (what a node's flags are taken from).
+        let (_, newly, echoes) = a.observe(&forged, b_addr, Some(0xB)).unwrap();
+        assert!(!newly && !echoes && a.is_verified(b_addr));
+        let (_, newly, echoes) = a.observe(&to_a, b_addr, Some(0xB)).unwrap();
+        assert!(!newly && echoes, "verified already, and this one echoes");
         // The echo proves the address, not the sender's claim: B's cookie echoed from
         // another address verifies nothing.
         let mut d = ReturnRoute::new([4; 32]);

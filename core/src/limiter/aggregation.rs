@@ -67,7 +67,18 @@ impl Limiter {
         };
         let spec = state.spec();
         let own = state.ring.usage(&spec, now_ms, 1).offered;
-        let others = state.remote_scalars(&spec, now_ms, None, None).demand as f64;
+        // The others' demand as admission counts it (`check.rs`): a silent member's left out,
+        // a held one's kept. Counting a partition's far side would make this node minor where
+        // its demand is a large part of what is live.
+        let (silent, held) = (self.silent_origins.load(), self.held_origins.load());
+        let others = state
+            .remote_scalars(
+                &spec,
+                now_ms,
+                silent.as_deref().map(Vec::as_slice),
+                held.as_deref().map(Vec::as_slice),
+            )
+            .demand as f64;
         others > 0.0 && own * MINOR_PART <= others
     }
 

@@ -195,22 +195,28 @@ impl Header {
     }
 }
 
-/// The associated data of a datagram: its header bytes (`header_len` of them) and, if
-/// addressed, the receiver's id.
+/// The associated data of a datagram: its header bytes (`header_len` of them), the
+/// receiver's id if addressed, and, under the compact header (which sends 16 bits of it), the
+/// whole cluster tag: two clusters that share a secret stay apart by all 32 bits.
 pub(super) fn associated_data(
     datagram: &[u8],
     header_len: usize,
     receiver: Option<u128>,
+    compact_cluster_tag: Option<u32>,
 ) -> ([u8; HEADER_LEN + 16], usize) {
     let mut aad = [0u8; HEADER_LEN + 16];
     aad[..header_len].copy_from_slice(&datagram[..header_len]);
-    match receiver {
-        Some(id) => {
-            aad[header_len..header_len + 16].copy_from_slice(&id.to_le_bytes());
-            (aad, header_len + 16)
-        }
-        None => (aad, header_len),
+    let mut len = header_len;
+    if let Some(id) = receiver {
+        aad[len..len + 16].copy_from_slice(&id.to_le_bytes());
+        len += 16;
     }
+    if let Some(tag) = compact_cluster_tag {
+        // 39 + 16 + 4 fits the 64 bytes of a full header and a receiver.
+        aad[len..len + 4].copy_from_slice(&tag.to_le_bytes());
+        len += 4;
+    }
+    (aad, len)
 }
 
 #[cfg(test)]

@@ -92,7 +92,12 @@ impl Sealer {
         out.clear();
         header.write(out);
         out.extend_from_slice(body);
-        let (aad, aad_len) = associated_data(out, header.encoded_len(), to.node);
+        let (aad, aad_len) = associated_data(
+            out,
+            header.encoded_len(),
+            to.node,
+            compact.then_some(self.cluster_tag),
+        );
         let tag = cipher
             .encrypt_in_place_detached(
                 &header.nonce(),
@@ -209,6 +214,7 @@ impl Opener {
             datagram,
             header.encoded_len(),
             header.addressed.then_some(self.receiver),
+            header.compact.then_some(self.cluster_tag),
         );
         let tag_at = datagram.len() - TAG_LEN;
         let (sealed, tag) = datagram.split_at_mut(tag_at);

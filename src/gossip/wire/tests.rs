@@ -325,12 +325,26 @@ fn every_byte_of_a_compact_datagram_is_authenticated() {
         for bit in [0x01u8, 0x80] {
             let mut bad = good.clone();
             bad[i] ^= bit;
-            assert!(
-                open(&bad, tag, NOW).is_err(),
-                "byte {i} bit {bit:#x} opened"
-            );
+            let reason = open(&bad, tag, NOW).unwrap_err();
+            // Past the tag and fingerprint (which steer, and are refused before any
+            // cryptography), every byte fails authentication itself.
+            if i >= 8 {
+                assert_eq!(reason, DropReason::Forged, "byte {i} bit {bit:#x}");
+            }
         }
     }
+    // And the tag and fingerprint are authenticated too: the associated data is the whole
+    // header, the receiver's id and the whole cluster tag.
+    let (aad, len) =
+        super::envelope::associated_data(&good, COMPACT_HEADER_LEN, Some(RECEIVER), Some(tag));
+    assert_eq!(len, COMPACT_HEADER_LEN + 16 + 4);
+    assert_eq!(aad[..COMPACT_HEADER_LEN], good[..COMPACT_HEADER_LEN]);
+    // A cluster whose tag shares the 16 bits sent, under the same secret, cannot open it.
+    let twin = (0u32..)
+        .map(|i| cluster_tag(&format!("twin-{i}")))
+        .find(|t| *t != tag && t & 0xFFFF == tag & 0xFFFF)
+        .unwrap();
+    assert_eq!(open(&good, twin, NOW), Err(DropReason::Forged));
     // Read as the full layout (the version byte changed), it fails too.
     let mut as_full = good.clone();
     as_full[2] = WIRE_VERSION;
@@ -420,8 +434,12 @@ fn a_sender_past_the_compact_counter_may_send_only_full_headers() {
     let mut sealer = Sealer::new(tag, 7, 1400);
     sealer.counter = (1 << 48) - 2;
     assert!(sealer.compact_possible());
-    let d = sealed_compact(NOW, b"x", &k, &mut sealer);
+    let mut d = sealed_compact(NOW, b"x", &k, &mut sealer);
     assert_eq!(d.len(), 1 + COMPACT_OVERHEAD, "the last counter that fits");
+    let opened = Opener::new(tag, 1400, RECEIVER)
+        .open(&k, &mut d, NOW)
+        .unwrap();
+    assert_eq!(opened.header.counter, (1 << 48) - 1);
     assert!(!sealer.compact_possible());
     let mut out = Vec::new();
     assert_eq!(
