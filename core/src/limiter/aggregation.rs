@@ -53,7 +53,7 @@ impl Limiter {
     }
 
     /// Whether this node's demand for window `key` is a minor part of it: at most
-    /// 1/[`MINOR_PART`] of the others' demand as far as this node knows (a window that many
+    /// 1/`MINOR_PART` of the others' demand as far as this node knows (a window that many
     /// nodes use about evenly, like a fleet-wide limit). Its register moves the others'
     /// shares by under 1/`MINOR_PART` of theirs, so it need not reach the owner every round
     /// even when the window is contended (`node::ownership` sends it every other round): the
