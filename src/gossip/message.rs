@@ -32,6 +32,18 @@ pub enum Stamp {
     FromSent(u64),
 }
 
+impl Stamp {
+    /// The layout of a datagram's batches: from its send time `sent_ms` under the compact
+    /// header, whole otherwise. The sender and the receiver both ask this, so the two agree.
+    pub fn for_header(compact: bool, sent_ms: u64) -> Self {
+        if compact {
+            Stamp::FromSent(sent_ms)
+        } else {
+            Stamp::Whole
+        }
+    }
+}
+
 // A batch is its head and then its entries (bincode writes a struct, a tuple and a `Vec`
 // as their parts one after the other, so the whole layout is the older `WireBatch` of
 // `origin, version, hlc, entries`):

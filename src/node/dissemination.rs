@@ -203,7 +203,7 @@ impl<T: TimeSource> NodeCore<T> {
             // member before it serves (see `warmup.rs`).
             let compact = self.compact_to(now, to);
             let mut body = self.body_prefix(to);
-            body.extend_from_slice(&empty_batch_body(Self::stamp(now, compact)));
+            body.extend_from_slice(&empty_batch_body(Stamp::for_header(compact, now.wall_ms)));
             self.outbox
                 .seal(Kind::AntiEntropy, now.wall_ms, &body, to, compact);
             return;
@@ -247,15 +247,6 @@ impl<T: TimeSource> NodeCore<T> {
                 .is_some_and(|n| self.features.reads_compact(n, now.at))
     }
 
-    /// How a batch's stamp is written in a datagram under the compact header, or not.
-    fn stamp(now: Now, compact: bool) -> Stamp {
-        if compact {
-            Stamp::FromSent(now.wall_ms)
-        } else {
-            Stamp::Whole
-        }
-    }
-
     /// Seals `body` (one that carries no batch) for `to`, under the header `to` reads.
     pub(super) fn seal(&mut self, now: Now, kind: Kind, body: &[u8], to: Destination) {
         let compact = self.compact_to(now, to);
@@ -286,7 +277,7 @@ impl<T: TimeSource> NodeCore<T> {
         let max_body = self.max_batch_body();
         let origin = self.limiter.origin();
         let compact = self.compact_to(now, to);
-        let stamp = Self::stamp(now, compact);
+        let stamp = Stamp::for_header(compact, now.wall_ms);
         // A batch with an entry too large for any datagram is not sent, as in `send_batch`.
         let r = encode_batch_stamped(registers, origin, max_body, stamp).unwrap_or_default();
         let s = encode_batch_stamped(sums, origin, max_body, stamp).unwrap_or_default();
@@ -333,7 +324,7 @@ impl<T: TimeSource> NodeCore<T> {
         let mut bodies: [Vec<Vec<u8>>; 2] = Default::default();
         for compact in [false, true] {
             if layouts.iter().any(|(_, c)| *c == compact) {
-                let stamp = Self::stamp(now, compact);
+                let stamp = Stamp::for_header(compact, now.wall_ms);
                 // A batch with an entry too large for any datagram is sent to no one.
                 let Ok(encoded) = encode_batch_stamped(batch, origin, max_body, stamp) else {
                     return;

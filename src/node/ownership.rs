@@ -108,8 +108,7 @@ impl Ownership {
     /// learns nothing from it.
     pub fn spread_due(&mut self, apart: bool) -> bool {
         if apart {
-            self.spread_every = 1;
-            self.spread_wait = 0;
+            self.spread_restart();
         }
         if self.spread_wait > 0 {
             self.spread_wait -= 1;
@@ -118,6 +117,12 @@ impl Ownership {
         self.spread_wait = self.spread_every.saturating_sub(1);
         self.spread_every = (self.spread_every * 2).min(SPREAD_EVERY_MAX);
         true
+    }
+
+    /// Announcements every round again, starting with the next.
+    fn spread_restart(&mut self) {
+        self.spread_every = 1;
+        self.spread_wait = 0;
     }
 
     /// The owners of `key` on the current ring.
@@ -148,8 +153,7 @@ impl Ownership {
     pub fn members_changed(&mut self) {
         self.stale = true;
         self.members_dirty = true;
-        self.spread_every = 1;
-        self.spread_wait = 0;
+        self.spread_restart();
     }
 
     /// A newcomer to push the windows it owns to, next round.

@@ -184,12 +184,7 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         }
         let sender = OriginId(header.sender);
-        // A batch under the compact header states its stamp from the send time.
-        let stamp = if header.compact {
-            Stamp::FromSent(header.sent_ms)
-        } else {
-            Stamp::Whole
-        };
+        let stamp = Stamp::for_header(header.compact, header.sent_ms);
         // Registers, and an owner's sums.
         let decoded = match header.kind {
             Kind::Exchange => decode_batch_pair_stamped(rest, sender, stamp)
