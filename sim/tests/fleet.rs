@@ -85,6 +85,32 @@ fn a_fleet_past_sixteen_members_shares_through_owners_and_holds_the_limits() {
     assert!(r.over_admission_max <= 0.3, "seed {SEED}: {r:?}");
 }
 
+/// Owner mode split 60 | 40 for 20 s, at 30 nodes: the small side (12) stays in owner mode
+/// (its expected size is still 30), a side cut off from a window's owner keeps dividing the
+/// limit by the demands it last had (a node's own does not drift up while it cannot be
+/// heard), and one whose owner went down keeps the owner's sum until a new owner's comes.
+/// Before, the small side went back to the full mesh member by member and a window reached
+/// 1.3-1.56 x L (seeds 1-8).
+#[test]
+fn a_fleet_split_in_two_holds_its_limits_on_both_sides() {
+    let mut cfg = short("fleet-partition", 30);
+    cfg.duration_ms = 40_000;
+    for f in &mut cfg.faults {
+        match f {
+            fleet::FleetFault::Partition {
+                from_ms, until_ms, ..
+            } => (*from_ms, *until_ms) = (9_000, 29_000),
+            fleet::FleetFault::Crash { at_ms, .. } => *at_ms = 36_000,
+            _ => {}
+        }
+    }
+    let r = fleet::run("fleet-partition", "share", &cfg);
+    assert!(r.partitioned, "seed {SEED}: the partition happened");
+    let ratio = r.partition_max_ratio.expect("windows inside the partition");
+    eprintln!("seed {SEED}: busiest window in the partition {ratio:.2} x L");
+    assert!(ratio <= 1.15, "seed {SEED}: {r:?}");
+}
+
 /// A key offered half its limit is one the limit should leave alone. Sparse traffic (tenant
 /// keys: 5 requests a window per node) must not look like a burst starting, which holds a
 /// node to its onset share (`1/N` of the limit).

@@ -309,7 +309,7 @@ impl<T: TimeSource> NodeCore<T> {
     /// Brings what depends on the member list up to date.
     pub(super) fn members_changed(&mut self, now: Now) {
         let members = self.membership.members();
-        let ids = self.liveness.set_members(&members);
+        let ids = self.liveness.set_members(&members, now.at);
         self.clock_sync.retain(|s| ids.contains(&s));
         self.features.retain(&ids);
         if let Some(route) = &mut self.return_route {

@@ -36,6 +36,9 @@ pub struct Liveness {
     far_members: usize,
     /// Tells sent in the current second, and when it began.
     tells: (u32, Option<Instant>),
+    /// Members that left (went down, or were renamed by a restart), and when this node
+    /// learned it: their sums are held a while after (`Liveness::departed_within`).
+    departed: BTreeMap<u128, Instant>,
 }
 
 type Members<V> = HashMap<u128, V, crate::limiter::IdHashBuilder>;
@@ -94,6 +97,7 @@ impl Liveness {
             far: BTreeMap::new(),
             far_members: 0,
             tells: (0, None),
+            departed: BTreeMap::new(),
         }
     }
 
@@ -248,13 +252,28 @@ impl Liveness {
     }
 
     /// The members changed: forget whoever is no longer one. Returns the members' ids.
-    pub fn set_members(&mut self, members: &[NodeId]) -> BTreeSet<u128> {
+    ///
+    /// When a member left, every count reported so far may include it, so they are all
+    /// forgotten until each member speaks again: a count heard before a crash would otherwise
+    /// stay the largest for as long as its sender is not heard (in a large cluster, a node
+    /// hears from only the members it shares windows with), and keep this node announcing
+    /// itself every round and its clock fence up. `N_expected` holds the size of the cluster
+    /// before the departure on its own (`Limiter::set_liveness`).
+    pub fn set_members(&mut self, members: &[NodeId], at: Instant) -> BTreeSet<u128> {
+        let staying: BTreeSet<u128> = members.iter().map(|m| m.node.as_u128()).collect();
+        let mut someone_left = false;
+        for id in self.members.keys().filter(|id| !staying.contains(id)) {
+            someone_left = true;
+            self.departed.insert(*id, at);
+        }
+        self.departed.retain(|id, _| !staying.contains(id));
         let mut records = Members::default();
         for m in members {
             let id = m.node.as_u128();
             let record = match self.members.get(&id) {
                 Some(known) => MemberRecord {
                     addr: m.addr,
+                    count: if someone_left { None } else { known.count },
                     ..*known
                 },
                 None => MemberRecord {
@@ -270,6 +289,15 @@ impl Liveness {
         let ids: BTreeSet<u128> = self.members.keys().copied().collect();
         self.joined_at.retain(|s, _| ids.contains(s));
         ids
+    }
+
+    /// The members that left within `within` of `at`, whose sums are held
+    /// (`Limiter::set_held`): the sums' other users are still there, and the new owners'
+    /// sums take a few rounds to come. Older departures are forgotten.
+    pub fn departed_within(&mut self, within: Duration, at: Instant) -> Vec<OriginId> {
+        self.departed
+            .retain(|_, left| at.saturating_duration_since(*left) <= within);
+        self.departed.keys().map(|id| OriginId(*id)).collect()
     }
 
     /// The members that do not count as live at `at`: not heard from within the silence
@@ -359,7 +387,7 @@ mod tests {
         let ms = Duration::from_millis;
         let mut live = Liveness::new(ms(800), ms(500));
         let members = [member(1), member(2), member(3)];
-        live.set_members(&members);
+        live.set_members(&members, t0);
         live.joined(2, t0);
         live.heard(1, t0);
         live.heard(2, t0);
@@ -397,14 +425,53 @@ mod tests {
 
     #[test]
     fn a_member_that_leaves_is_forgotten() {
+        let t0 = crate::clock::monotonic_now();
         let mut live = Liveness::new(Duration::from_millis(800), Duration::ZERO);
-        live.set_members(&[member(1), member(2)]);
+        live.set_members(&[member(1), member(2)], t0);
         live.counted(1, 7);
         live.counted(2, 3);
         assert_eq!(live.largest_count(), 7);
         assert_eq!(live.address_of(1), Some(member(1).addr));
-        live.set_members(&[member(2)]);
-        assert_eq!(live.largest_count(), 3);
+        live.set_members(&[member(2)], t0);
         assert_eq!(live.address_of(1), None);
+        // Member 2's count may have included member 1: it is heard again before it counts.
+        assert_eq!(live.largest_count(), 0);
+        live.counted(2, 2);
+        assert_eq!(live.largest_count(), 2);
+    }
+
+    #[test]
+    fn a_count_heard_before_a_departure_does_not_outlive_it_but_one_heard_before_a_join_does() {
+        let t0 = crate::clock::monotonic_now();
+        let mut live = Liveness::new(Duration::from_millis(800), Duration::ZERO);
+        live.set_members(&[member(1), member(2), member(3)], t0);
+        live.counted(1, 4);
+        live.counted(2, 4);
+        // A newcomer: what the others counted still stands (they may not know it yet, and
+        // the smaller count is what makes this node announce it).
+        live.set_members(&[member(1), member(2), member(3), member(5)], t0);
+        assert_eq!(live.largest_count(), 4);
+        // Member 3 crashes; member 2 is not heard again, member 1 is.
+        live.set_members(&[member(1), member(2), member(5)], t0);
+        assert_eq!(live.largest_count(), 0);
+        live.counted(1, 4);
+        assert_eq!(live.largest_count(), 4);
+    }
+
+    #[test]
+    fn members_that_left_are_listed_for_a_while_and_one_that_returns_is_not() {
+        let t0 = crate::clock::monotonic_now();
+        let ms = Duration::from_millis;
+        let mut live = Liveness::new(ms(800), Duration::ZERO);
+        live.set_members(&[member(1), member(2), member(3)], t0);
+        assert!(live.departed_within(ms(1_000), t0).is_empty());
+        live.set_members(&[member(3)], t0 + ms(100));
+        live.set_members(&[member(2), member(3)], t0 + ms(200));
+        assert_eq!(live.departed_within(ms(1_000), t0 + ms(300)), [OriginId(1)]);
+        assert_eq!(
+            live.departed_within(ms(1_000), t0 + ms(1_100)),
+            [OriginId(1)]
+        );
+        assert!(live.departed_within(ms(1_000), t0 + ms(1_101)).is_empty());
     }
 }

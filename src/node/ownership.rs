@@ -172,8 +172,15 @@ impl Ownership {
 impl<T: TimeSource> NodeCore<T> {
     /// Picks full mesh or owners for the cluster's size (with hysteresis). Returns whether
     /// owners carry the registers.
+    ///
+    /// The size is the larger of the members and `N_expected`, which holds a departed
+    /// member for a minute: a partition does not change the mode. The side of a 30-node
+    /// cluster's partition that fell to 12 members went back to the full mesh member by member
+    /// as SWIM declared the far side down; for seconds its owners no longer sent sums while
+    /// users still sent them registers, each user took half its side's share, and a window
+    /// reached 1.56 x L.
     pub(super) fn choose_dissemination(&mut self) -> bool {
-        let size = self.membership.num_members() + 1;
+        let size = (self.membership.num_members() + 1).max(self.limiter.member_counts().1);
         let owners = match self.params.dissemination {
             Dissemination::FullMesh => false,
             Dissemination::Owners => true,

@@ -53,7 +53,10 @@ impl<T: TimeSource> NodeCore<T> {
             // member only keeps what it last reported.
             let quiet = self.params.silence_threshold;
             let held = self.liveness.held(quiet, now.at);
-            self.limiter.set_held(&held, now.cluster_ms);
+            let sums_held = self
+                .liveness
+                .departed_within(super::liveness::HOLD_FOR, now.at);
+            self.limiter.set_held(&held, &sums_held, now.cluster_ms);
             self.liveness
                 .silent_by_swim(&members, &self.suspects, fences, now.at)
         } else {

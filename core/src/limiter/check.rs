@@ -254,10 +254,7 @@ impl Limiter {
         // for the window in the last quarter of a window (a node that stopped hearing from the
         // window's owner: a partition starting), none.
         let credit_until = |at_ms: u64| {
-            if remote
-                .newest_emission_ms
-                .is_none_or(|e| at_ms.saturating_sub(e) <= spec.window_ms() / 4)
-            {
+            if admission::remote_current(remote.newest_emission_ms, at_ms, spec.window_ms()) {
                 admission::WHOLE_REQUEST_CREDIT
             } else {
                 0.0

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::expected_size::ExpectedSize;
 use super::origin::{OriginId, OriginTable};
-use super::state::{aggregate_of, is_aggregate};
+use super::state::{WindowState, aggregate_of, is_aggregate};
 use super::{KeyId, Limiter};
 use crate::crdt::Hlc;
 use crate::crdt::{Arbitration, MergeOutcome, Register, Replica};
@@ -21,8 +21,9 @@ pub(crate) struct ReplicationState {
     version: u64,
     origins: OriginTable,
     pub expected: ExpectedSize,
-    /// The last lists of silent and of held origins, interned (see `intern_list`).
-    interned: [Option<InternedList>; 2],
+    /// The last lists of silent and of held origins, and of owners whose sums are held,
+    /// interned (see `intern_list`).
+    interned: [Option<InternedList>; 3],
 }
 
 /// Which list of origins [`ReplicationState::intern_list`] interns.
@@ -30,6 +31,8 @@ pub(crate) struct ReplicationState {
 pub(crate) enum OriginList {
     Silent = 0,
     Held = 1,
+    /// Owners whose sums alone are held (`Limiter::set_held`).
+    HeldSums = 2,
 }
 
 /// A list of origins as given, and its indices, sorted and deduplicated.
@@ -123,7 +126,7 @@ impl ReplicationState {
             version: 0,
             origins: OriginTable::default(),
             expected,
-            interned: [None, None],
+            interned: [None, None, None],
         }
     }
 }
@@ -231,6 +234,53 @@ fn register_of(
     }
 }
 
+/// The demand this node publishes for a window whose register it emits now, `measured` over
+/// the window: no more than it published last while the window refuses a fifth of its load,
+/// here and over the cluster as last heard, and nothing current has been heard of it from
+/// its peers (`admission::remote_current`).
+///
+/// Shares sum to the limit only while every node divides it by the same demands. Cut off
+/// from a window's owner (in a large cluster, from the sums that tell it its peers' demand),
+/// a node still sees its own demand move, by chance from one round to the next, while its
+/// peers' stay where the last sum left them; and a node whose share rose takes the rise at
+/// once, while one whose share fell has admitted what it admitted. Over the peers cut off
+/// together, that ratchet added up to a fifth of the limit in the first second of a
+/// partition (`fleet-partition` at 50 nodes, 1.23 x L): the cap on the global count, which
+/// catches it otherwise, counts only what was heard. Held where it was, the demand each of
+/// them divides by is the one its peers last had of it, and the shares sum to 1 again. A
+/// fall still goes out: it only leaves more to the others.
+fn demand_out_of_hearing(
+    state: &WindowState,
+    snap: &RingSnapshot,
+    spec: &WindowSpec,
+    measured: u32,
+    now_ms: u64,
+) -> u32 {
+    let Some(published) = state.ring.published() else {
+        return measured;
+    };
+    // Refusing a fifth of its load or more: its share binds. A node that refused a few at a
+    // chance surge of a window far from its limit is not cut off for it.
+    let offered: u64 = snap.offered.by_age().iter().sum();
+    let admitted: u64 = snap.admitted.by_age().iter().sum();
+    if measured <= published || offered.saturating_mul(4) <= admitted.saturating_mul(5) {
+        return measured;
+    }
+    // Refused a fifth of its load cluster-wide as well, by what was last heard: such a window's
+    // sums go out every round, so old ones mean the owner is out of hearing. A calm window's
+    // come once a second, and are old between sends for no fault.
+    let (newest, others_demand, others_admitted) = state.remote_as_last_said();
+    let demand = u64::from(published).saturating_add(others_demand);
+    let held = admitted.saturating_add(others_admitted);
+    if demand.saturating_mul(4) <= held.saturating_mul(5)
+        || super::admission::remote_current(newest, now_ms, spec.window_ms())
+    {
+        measured
+    } else {
+        published
+    }
+}
+
 impl Limiter {
     /// The registers of this node that changed since the previous call (plus the previous
     /// call's, once more), as one batch with a fresh version. `None` when nothing changed.
@@ -259,7 +309,8 @@ impl Limiter {
             }
             let spec = state.spec();
             let snap = state.ring.snapshot(&spec, now_ms);
-            let register = register_of(&snap, &spec, now_ms, version, hlc);
+            let mut register = register_of(&snap, &spec, now_ms, version, hlc);
+            register.demand = demand_out_of_hearing(state, &snap, &spec, register.demand, now_ms);
             // What peers will count this node's demand as (admission.rs). In a large cluster a
             // window that refused nothing lately goes to its owner only on a calm round, so
             // they may count an older one; but such a window's share does not bind, and the
@@ -296,7 +347,8 @@ impl Limiter {
             if snap.is_empty() {
                 continue;
             }
-            let register = register_of(&snap, &spec, now_ms, version, hlc);
+            let mut register = register_of(&snap, &spec, now_ms, version, hlc);
+            register.demand = demand_out_of_hearing(state, &snap, &spec, register.demand, now_ms);
             // A newer version than any this node sent: where it goes (an owner on a calm
             // round, a newcomer, anti-entropy) it supersedes what was sent before.
             state.publish_demand(register.demand);

@@ -29,6 +29,23 @@ pub(crate) fn is_aggregate(idx: OriginIdx) -> bool {
     idx & AGGREGATE != 0
 }
 
+/// Whether aggregate `idx` is held as a departed owner's sum alone (listed marked as an
+/// aggregate, its owner not listed bare): held only until another owner's sum of the window is
+/// newer (`WindowState::remote_scalars`).
+pub(crate) fn is_held_as_sum_alone(held: &[OriginIdx], idx: OriginIdx) -> bool {
+    is_aggregate(idx)
+        && held.binary_search(&idx).is_ok()
+        && held.binary_search(&(idx & !AGGREGATE)).is_err()
+}
+
+/// Whether `idx` (an origin's register, or an owner's aggregate) is held by the sorted list
+/// `held` (`Limiter::set_held`): an origin listed bare holds its register and its aggregate;
+/// one listed marked as an aggregate, its aggregate alone.
+pub(crate) fn is_held_in(held: &[OriginIdx], idx: OriginIdx) -> bool {
+    held.binary_search(&(idx & !AGGREGATE)).is_ok()
+        || (is_aggregate(idx) && held.binary_search(&idx).is_ok())
+}
+
 /// A window's state. The hot path reads `ring` and `remote` without taking any lock; the ring
 /// is written with CAS, and `remote` is replaced whole (copy on write) by the merge path.
 #[derive(Debug)]
@@ -172,7 +189,7 @@ impl WindowState {
         held: Option<&[OriginIdx]>,
     ) -> RemoteScalars {
         let demand_of = |origin: OriginIdx, reg: &crate::crdt::RegisterRef<'_>| {
-            if held.is_some_and(|h| h.binary_search(&(origin & !AGGREGATE)).is_ok()) {
+            if held.is_some_and(|h| is_held_in(h, origin)) {
                 u64::from(reg.demand)
             } else {
                 u64::from(reg.live_demand(spec, now_ms))
@@ -193,12 +210,27 @@ impl WindowState {
             }
         };
         let (mut out, mut best) = (RemoteScalars::default(), RemoteScalars::default());
+        // Sums of departed owners (held as sums alone): held until another owner's sum is
+        // newer, after which they count as any old sum does. Kept apart until then.
+        let mut departed: Option<(u64, RemoteScalars)> = None;
+        let mut newest_other_sum: Option<u64> = None;
         if let Some(replica) = self.remote.load().as_deref() {
             for (origin, reg) in replica.iter() {
                 if is_aggregate(origin) {
                     let mut one = RemoteScalars::default();
                     fold(&reg, &mut one);
-                    one.demand = demand_of(origin, &reg);
+                    let emitted = reg.hlc.physical_ms();
+                    if held.is_some_and(|h| is_held_as_sum_alone(h, origin)) {
+                        one.demand = u64::from(reg.demand);
+                        let merged = departed.map_or(one, |(_, d)| d.max(one));
+                        let newest = departed.map_or(emitted, |(e, _)| e.max(emitted));
+                        departed = Some((newest, merged));
+                        // What it stands for once superseded.
+                        one.demand = u64::from(reg.live_demand(spec, now_ms));
+                    } else {
+                        one.demand = demand_of(origin, &reg);
+                        newest_other_sum = newest_other_sum.max(Some(emitted));
+                    }
                     best = best.max(one);
                     continue;
                 }
@@ -208,8 +240,42 @@ impl WindowState {
                 }
             }
         }
+        if let Some((emitted, held_sum)) = departed
+            && newest_other_sum.is_none_or(|n| n < emitted)
+        {
+            best = best.max(held_sum);
+        }
         out = out.max(best);
         out
+    }
+
+    /// When the newest of the window's remote registers and sums was emitted, by its origin's
+    /// clock (`None` if this node holds none), and the others' demand and admissions as they
+    /// last said them, lapsed or not: the registers' sums, or an owner's sum where that says
+    /// more.
+    pub fn remote_as_last_said(&self) -> (Option<u64>, u64, u64) {
+        let Some(replica) = self.remote.load_full() else {
+            return (None, 0, 0);
+        };
+        let mut newest = None;
+        let (mut registers, mut sum) = ((0u64, 0u64), (0u64, 0u64));
+        for (origin, reg) in replica.iter() {
+            newest = newest.max(Some(reg.hlc.physical_ms()));
+            let one = (
+                u64::from(reg.demand),
+                reg.buckets().map(|(_, c)| c).sum::<u64>(),
+            );
+            if is_aggregate(origin) {
+                sum = sum.max(one);
+            } else {
+                registers = (
+                    registers.0.saturating_add(one.0),
+                    registers.1.saturating_add(one.1),
+                );
+            }
+        }
+        let (demand, admitted) = registers.max(sum);
+        (newest, demand, admitted)
     }
 
     pub fn remote_usage(&self, spec: &WindowSpec, now_ms: u64) -> RemoteUsage {

@@ -58,6 +58,8 @@ pub struct FleetReport {
     /// and none was admitted.
     pub starved_windows_max: Option<u32>,
     pub crashes: u32,
+    /// Whether the scenario's partition took effect.
+    pub partitioned: bool,
     pub replacements: u32,
 }
 
@@ -243,6 +245,7 @@ impl FleetReport {
             detection_ms: rec.detection_ms.iter().copied().max(),
             starved_windows_max: starved,
             crashes: rec.crashes,
+            partitioned: rec.partitioned,
             replacements: rec.replacements,
         }
     }

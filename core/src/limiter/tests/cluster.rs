@@ -346,7 +346,7 @@ fn a_held_origin_keeps_its_demand_and_its_register_until_released() {
     assert_eq!(demand_of_b(later), Some(0));
     let alone = check(&a, "k", &lim, 1, later).limits[0].remaining;
     // Held (b went quiet but is not down), it keeps its demand and a its share.
-    a.set_held(&[OriginId(2)], later);
+    a.set_held(&[OriginId(2)], &[], later);
     assert_eq!(demand_of_b(later), Some(60));
     let held = check(&a, "k", &lim, 1, later).limits[0].remaining;
     assert!(held < alone, "held {held} vs alone {alone}");
@@ -354,9 +354,81 @@ fn a_held_origin_keeps_its_demand_and_its_register_until_released() {
     a.gc(T0 + 10_000, 100);
     assert_eq!(demand_of_b(T0 + 10_000), Some(60));
     // Released (down), it lapses and goes.
-    a.set_held(&[], T0 + 10_000);
+    a.set_held(&[], &[], T0 + 10_000);
     a.gc(T0 + 12_000, 100);
     assert_eq!(demand_of_b(T0 + 12_000), None);
+}
+
+#[test]
+fn a_departed_owners_sum_is_held_without_holding_its_own_register() {
+    let owner = limiter_with(LimiterConfig::default(), 1);
+    let (b, c) = (
+        limiter_with(LimiterConfig::default(), 2),
+        limiter_with(LimiterConfig::default(), 3),
+    );
+    let lim = [second(100)];
+    admitted_in(&owner, "k", &lim, 30, T0);
+    admitted_in(&c, "k", &lim, 40, T0);
+    owner.merge(&c.collect_changed(T0 + 1).unwrap(), T0 + 2);
+    let key = owner.key_id(b"k", &lim[0].window);
+    let sums = owner.aggregates_for(key, &[OriginId(2)], owner.aggregate_stamp(T0 + 3), T0 + 3);
+    admitted_in(&b, "k", &lim, 1, T0);
+    b.merge_aggregates(
+        &Batch {
+            origin: OriginId(1),
+            updates: sums,
+        },
+        T0 + 4,
+    );
+    // The owner's own register too, as a node that shares another window with it would have.
+    b.merge(&owner.collect_changed(T0 + 5).unwrap(), T0 + 6);
+    let demands = |now| {
+        let i = b.inspect(b"k", &lim[0], now).unwrap();
+        let of = |aggregate| {
+            i.origins
+                .iter()
+                .find(|o| o.origin == OriginId(1) && o.aggregate == aggregate && !o.is_local)
+                .map(|o| o.demand)
+        };
+        (of(true), of(false))
+    };
+    assert_eq!(demands(T0 + 500), (Some(70), Some(30)));
+    // Two windows on, both would have lapsed: the sum is held, the owner's register is not.
+    let later = T0 + 2_000;
+    assert_eq!(demands(later), (Some(0), Some(0)));
+    let alone = b.inspect(b"k", &lim[0], later).unwrap().allowance;
+    b.set_held(&[], &[OriginId(1)], later);
+    assert_eq!(demands(later), (Some(70), Some(0)));
+    let held = b.inspect(b"k", &lim[0], later).unwrap().allowance;
+    assert!(held < alone / 2.0, "held {held} vs alone {alone}");
+    // A listed origin other than the owner holds nothing of the owner's.
+    b.set_held(&[], &[OriginId(3)], later);
+    assert_eq!(demands(later), (Some(0), Some(0)));
+    // Held again, until a new owner's sum comes: newer, it alone counts (c's demand now
+    // says 5: the held 70 no longer does).
+    b.set_held(&[], &[OriginId(1)], later);
+    let new_owner = limiter_with(LimiterConfig::default(), 4);
+    admitted_in(&c, "k", &lim, 5, later);
+    new_owner.merge(&c.collect_changed(later + 1).unwrap(), later + 2);
+    let sums = new_owner.aggregates_for(
+        key,
+        &[OriginId(2)],
+        new_owner.aggregate_stamp(later + 3),
+        later + 3,
+    );
+    assert_eq!(sums.len(), 1);
+    assert_eq!(demands(later + 4).0, Some(70), "held until then");
+    b.merge_aggregates(
+        &Batch {
+            origin: OriginId(4),
+            updates: sums,
+        },
+        later + 4,
+    );
+    let i = b.inspect(b"k", &lim[0], later + 5).unwrap();
+    let new_sum = i.origins.iter().find(|o| o.origin == OriginId(4)).unwrap();
+    assert!(new_sum.aggregate && new_sum.demand < 70, "{new_sum:?}");
+    assert!(i.allowance > held * 2.0, "{} vs {held}", i.allowance);
 }
 
 /// One of two members, after a steady request every 10 ms for a second on key `k` (no onset
@@ -509,4 +581,45 @@ fn a_node_with_a_small_part_of_a_windows_demand_is_minor_and_one_with_a_large_pa
     assert!(!minor_with(90), "just over a thirty-second");
     assert!(minor_with(3 * 32), "a thirty-third");
     assert!(minor_with(3_000), "a thousandth");
+}
+
+/// A node cut off from a window's owner (its last sum more than a quarter of a window old)
+/// while the window is past its limit and refuses much here publishes no more demand than it
+/// did: its peers divide by the demand they last had of it. Heard from lately, or far from
+/// the limit, its demand rises with its load.
+#[test]
+fn a_demand_does_not_rise_while_the_owners_sums_are_out_of_hearing() {
+    let lim = [second(100)];
+    // User 2 of a window whose owner (1) holds user 3's register: 3 offered `others`.
+    let user_beside = |others: usize| {
+        let owner = limiter_with(LimiterConfig::default(), 1);
+        let c = limiter_with(LimiterConfig::default(), 3);
+        admitted_in(&c, "k", &lim, others, T0);
+        owner.merge(&c.collect_changed(T0 + 1).unwrap(), T0 + 2);
+        let key = owner.key_id(b"k", &lim[0].window);
+        let sums = owner.aggregates_for(key, &[OriginId(2)], owner.aggregate_stamp(T0 + 3), T0 + 3);
+        let b = limiter_with(LimiterConfig::default(), 2);
+        admitted_in(&b, "k", &lim, 1, T0 + 3);
+        b.merge_aggregates(
+            &Batch {
+                origin: OriginId(1),
+                updates: sums,
+            },
+            T0 + 3,
+        );
+        admitted_in(&b, "k", &lim, 39, T0 + 4);
+        let first = b.collect_changed(T0 + 5).unwrap().updates[0]
+            .register
+            .demand;
+        assert_eq!(first, 40);
+        // Its load doubles; it emits again `at`.
+        admitted_in(&b, "k", &lim, 40, T0 + 100);
+        move |at| b.collect_changed(at).unwrap().updates[0].register.demand
+    };
+    // Past the limit (150 + 40 > 100), refusing, the sum 297 ms old: held.
+    assert_eq!(user_beside(150)(T0 + 300), 40);
+    // The sum 197 ms old: current.
+    assert_eq!(user_beside(150)(T0 + 200), 80);
+    // Far from the limit (3 offered 5): nothing to hold.
+    assert_eq!(user_beside(5)(T0 + 300), 80);
 }
