@@ -25,7 +25,7 @@ use super::features::PeerFeatures;
 use super::liveness::Liveness;
 use super::member_log::MemberLog;
 use super::outbox::{Outbox, Outgoing};
-use super::ownership::Ownership;
+use super::ownership::{Ownership, SPREAD_WHEN_MISSING};
 use super::return_route::ReturnRoute;
 use super::timers::{Periodic, Timers};
 use super::view::ClusterView;
@@ -235,16 +235,18 @@ impl<T: TimeSource> NodeCore<T> {
                         now.at,
                     );
                     // A member that counts more members than this node does knows some this
-                    // node does not; one that counts fewer may not know this node, which
-                    // learns of it from its announcement.
-                    let mine = self.members_counted();
-                    let apart = self.liveness.largest_count() > mine
-                        || self
-                            .liveness
-                            .smallest_recent_count(now.at, REJOIN_INTERVAL * 4)
-                            .is_some_and(|c| c < mine);
-                    if self.ownership.as_mut().is_some_and(|o| o.spread_due(apart)) {
-                        self.spread_membership(now);
+                    // node does not: each answer brings a packet of members picked at random,
+                    // so this node asks several at once.
+                    let missing = self.liveness.largest_count() > self.members_counted();
+                    if self
+                        .ownership
+                        .as_mut()
+                        .is_some_and(|o| o.spread_due(missing))
+                    {
+                        let asks = if missing { SPREAD_WHEN_MISSING } else { 1 };
+                        for _ in 0..asks {
+                            self.spread_membership(now);
+                        }
                     }
                 }
                 Periodic::CollectGarbage => self.collect_garbage(now),

@@ -233,19 +233,6 @@ impl Liveness {
             .unwrap_or(0)
     }
 
-    /// The smallest member count reported by a member heard from within `within` of `at`
-    /// (an older report may predate members that came since).
-    pub fn smallest_recent_count(&self, at: Instant, within: Duration) -> Option<usize> {
-        self.members
-            .values()
-            .filter(|m| {
-                m.last_heard
-                    .is_some_and(|t| at.saturating_duration_since(t) <= within)
-            })
-            .filter_map(|m| m.count)
-            .min()
-    }
-
     /// The address SWIM holds for `member`.
     pub fn address_of(&self, member: u128) -> Option<SocketAddr> {
         self.members.get(&member).map(|m| m.addr)
@@ -266,7 +253,9 @@ impl Liveness {
             someone_left = true;
             self.departed.insert(*id, at);
         }
-        self.departed.retain(|id, _| !staying.contains(id));
+        self.departed.retain(|id, left| {
+            !staying.contains(id) && at.saturating_duration_since(*left) <= HOLD_FOR
+        });
         let mut records = Members::default();
         for m in members {
             let id = m.node.as_u128();
@@ -473,5 +462,10 @@ mod tests {
             [OriginId(1)]
         );
         assert!(live.departed_within(ms(1_000), t0 + ms(1_101)).is_empty());
+        // Whoever asks, a change of the members forgets departures older than `HOLD_FOR`.
+        live.set_members(&[member(2), member(3)], t0 + ms(1_200));
+        live.set_members(&[member(3)], t0 + ms(1_300));
+        live.set_members(&[member(3)], t0 + HOLD_FOR + ms(1_301));
+        assert!(live.departed.is_empty());
     }
 }

@@ -60,6 +60,8 @@ impl<T: TimeSource> NodeCore<T> {
             self.liveness
                 .silent_by_swim(&members, &self.suspects, fences, now.at)
         } else {
+            // Nothing is held in the full mesh (a node that left owner mode lets go).
+            self.limiter.set_held(&[], &[], now.cluster_ms);
             self.liveness.silent(&members, fences, now.at)
         };
         // `silent` names members only; saturating all the same, so that a future path where it

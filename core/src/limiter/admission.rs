@@ -210,10 +210,8 @@ fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
 
 /// Whether what this node knows of its peers' part of a window is current at `at_ms`: the
 /// newest remote register or sum of the window was emitted within a quarter of the window
-/// (`newest_emission_ms`, `None` when the node has heard of no peer using it). Registers and
-/// sums of a window that refuses go out every round, so older means the owner, or the
-/// peers, are out of hearing: a partition starting, or loss. The whole-request credit is given
-/// only while current, and a demand does not rise while not (`Limiter::collect_changed`).
+/// (`newest_emission_ms`, `None` when the node has heard of no peer using it). The
+/// whole-request credit is given only while current.
 pub fn remote_current(newest_emission_ms: Option<u64>, at_ms: u64, window_ms: u64) -> bool {
     newest_emission_ms.is_none_or(|e| at_ms.saturating_sub(e) <= window_ms / 4)
 }

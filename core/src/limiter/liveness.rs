@@ -73,18 +73,25 @@ impl Limiter {
     /// absence; a member that goes down is released.
     ///
     /// `sums_held` are owners whose sums alone are held, each until another owner's sum of the
-    /// window is newer: members that went down lately. A sum is the demand of the window's
-    /// other users, not its owner's; they are still there (most of them), and until the new
-    /// owners' sums arrive it is all this node knows of them. Released with its owner, it left
-    /// a node on the side of a partition that had lost the owner alone on the window (its share
-    /// the whole of its side's) for the round trip to the new owners, or for as long as no new
-    /// owner served it: a window of `fleet-partition` at 50 nodes reached 1.42 x L.
+    /// window is newer, or this node owns the window ([`Limiter::release_departed_sums`]):
+    /// members that went down lately. A sum is mostly the demand of the window's other users
+    /// (the owner's own is one part of it); they are still there (most of them), and until the
+    /// new owners' sums arrive it is all this node knows of them. Released with its owner, it
+    /// left a node on the side of a partition that had lost the owner alone on the window (its
+    /// share the whole of its side's) for the round trip to the new owners, or for as long as
+    /// no new owner served it: a window of `fleet-partition` at 50 nodes reached 1.42 x L.
     pub fn set_held(&self, held: &[OriginId], sums_held: &[OriginId], now_ms: u64) {
         let mut sync = self.lock_sync();
         let mut idx = sync.intern_list(OriginList::Held, held, self.origin, now_ms);
-        let sums = sync.intern_list(OriginList::HeldSums, sums_held, self.origin, now_ms);
-        if !sums.is_empty() {
-            idx.extend(sums.iter().map(|o| state::aggregate_of(*o)));
+        // Looked up, not interned: a departed member this node never heard from has no sum
+        // here, and interning it could evict an origin of a full table.
+        let sums = sums_held
+            .iter()
+            .filter_map(|o| sync.lookup_origin(*o))
+            .map(state::aggregate_of);
+        let before = idx.len();
+        idx.extend(sums);
+        if idx.len() > before {
             idx.sort_unstable();
             idx.dedup();
         }

@@ -124,6 +124,12 @@ impl Limiter {
         &self.config
     }
 
+    /// How long a window's registers and sums may go unheard before its peers count as out
+    /// of hearing: half the onset period, one summary round and a latency.
+    pub(crate) fn heard_within_ms(&self) -> u64 {
+        self.config.onset_ms / 2
+    }
+
     pub fn key_id(&self, key: &[u8], spec: &WindowSpec) -> KeyId {
         self.hasher.key_id(key, spec)
     }

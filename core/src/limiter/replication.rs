@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::expected_size::ExpectedSize;
 use super::origin::{OriginId, OriginTable};
-use super::state::{WindowState, aggregate_of, is_aggregate};
+use super::state::{WindowState, aggregate_of, is_aggregate, is_held_as_sum_alone};
 use super::{KeyId, Limiter};
 use crate::crdt::Hlc;
 use crate::crdt::{Arbitration, MergeOutcome, Register, Replica};
@@ -21,9 +21,8 @@ pub(crate) struct ReplicationState {
     version: u64,
     origins: OriginTable,
     pub expected: ExpectedSize,
-    /// The last lists of silent and of held origins, and of owners whose sums are held,
-    /// interned (see `intern_list`).
-    interned: [Option<InternedList>; 3],
+    /// The last lists of silent and of held origins, interned (see `intern_list`).
+    interned: [Option<InternedList>; 2],
 }
 
 /// Which list of origins [`ReplicationState::intern_list`] interns.
@@ -31,8 +30,6 @@ pub(crate) struct ReplicationState {
 pub(crate) enum OriginList {
     Silent = 0,
     Held = 1,
-    /// Owners whose sums alone are held (`Limiter::set_held`).
-    HeldSums = 2,
 }
 
 /// A list of origins as given, and its indices, sorted and deduplicated.
@@ -126,7 +123,7 @@ impl ReplicationState {
             version: 0,
             origins: OriginTable::default(),
             expected,
-            interned: [None, None, None],
+            interned: [None, None],
         }
     }
 }
@@ -235,9 +232,12 @@ fn register_of(
 }
 
 /// The demand this node publishes for a window whose register it emits now, `measured` over
-/// the window: no more than it published last while the window refuses a fifth of its load,
-/// here and over the cluster as last heard, and nothing current has been heard of it from
-/// its peers (`admission::remote_current`).
+/// the window: the one it published last, up or down, while the window refuses more than a
+/// fifth of its load, here and over the cluster as last heard, and nothing of it has been
+/// heard from its peers for `heard_within_ms` (half the onset period: one round and a
+/// latency). A window refusing that much has its registers and sums go out every round, so
+/// older ones mean the owner is out of hearing; a calm window's come once a second, and are
+/// old between sends for no fault.
 ///
 /// Shares sum to the limit only while every node divides it by the same demands. Cut off
 /// from a window's owner (in a large cluster, from the sums that tell it its peers' demand),
@@ -247,41 +247,80 @@ fn register_of(
 /// together, that ratchet added up to a fifth of the limit in the first second of a
 /// partition (`fleet-partition` at 50 nodes, 1.23 x L): the cap on the global count, which
 /// catches it otherwise, counts only what was heard. Held where it was, the demand each of
-/// them divides by is the one its peers last had of it, and the shares sum to 1 again. A
-/// fall still goes out: it only leaves more to the others.
+/// them divides by is the one its peers last had of it, and the shares sum to 1 again. A fall
+/// is held too: published while nobody hears it, it would only ratchet the other way.
 fn demand_out_of_hearing(
     state: &WindowState,
     snap: &RingSnapshot,
-    spec: &WindowSpec,
     measured: u32,
+    heard_within_ms: u64,
     now_ms: u64,
 ) -> u32 {
     let Some(published) = state.ring.published() else {
         return measured;
     };
-    // Refusing a fifth of its load or more: its share binds. A node that refused a few at a
-    // chance surge of a window far from its limit is not cut off for it.
-    let offered: u64 = snap.offered.by_age().iter().sum();
-    let admitted: u64 = snap.admitted.by_age().iter().sum();
-    if measured <= published || offered.saturating_mul(4) <= admitted.saturating_mul(5) {
+    if measured == published {
         return measured;
     }
-    // Refused a fifth of its load cluster-wide as well, by what was last heard: such a window's
-    // sums go out every round, so old ones mean the owner is out of hearing. A calm window's
-    // come once a second, and are old between sends for no fault.
-    let (newest, others_demand, others_admitted) = state.remote_as_last_said();
-    let demand = u64::from(published).saturating_add(others_demand);
-    let held = admitted.saturating_add(others_admitted);
-    if demand.saturating_mul(4) <= held.saturating_mul(5)
-        || super::admission::remote_current(newest, now_ms, spec.window_ms())
-    {
-        measured
-    } else {
+    // Refusing more than a fifth of its load: its share binds. A node that refused a few at
+    // a chance surge of a window far from its limit is not cut off for it.
+    let offered: u64 = snap.offered.by_age().iter().sum();
+    let admitted: u64 = snap.admitted.by_age().iter().sum();
+    if offered.saturating_mul(4) <= admitted.saturating_mul(5) {
+        return measured;
+    }
+    let heard = state.remote_as_last_said();
+    let cluster_demand = u64::from(published).saturating_add(heard.demand);
+    let cluster_admitted = admitted.saturating_add(heard.admitted);
+    let out_of_hearing = heard
+        .newest_emission_ms
+        .is_some_and(|e| now_ms.saturating_sub(e) > heard_within_ms);
+    if out_of_hearing && cluster_demand.saturating_mul(4) > cluster_admitted.saturating_mul(5) {
         published
+    } else {
+        measured
     }
 }
 
 impl Limiter {
+    /// Forgets the sums of departed owners this node holds for window `key` (held until
+    /// another owner's sum is newer, [`Limiter::set_held`]). For a window this node now owns
+    /// first: no other owner's sum comes to it, and the registers it gets from the users say
+    /// more than the old sum (in a partition, the old sum also holds the far side's demand,
+    /// and this node would take too little for as long as the sum was held).
+    pub fn release_departed_sums(&self, key: KeyId) {
+        let held = self.held_origins.load();
+        let Some(held) = held.as_deref() else {
+            return;
+        };
+        // Sums held alone are marked, and sort after every bare origin.
+        if held.last().is_none_or(|last| !is_aggregate(*last)) {
+            return;
+        }
+        let _merges = self.lock_sync();
+        let guard = self.table.guard();
+        let Some(state) = self.table.get(&key, &guard) else {
+            return;
+        };
+        let Some(current) = state.remote.load_full() else {
+            return;
+        };
+        let departed: Vec<_> = current
+            .iter()
+            .map(|(idx, _)| idx)
+            .filter(|idx| is_held_as_sum_alone(held, *idx))
+            .collect();
+        if departed.is_empty() {
+            return;
+        }
+        let mut next = (*current).clone();
+        for idx in departed {
+            next.remove(idx);
+        }
+        state.remote.store(Some(Arc::new(next)));
+        state.bound.invalidate();
+    }
+
     /// The registers of this node that changed since the previous call (plus the previous
     /// call's, once more), as one batch with a fresh version. `None` when nothing changed.
     pub fn collect_changed(&self, now_ms: u64) -> Option<Batch> {
@@ -310,7 +349,13 @@ impl Limiter {
             let spec = state.spec();
             let snap = state.ring.snapshot(&spec, now_ms);
             let mut register = register_of(&snap, &spec, now_ms, version, hlc);
-            register.demand = demand_out_of_hearing(state, &snap, &spec, register.demand, now_ms);
+            register.demand = demand_out_of_hearing(
+                state,
+                &snap,
+                register.demand,
+                self.heard_within_ms(),
+                now_ms,
+            );
             // What peers will count this node's demand as (admission.rs). In a large cluster a
             // window that refused nothing lately goes to its owner only on a calm round, so
             // they may count an older one; but such a window's share does not bind, and the
@@ -348,7 +393,13 @@ impl Limiter {
                 continue;
             }
             let mut register = register_of(&snap, &spec, now_ms, version, hlc);
-            register.demand = demand_out_of_hearing(state, &snap, &spec, register.demand, now_ms);
+            register.demand = demand_out_of_hearing(
+                state,
+                &snap,
+                register.demand,
+                self.heard_within_ms(),
+                now_ms,
+            );
             // A newer version than any this node sent: where it goes (an owner on a calm
             // round, a newcomer, anti-entropy) it supersedes what was sent before.
             state.publish_demand(register.demand);

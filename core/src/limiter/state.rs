@@ -100,6 +100,15 @@ impl RemoteScalars {
     }
 }
 
+/// What a window's remote registers and sums last said: the others' demand and admissions
+/// (every bucket they hold), and when the newest was emitted, by its origin's clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LastSaid {
+    pub demand: u64,
+    pub admitted: u64,
+    pub newest_emission_ms: Option<u64>,
+}
+
 /// Remote registers folded for one instant, bucket by bucket (slow paths).
 #[derive(Debug, Clone)]
 pub(crate) struct RemoteUsage {
@@ -249,23 +258,22 @@ impl WindowState {
         out
     }
 
-    /// When the newest of the window's remote registers and sums was emitted, by its origin's
-    /// clock (`None` if this node holds none), and the others' demand and admissions as they
-    /// last said them, lapsed or not: the registers' sums, or an owner's sum where that says
-    /// more.
-    pub fn remote_as_last_said(&self) -> (Option<u64>, u64, u64) {
+    /// What the window's remote registers and sums last said, lapsed or not
+    /// (`Limiter::collect_changed`).
+    pub fn remote_as_last_said(&self) -> LastSaid {
+        let mut out = LastSaid::default();
         let Some(replica) = self.remote.load_full() else {
-            return (None, 0, 0);
+            return out;
         };
-        let mut newest = None;
         let (mut registers, mut sum) = ((0u64, 0u64), (0u64, 0u64));
         for (origin, reg) in replica.iter() {
-            newest = newest.max(Some(reg.hlc.physical_ms()));
+            out.newest_emission_ms = out.newest_emission_ms.max(Some(reg.hlc.physical_ms()));
             let one = (
                 u64::from(reg.demand),
                 reg.buckets().map(|(_, c)| c).sum::<u64>(),
             );
             if is_aggregate(origin) {
+                // The sum with the most demand (then the most admitted).
                 sum = sum.max(one);
             } else {
                 registers = (
@@ -274,8 +282,9 @@ impl WindowState {
                 );
             }
         }
-        let (demand, admitted) = registers.max(sum);
-        (newest, demand, admitted)
+        // The registers' totals, or an owner's sum where that says more demand.
+        (out.demand, out.admitted) = registers.max(sum);
+        out
     }
 
     pub fn remote_usage(&self, spec: &WindowSpec, now_ms: u64) -> RemoteUsage {

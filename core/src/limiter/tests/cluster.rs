@@ -372,6 +372,7 @@ fn a_departed_owners_sum_is_held_without_holding_its_own_register() {
     owner.merge(&c.collect_changed(T0 + 1).unwrap(), T0 + 2);
     let key = owner.key_id(b"k", &lim[0].window);
     let sums = owner.aggregates_for(key, &[OriginId(2)], owner.aggregate_stamp(T0 + 3), T0 + 3);
+    let sums_for_d = sums.clone();
     admitted_in(&b, "k", &lim, 1, T0);
     b.merge_aggregates(
         &Batch {
@@ -429,6 +430,29 @@ fn a_departed_owners_sum_is_held_without_holding_its_own_register() {
     let new_sum = i.origins.iter().find(|o| o.origin == OriginId(4)).unwrap();
     assert!(new_sum.aggregate && new_sum.demand < 70, "{new_sum:?}");
     assert!(i.allowance > held * 2.0, "{} vs {held}", i.allowance);
+
+    // A node that now owns the window gets no other owner's sum: it lets the old one go.
+    let d = limiter_with(LimiterConfig::default(), 5);
+    admitted_in(&d, "k", &lim, 1, T0 + 3);
+    d.merge_aggregates(
+        &Batch {
+            origin: OriginId(1),
+            updates: sums_for_d,
+        },
+        T0 + 4,
+    );
+    d.set_held(&[], &[OriginId(1)], later);
+    let sums_of = |l: &Limiter| {
+        l.inspect(b"k", &lim[0], later)
+            .unwrap()
+            .origins
+            .iter()
+            .filter(|o| o.aggregate)
+            .count()
+    };
+    assert_eq!(sums_of(&d), 1);
+    d.release_departed_sums(d.key_id(b"k", &lim[0].window));
+    assert_eq!(sums_of(&d), 0);
 }
 
 /// One of two members, after a steady request every 10 ms for a second on key `k` (no onset
@@ -618,8 +642,41 @@ fn a_demand_does_not_rise_while_the_owners_sums_are_out_of_hearing() {
     };
     // Past the limit (150 + 40 > 100), refusing, the sum 297 ms old: held.
     assert_eq!(user_beside(150)(T0 + 300), 40);
-    // The sum 197 ms old: current.
+    // The sum 197 ms old (within half the onset period): current.
     assert_eq!(user_beside(150)(T0 + 200), 80);
     // Far from the limit (3 offered 5): nothing to hold.
     assert_eq!(user_beside(5)(T0 + 300), 80);
+}
+
+/// Out of hearing, a fall is held as a rise is (published, it would ratchet the other way);
+/// a current sum lets the demand follow the load again.
+#[test]
+fn a_demand_out_of_hearing_is_held_both_ways_until_a_sum_comes() {
+    let lim = [second(100)];
+    let owner = limiter_with(LimiterConfig::default(), 1);
+    let c = limiter_with(LimiterConfig::default(), 3);
+    admitted_in(&c, "k", &lim, 150, T0);
+    owner.merge(&c.collect_changed(T0 + 1).unwrap(), T0 + 2);
+    let key = owner.key_id(b"k", &lim[0].window);
+    let sum_at = |at| Batch {
+        origin: OriginId(1),
+        updates: owner.aggregates_for(key, &[OriginId(2)], owner.aggregate_stamp(at), at),
+    };
+    let b = limiter_with(LimiterConfig::default(), 2);
+    admitted_in(&b, "k", &lim, 1, T0 + 3);
+    b.merge_aggregates(&sum_at(T0 + 3), T0 + 3);
+    admitted_in(&b, "k", &lim, 59, T0 + 4);
+    let demand = |at| b.collect_changed(at).unwrap().updates[0].register.demand;
+    assert_eq!(demand(T0 + 5), 60);
+    // By 1.15 s the first 60 requests have left the window and 20 more came (a demand of
+    // about 20 measured): out of hearing, 60 still.
+    admitted_in(&b, "k", &lim, 20, T0 + 600);
+    assert_eq!(demand(T0 + 1_150), 60);
+    // A sum arrives (c is still busy): the demand follows the load.
+    admitted_in(&c, "k", &lim, 150, T0 + 1_100);
+    owner.merge(&c.collect_changed(T0 + 1_101).unwrap(), T0 + 1_102);
+    b.merge_aggregates(&sum_at(T0 + 1_160), T0 + 1_160);
+    admitted_in(&b, "k", &lim, 1, T0 + 1_170);
+    let now = demand(T0 + 1_180);
+    assert!(now != 60 && now < 80, "{now}");
 }
