@@ -30,6 +30,7 @@ impl Config {
                 ArbitrationName::MaxTimestamp => Arbitration::MaxTimestamp,
             },
             onset_ms: l.onset_ms,
+            gossip_interval_ms: self.cluster.gossip_interval_ms,
             expected_hold_ms: l.expected_hold_ms,
             max_clock_drift_ms: l.max_clock_drift_ms,
             when_full: match l.when_table_full {

@@ -244,9 +244,7 @@ impl<T: TimeSource> NodeCore<T> {
                         .is_some_and(|o| o.spread_due(missing))
                     {
                         let asks = if missing { SPREAD_WHEN_MISSING } else { 1 };
-                        for _ in 0..asks {
-                            self.spread_membership(now);
-                        }
+                        self.spread_membership(now, asks);
                     }
                 }
                 Periodic::CollectGarbage => self.collect_garbage(now),
@@ -340,16 +338,19 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// In a large cluster, windows' owners are only agreed on if the members' lists agree,
     /// and SWIM's gossip can leave a member unknown to a node for minutes. So this node
-    /// announces itself to one member at random, whose answer carries members it may not know
-    /// yet: twice a second while the members change, less often as they stay the same
-    /// (`Ownership::spread_due`).
-    fn spread_membership(&mut self, now: Now) {
+    /// announces itself to `asks` distinct members at random, whose answers carry members it
+    /// may not know yet: twice a second while the members change, less often as they stay
+    /// the same (`Ownership::spread_due`).
+    fn spread_membership(&mut self, now: Now, asks: usize) {
         let members = self.membership.members();
-        if members.is_empty() {
-            return;
+        let asks = asks.min(members.len());
+        // A partial shuffle: the first `asks` picks are distinct.
+        let mut order: Vec<usize> = (0..members.len()).collect();
+        for i in 0..asks {
+            let j = self.rng.random_range(i..order.len());
+            order.swap(i, j);
+            self.membership.announce(members[order[i]].addr, now.at);
         }
-        let to = members[self.rng.random_range(0..members.len())].addr;
-        self.membership.announce(to, now.at);
     }
 
     /// Static and discovered seeds, this node excluded.

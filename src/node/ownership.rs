@@ -255,7 +255,8 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// A node's registers of `keys` arrived: of the windows this node owns, the sender uses
     /// them.
-    pub(super) fn subscribe(&mut self, sender: u128, to: Destination, keys: &[KeyId], at: Instant) {
+    pub(super) fn subscribe(&mut self, sender: u128, to: Destination, keys: &[KeyId], now: Now) {
+        let at = now.at;
         let me = self.params.node_id.as_u128();
         let Some(ownership) = self.ownership.as_mut() else {
             return;
@@ -263,7 +264,7 @@ impl<T: TimeSource> NodeCore<T> {
         for key in keys {
             if ownership.owns(*key, me) {
                 // An old owner's sum, held since it left, says less than the users' registers.
-                self.limiter.release_departed_sums(*key);
+                self.limiter.release_departed_sums(*key, now.cluster_ms);
                 ownership
                     .subscribers
                     .entry(*key)

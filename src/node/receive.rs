@@ -215,7 +215,7 @@ impl<T: TimeSource> NodeCore<T> {
                     addr: from,
                     node: Some(header.sender),
                 };
-                self.subscribe(header.sender, to, &keys, now.at);
+                self.subscribe(header.sender, to, &keys, now);
             }
             report.add(&self.limiter.merge(&batch, now.cluster_ms));
         }

@@ -14,6 +14,9 @@ pub struct LimiterConfig {
     /// How long after this node's demand for a window starts it may not yet know its peers'
     /// demand (two summary rounds plus latency). Until then it takes at most `1/N`.
     pub onset_ms: u64,
+    /// The node's summary round (`gossip_interval`): registers and sums of a refusing window
+    /// come every round, so older ones mean their senders are out of hearing.
+    pub gossip_interval_ms: u64,
     /// How long the largest cluster size seen is still expected (`N_expected`).
     pub expected_hold_ms: u64,
     /// How far ahead of local wall time a peer's clock stamp may be before its registers are
@@ -34,6 +37,7 @@ impl Default for LimiterConfig {
             policy: Policy::default(),
             arbitration: Arbitration::default(),
             onset_ms: 500,
+            gossip_interval_ms: 200,
             expected_hold_ms: 60_000,
             max_clock_drift_ms: 10_000,
             admission_cache: true,

@@ -73,7 +73,8 @@ impl Limiter {
     /// absence; a member that goes down is released.
     ///
     /// `sums_held` are owners whose sums alone are held, each until another owner's sum of the
-    /// window is newer, or this node owns the window ([`Limiter::release_departed_sums`]):
+    /// window is newer, or this node owns the window and its users' registers come
+    /// ([`Limiter::release_departed_sums`]):
     /// members that went down lately. A sum is mostly the demand of the window's other users
     /// (the owner's own is one part of it); they are still there (most of them), and until the
     /// new owners' sums arrive it is all this node knows of them. Released with its owner, it

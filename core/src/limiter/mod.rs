@@ -124,10 +124,15 @@ impl Limiter {
         &self.config
     }
 
-    /// How long a window's registers and sums may go unheard before its peers count as out
-    /// of hearing: half the onset period, one summary round and a latency.
-    pub(crate) fn heard_within_ms(&self) -> u64 {
-        self.config.onset_ms / 2
+    /// How long a window's remote information may go unheard before its senders count as out
+    /// of hearing: one round and a quarter where an owner's sum comes every round (`sums`),
+    /// two and a quarter where only registers come (at an owner, a minor part of the demand
+    /// comes every other round), and never less than half the onset period (a round and a
+    /// latency, as configured).
+    pub(crate) fn heard_within_ms(&self, sums: bool) -> u64 {
+        let round = self.config.gossip_interval_ms;
+        let rounds = if sums { round } else { 2 * round };
+        (rounds + round / 4).max(self.config.onset_ms / 2)
     }
 
     pub fn key_id(&self, key: &[u8], spec: &WindowSpec) -> KeyId {

@@ -234,10 +234,11 @@ fn register_of(
 /// The demand this node publishes for a window whose register it emits now, `measured` over
 /// the window: the one it published last, up or down, while the window refuses more than a
 /// fifth of its load, here and over the cluster as last heard, and nothing of it has been
-/// heard from its peers for `heard_within_ms` (half the onset period: one round and a
-/// latency). A window refusing that much has its registers and sums go out every round, so
-/// older ones mean the owner is out of hearing; a calm window's come once a second, and are
-/// old between sends for no fault.
+/// heard from its peers for `heard_within_ms` (`Limiter::heard_within_ms`: a round and a
+/// quarter where sums come, two and a quarter where only registers do). A window refusing
+/// that much has its registers and sums go out every round, so older ones mean the owner is
+/// out of hearing; a calm window's come once a second, and are old between sends for no
+/// fault.
 ///
 /// Shares sum to the limit only while every node divides it by the same demands. Cut off
 /// from a window's owner (in a large cluster, from the sums that tell it its peers' demand),
@@ -253,7 +254,7 @@ fn demand_out_of_hearing(
     state: &WindowState,
     snap: &RingSnapshot,
     measured: u32,
-    heard_within_ms: u64,
+    heard_within_ms: impl Fn(bool) -> u64,
     now_ms: u64,
 ) -> u32 {
     let Some(published) = state.ring.published() else {
@@ -269,13 +270,12 @@ fn demand_out_of_hearing(
     if offered.saturating_mul(4) <= admitted.saturating_mul(5) {
         return measured;
     }
-    let heard = state.remote_as_last_said();
-    let cluster_demand = u64::from(published).saturating_add(heard.demand);
-    let cluster_admitted = admitted.saturating_add(heard.admitted);
-    let out_of_hearing = heard
-        .newest_emission_ms
-        .is_some_and(|e| now_ms.saturating_sub(e) > heard_within_ms);
-    if out_of_hearing && cluster_demand.saturating_mul(4) > cluster_admitted.saturating_mul(5) {
+    let Some(last) = state.remote_unheard_since(now_ms, heard_within_ms) else {
+        return measured;
+    };
+    let cluster_demand = u64::from(published).saturating_add(last.demand);
+    let cluster_admitted = admitted.saturating_add(last.admitted);
+    if cluster_demand.saturating_mul(4) > cluster_admitted.saturating_mul(5) {
         published
     } else {
         measured
@@ -284,17 +284,19 @@ fn demand_out_of_hearing(
 
 impl Limiter {
     /// Forgets the sums of departed owners this node holds for window `key` (held until
-    /// another owner's sum is newer, [`Limiter::set_held`]). For a window this node now owns
-    /// first: no other owner's sum comes to it, and the registers it gets from the users say
-    /// more than the old sum (in a partition, the old sum also holds the far side's demand,
-    /// and this node would take too little for as long as the sum was held).
-    pub fn release_departed_sums(&self, key: KeyId) {
+    /// another owner's sum is newer, [`Limiter::set_held`]) once their admissions have left
+    /// the window. For a window this node now owns first, as its users' registers arrive: no
+    /// other owner's sum comes to it, and the registers say more than the old sum (in a
+    /// partition, the old sum also holds the far side's demand, and this node would take too
+    /// little for as long as the sum was held).
+    pub fn release_departed_sums(&self, key: KeyId, now_ms: u64) {
         let held = self.held_origins.load();
         let Some(held) = held.as_deref() else {
             return;
         };
         // Sums held alone are marked, and sort after every bare origin.
-        if held.last().is_none_or(|last| !is_aggregate(*last)) {
+        let first_sum = held.partition_point(|idx| !is_aggregate(*idx));
+        if first_sum == held.len() {
             return;
         }
         let _merges = self.lock_sync();
@@ -305,10 +307,18 @@ impl Limiter {
         let Some(current) = state.remote.load_full() else {
             return;
         };
-        let departed: Vec<_> = current
+        let weigher = state.spec().weigher(now_ms);
+        // Only sums whose admissions have left the window: what they counted still counts
+        // against the limit until then (the users count it too), only their demand goes.
+        let departed: Vec<_> = held[first_sum..]
             .iter()
-            .map(|(idx, _)| idx)
+            .copied()
             .filter(|idx| is_held_as_sum_alone(held, *idx))
+            .filter(|idx| {
+                current
+                    .get(*idx)
+                    .is_some_and(|reg| reg.buckets().all(|(epoch, _)| weigher.weight(epoch) <= 0.0))
+            })
             .collect();
         if departed.is_empty() {
             return;
@@ -317,8 +327,33 @@ impl Limiter {
         for idx in departed {
             next.remove(idx);
         }
-        state.remote.store(Some(Arc::new(next)));
+        state
+            .remote
+            .store((!next.is_empty()).then(|| Arc::new(next)));
         state.bound.invalidate();
+    }
+
+    /// This node's register of one window, as emitted now: its demand is the one peers will
+    /// count it by (`demand_out_of_hearing`), and recorded as published.
+    fn emit_register(
+        &self,
+        state: &WindowState,
+        snap: &RingSnapshot,
+        spec: &WindowSpec,
+        now_ms: u64,
+        version: u64,
+        hlc: crate::crdt::HlcTimestamp,
+    ) -> Register {
+        let mut register = register_of(snap, spec, now_ms, version, hlc);
+        register.demand = demand_out_of_hearing(
+            state,
+            snap,
+            register.demand,
+            |sums| self.heard_within_ms(sums),
+            now_ms,
+        );
+        state.publish_demand(register.demand);
+        register
     }
 
     /// The registers of this node that changed since the previous call (plus the previous
@@ -348,19 +383,11 @@ impl Limiter {
             }
             let spec = state.spec();
             let snap = state.ring.snapshot(&spec, now_ms);
-            let mut register = register_of(&snap, &spec, now_ms, version, hlc);
-            register.demand = demand_out_of_hearing(
-                state,
-                &snap,
-                register.demand,
-                self.heard_within_ms(),
-                now_ms,
-            );
             // What peers will count this node's demand as (admission.rs). In a large cluster a
             // window that refused nothing lately goes to its owner only on a calm round, so
             // they may count an older one; but such a window's share does not bind, and the
             // round it refuses, its register goes out.
-            state.publish_demand(register.demand);
+            let register = self.emit_register(state, &snap, &spec, now_ms, version, hlc);
             updates.push(RegisterUpdate {
                 key: id,
                 window_ms: spec.window_ms(),
@@ -392,17 +419,9 @@ impl Limiter {
             if snap.is_empty() {
                 continue;
             }
-            let mut register = register_of(&snap, &spec, now_ms, version, hlc);
-            register.demand = demand_out_of_hearing(
-                state,
-                &snap,
-                register.demand,
-                self.heard_within_ms(),
-                now_ms,
-            );
             // A newer version than any this node sent: where it goes (an owner on a calm
             // round, a newcomer, anti-entropy) it supersedes what was sent before.
-            state.publish_demand(register.demand);
+            let register = self.emit_register(state, &snap, &spec, now_ms, version, hlc);
             updates.push(RegisterUpdate {
                 key: id,
                 window_ms: spec.window_ms(),

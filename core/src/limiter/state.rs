@@ -101,12 +101,11 @@ impl RemoteScalars {
 }
 
 /// What a window's remote registers and sums last said: the others' demand and admissions
-/// (every bucket they hold), and when the newest was emitted, by its origin's clock.
+/// (every bucket they hold).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct LastSaid {
     pub demand: u64,
     pub admitted: u64,
-    pub newest_emission_ms: Option<u64>,
 }
 
 /// Remote registers folded for one instant, bucket by bucket (slow paths).
@@ -258,16 +257,29 @@ impl WindowState {
         out
     }
 
-    /// What the window's remote registers and sums last said, lapsed or not
-    /// (`Limiter::collect_changed`).
-    pub fn remote_as_last_said(&self) -> LastSaid {
-        let mut out = LastSaid::default();
-        let Some(replica) = self.remote.load_full() else {
-            return out;
+    /// What the window's remote registers and sums last said, lapsed or not, if nothing of
+    /// theirs was emitted within `heard_within_ms(any sums held)` of `now_ms` (`None` as soon
+    /// as one was: at a window's owner, at the first register). `Limiter::collect_changed`.
+    pub fn remote_unheard_since(
+        &self,
+        now_ms: u64,
+        heard_within_ms: impl Fn(bool) -> u64,
+    ) -> Option<LastSaid> {
+        let replica = self.remote.load_full()?;
+        // Sums are marked, and sort after every register.
+        let sums = replica
+            .iter()
+            .last()
+            .is_some_and(|(idx, _)| is_aggregate(idx));
+        let within = heard_within_ms(sums);
+        let heard = |reg: &crate::crdt::RegisterRef<'_>| {
+            now_ms.saturating_sub(reg.hlc.physical_ms()) <= within
         };
+        if replica.is_empty() || replica.iter().any(|(_, reg)| heard(&reg)) {
+            return None;
+        }
         let (mut registers, mut sum) = ((0u64, 0u64), (0u64, 0u64));
         for (origin, reg) in replica.iter() {
-            out.newest_emission_ms = out.newest_emission_ms.max(Some(reg.hlc.physical_ms()));
             let one = (
                 u64::from(reg.demand),
                 reg.buckets().map(|(_, c)| c).sum::<u64>(),
@@ -283,8 +295,8 @@ impl WindowState {
             }
         }
         // The registers' totals, or an owner's sum where that says more demand.
-        (out.demand, out.admitted) = registers.max(sum);
-        out
+        let (demand, admitted) = registers.max(sum);
+        Some(LastSaid { demand, admitted })
     }
 
     pub fn remote_usage(&self, spec: &WindowSpec, now_ms: u64) -> RemoteUsage {

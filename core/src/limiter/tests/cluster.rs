@@ -450,8 +450,16 @@ fn a_departed_owners_sum_is_held_without_holding_its_own_register() {
             .filter(|o| o.aggregate)
             .count()
     };
+    let dkey = d.key_id(b"k", &lim[0].window);
+    // Not while what it counted is still in the window.
+    d.release_departed_sums(dkey, T0 + 500);
     assert_eq!(sums_of(&d), 1);
-    d.release_departed_sums(d.key_id(b"k", &lim[0].window));
+    // Nor an owner held bare (quiet, not departed).
+    d.set_held(&[OriginId(1)], &[], later);
+    d.release_departed_sums(dkey, later);
+    assert_eq!(sums_of(&d), 1);
+    d.set_held(&[], &[OriginId(1)], later);
+    d.release_departed_sums(dkey, later);
     assert_eq!(sums_of(&d), 0);
 }
 
@@ -607,7 +615,7 @@ fn a_node_with_a_small_part_of_a_windows_demand_is_minor_and_one_with_a_large_pa
     assert!(minor_with(3_000), "a thousandth");
 }
 
-/// A node cut off from a window's owner (its last sum more than a quarter of a window old)
+/// A node cut off from a window's owner (its last sum more than a round and a quarter old)
 /// while the window is past its limit and refuses much here publishes no more demand than it
 /// did: its peers divide by the demand they last had of it. Heard from lately, or far from
 /// the limit, its demand rises with its load.
