@@ -90,7 +90,7 @@ fn a_fleet_past_sixteen_members_shares_through_owners_and_holds_the_limits() {
 /// limit by the demands it last had (a node's own does not drift up while it cannot be
 /// heard), and one whose owner went down keeps the owner's sum until a new owner's comes.
 /// Before, the small side went back to the full mesh member by member and a window reached
-/// 1.3-1.56 x L (seeds 1-8).
+/// 1.32-1.56 x L (seeds 1-8).
 #[test]
 fn a_fleet_split_in_two_holds_its_limits_on_both_sides() {
     let mut cfg = short("fleet-partition", 30);
