@@ -107,7 +107,13 @@ fn a_fleet_split_in_two_holds_its_limits_on_both_sides() {
     let r = fleet::run("fleet-partition", "share", &cfg);
     assert!(r.partitioned, "seed {SEED}: the partition happened");
     let ratio = r.partition_max_ratio.expect("windows inside the partition");
-    eprintln!("seed {SEED}: busiest window in the partition {ratio:.2} x L");
+    let inside = r
+        .partition_inside_max_ratio
+        .expect("windows wholly inside the partition");
+    eprintln!(
+        "seed {SEED}: busiest window in the partition {ratio:.2} x L, wholly inside {inside:.2} x L"
+    );
+    assert!(inside <= ratio, "seed {SEED}: {r:?}");
     assert!(ratio <= 1.15, "seed {SEED}: {r:?}");
 }
 

@@ -39,7 +39,11 @@ pub struct FleetReport {
     /// The same, per key class.
     pub refused_below_limit_by_class: BTreeMap<KeyClass, f64>,
     /// Largest admitted / L over windows ending inside a partition, over every overloaded key.
+    /// It includes the windows that end in the partition's first second, mostly before the cut.
     pub partition_max_ratio: Option<f64>,
+    /// The same over windows wholly inside the partition (begun at the cut or after): what the
+    /// sides admit while cut off, without the tail of the windows before.
+    pub partition_inside_max_ratio: Option<f64>,
     pub staleness_p50_ms: Option<u64>,
     pub staleness_p90_ms: Option<u64>,
     pub staleness_p99_ms: Option<u64>,
@@ -161,6 +165,7 @@ impl FleetReport {
         let mut all = Windows::default();
         let mut by_class: BTreeMap<KeyClass, Windows> = BTreeMap::new();
         let mut partition_max: Option<f64> = None;
+        let mut partition_inside_max: Option<f64> = None;
         for k in 0..rec.limits.len() {
             let limit = rec.limits[k];
             let to = rec.admitted[k].len().min(until);
@@ -177,6 +182,9 @@ impl FleetReport {
                 {
                     let r = a as f64 / limit;
                     partition_max = Some(partition_max.map_or(r, |m| m.max(r)));
+                    if (t + 1).saturating_sub(w) as u64 >= p0 {
+                        partition_inside_max = Some(partition_inside_max.map_or(r, |m| m.max(r)));
+                    }
                 }
             }
         }
@@ -224,6 +232,7 @@ impl FleetReport {
                 .map(|(c, (offered, refused))| (*c, *refused as f64 / (*offered).max(1) as f64))
                 .collect(),
             partition_max_ratio: partition_max,
+            partition_inside_max_ratio: partition_inside_max,
             staleness_p50_ms: percentile(&stale, 0.5),
             staleness_p90_ms: percentile(&stale, 0.9),
             staleness_p99_ms: percentile(&stale, 0.99),
