@@ -125,14 +125,17 @@ impl Limiter {
     }
 
     /// How long a window's remote information may go unheard before its senders count as out
-    /// of hearing: one round and a quarter where an owner's sum comes every round (`sums`),
-    /// two and a quarter where only registers come (at an owner, a minor part of the demand
-    /// comes every other round), and never less than half the onset period (a round and a
+    /// of hearing, where an owner's sum comes every round and where only registers come: one
+    /// round and a quarter, and two and a quarter (at an owner, a minor part of the demand
+    /// comes every other round); never less than half the onset period (a round and a
     /// latency, as configured).
-    pub(crate) fn heard_within_ms(&self, sums: bool) -> u64 {
+    pub(crate) fn hearing_bounds_ms(&self) -> (u64, u64) {
         let round = self.config.gossip_interval_ms;
-        let rounds = if sums { round } else { 2 * round };
-        (rounds + round / 4).max(self.config.onset_ms / 2)
+        let floor = self.config.onset_ms / 2;
+        (
+            (round + round / 4).max(floor),
+            (2 * round + round / 4).max(floor),
+        )
     }
 
     pub fn key_id(&self, key: &[u8], spec: &WindowSpec) -> KeyId {

@@ -234,7 +234,7 @@ fn register_of(
 /// The demand this node publishes for a window whose register it emits now, `measured` over
 /// the window: the one it published last, up or down, while the window refuses more than a
 /// fifth of its load, here and over the cluster as last heard, and nothing of it has been
-/// heard from its peers for `heard_within_ms` (`Limiter::heard_within_ms`: a round and a
+/// heard from its peers lately (`Limiter::hearing_bounds_ms`: a round and a
 /// quarter where sums come, two and a quarter where only registers do). A window refusing
 /// that much has its registers and sums go out every round, so older ones mean the owner is
 /// out of hearing; a calm window's come once a second, and are old between sends for no
@@ -254,7 +254,7 @@ fn demand_out_of_hearing(
     state: &WindowState,
     snap: &RingSnapshot,
     measured: u32,
-    heard_within_ms: impl Fn(bool) -> u64,
+    (within_sums_ms, within_registers_ms): (u64, u64),
     now_ms: u64,
 ) -> u32 {
     let Some(published) = state.ring.published() else {
@@ -270,7 +270,7 @@ fn demand_out_of_hearing(
     if offered.saturating_mul(4) <= admitted.saturating_mul(5) {
         return measured;
     }
-    let Some(last) = state.remote_unheard_since(now_ms, heard_within_ms) else {
+    let Some(last) = state.remote_unheard_since(now_ms, within_sums_ms, within_registers_ms) else {
         return measured;
     };
     let cluster_demand = u64::from(published).saturating_add(last.demand);
@@ -349,7 +349,7 @@ impl Limiter {
             state,
             snap,
             register.demand,
-            |sums| self.heard_within_ms(sums),
+            self.hearing_bounds_ms(),
             now_ms,
         );
         state.publish_demand(register.demand);

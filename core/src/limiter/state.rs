@@ -258,33 +258,32 @@ impl WindowState {
     }
 
     /// What the window's remote registers and sums last said, lapsed or not, if nothing of
-    /// theirs was emitted within `heard_within_ms(any sums held)` of `now_ms` (`None` as soon
-    /// as one was: at a window's owner, at the first register). `Limiter::collect_changed`.
+    /// theirs was emitted lately (`None` as soon as something was): within `within_sums_ms` of
+    /// `now_ms` where the node holds a sum, `within_registers_ms` (not shorter) where it holds
+    /// registers only. `Limiter::collect_changed`.
     pub fn remote_unheard_since(
         &self,
         now_ms: u64,
-        heard_within_ms: impl Fn(bool) -> u64,
+        within_sums_ms: u64,
+        within_registers_ms: u64,
     ) -> Option<LastSaid> {
         let replica = self.remote.load_full()?;
-        // Sums are marked, and sort after every register.
-        let sums = replica
-            .iter()
-            .last()
-            .is_some_and(|(idx, _)| is_aggregate(idx));
-        let within = heard_within_ms(sums);
-        let heard = |reg: &crate::crdt::RegisterRef<'_>| {
-            now_ms.saturating_sub(reg.hlc.physical_ms()) <= within
-        };
-        if replica.is_empty() || replica.iter().any(|(_, reg)| heard(&reg)) {
+        let age = |reg: &crate::crdt::RegisterRef<'_>| now_ms.saturating_sub(reg.hlc.physical_ms());
+        // Heard within the shorter bound is heard either way: at a window's owner, or at a
+        // user with a current sum, this stops at the first fresh entry.
+        if replica.iter().any(|(_, reg)| age(&reg) <= within_sums_ms) {
             return None;
         }
-        let (mut registers, mut sum) = ((0u64, 0u64), (0u64, 0u64));
+        let mut newest_age: Option<u64> = None;
+        let (mut registers, mut sum, mut sums) = ((0u64, 0u64), (0u64, 0u64), false);
         for (origin, reg) in replica.iter() {
+            newest_age = Some(newest_age.map_or(age(&reg), |a| a.min(age(&reg))));
             let one = (
                 u64::from(reg.demand),
                 reg.buckets().map(|(_, c)| c).sum::<u64>(),
             );
             if is_aggregate(origin) {
+                sums = true;
                 // The sum with the most demand (then the most admitted).
                 sum = sum.max(one);
             } else {
@@ -293,6 +292,14 @@ impl WindowState {
                     registers.1.saturating_add(one.1),
                 );
             }
+        }
+        let within = if sums {
+            within_sums_ms
+        } else {
+            within_registers_ms
+        };
+        if newest_age.is_none_or(|a| a <= within) {
+            return None;
         }
         // The registers' totals, or an owner's sum where that says more demand.
         let (demand, admitted) = registers.max(sum);
