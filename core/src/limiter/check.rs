@@ -255,7 +255,7 @@ impl Limiter {
         // window's owner: a partition starting), none.
         let credit_until = |at_ms: u64| {
             if admission::remote_current(remote.newest_emission_ms, at_ms, spec.window_ms()) {
-                admission::WHOLE_REQUEST_CREDIT
+                admission::whole_request_credit(remote.sum_emission_ms.is_some())
             } else {
                 0.0
             }
@@ -265,7 +265,9 @@ impl Limiter {
             cost: f64::from(cost),
             local_admitted: local.admitted,
             local_offered: local.offered,
-            published_demand: state.published_demand(local.active).map(f64::from),
+            published_demand: state
+                .counted_demand(local.active, remote.sum_emission_ms)
+                .map(f64::from),
             credit: credit_until(now_ms),
             remote_admitted: remote.admitted,
             remote_demand: remote.demand as f64,

@@ -26,6 +26,7 @@ mod inspection;
 mod key;
 mod liveness;
 mod origin;
+mod own_demand;
 mod replication;
 mod state;
 mod table;

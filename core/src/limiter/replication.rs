@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::expected_size::ExpectedSize;
 use super::origin::{OriginId, OriginTable};
+use super::own_demand::{fills_window, share_binds, smoothed_demand};
 use super::state::{WindowState, aggregate_of, is_aggregate, is_held_as_sum_alone};
 use super::{KeyId, Limiter};
 use crate::crdt::Hlc;
@@ -250,6 +251,14 @@ fn register_of(
 /// catches it otherwise, counts only what was heard. Held where it was, the demand each of
 /// them divides by is the one its peers last had of it, and the shares sum to 1 again. A fall
 /// is held too: published while nobody hears it, it would only ratchet the other way.
+/// What the ring offered and admitted over the window, in whole buckets.
+fn window_totals(snap: &RingSnapshot) -> (u64, u64) {
+    (
+        snap.offered.by_age().iter().sum(),
+        snap.admitted.by_age().iter().sum(),
+    )
+}
+
 fn demand_out_of_hearing(
     state: &WindowState,
     snap: &RingSnapshot,
@@ -265,9 +274,8 @@ fn demand_out_of_hearing(
     }
     // Refusing more than a fifth of its load: its share binds. A node that refused a few at
     // a chance surge of a window far from its limit is not cut off for it.
-    let offered: u64 = snap.offered.by_age().iter().sum();
-    let admitted: u64 = snap.admitted.by_age().iter().sum();
-    if offered.saturating_mul(4) <= admitted.saturating_mul(5) {
+    let (offered, admitted) = window_totals(snap);
+    if !share_binds(offered, admitted) {
         return measured;
     }
     let Some(last) = state.remote_unheard_since(now_ms, within_sums_ms, within_registers_ms) else {
@@ -334,7 +342,8 @@ impl Limiter {
     }
 
     /// This node's register of one window, as emitted now: its demand is the one peers will
-    /// count it by (`demand_out_of_hearing`), and recorded as published.
+    /// count it by (`demand_out_of_hearing`; smoothed where its share binds, `own_demand.rs`),
+    /// and recorded as published.
     fn emit_register(
         &self,
         state: &WindowState,
@@ -352,7 +361,16 @@ impl Limiter {
             self.hearing_bounds_ms(),
             now_ms,
         );
-        state.publish_demand(register.demand);
+        let (offered, admitted) = window_totals(snap);
+        let binding = share_binds(offered, admitted);
+        if binding
+            && fills_window(snap.offered.by_age())
+            && let Some(published) = state.ring.published()
+            && let Some(elapsed) = state.last_emission.elapsed_ms(now_ms)
+        {
+            register.demand = smoothed_demand(published, register.demand, elapsed);
+        }
+        state.publish_demand(register.demand, now_ms, binding);
         register
     }
 

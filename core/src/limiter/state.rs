@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwapOption;
 
 use super::bound_cache::BoundCache;
+use super::own_demand::LastEmission;
 use crate::crdt::Replica;
 use crate::window::{AgeProfile, LocalRing, RingSnapshot, WindowSpec};
 
@@ -52,8 +53,8 @@ pub(crate) fn is_held_in(held: &[OriginIdx], idx: OriginIdx) -> bool {
 pub(crate) struct WindowState {
     /// `dirty (1) | queued (1) | buckets (14) | window_ms (48)`: the window's shape, whether
     /// the ring changed since the last emission, and whether the key is in the queue for the
-    /// next one (whoever sets that flag queues it). One word, so that a window with its cached
-    /// bound stays 128 bytes.
+    /// next one (whoever sets that flag queues it). One word, so that a window stays 136
+    /// bytes: with its 16-byte id, one 160-byte allocator chunk.
     shape: AtomicU64,
     pub ring: LocalRing,
     /// Other origins' registers, and the window's owners' aggregates under marked indices
@@ -62,6 +63,8 @@ pub(crate) struct WindowState {
     /// The current bucket's admission bound, cached for the rest of the bucket under exactly
     /// the inputs it was computed from (see `bound_cache.rs`).
     pub bound: BoundCache,
+    /// This node's last emission of the window (see `own_demand.rs`).
+    pub last_emission: LastEmission,
 }
 
 const DIRTY: u64 = 1 << 63;
@@ -83,6 +86,9 @@ pub(crate) struct RemoteScalars {
     pub newest_admitted_age: Option<u64>,
     /// When the newest of the registers and sums was emitted, by its origin's clock.
     pub newest_emission_ms: Option<u64>,
+    /// When the newest owner's sum was emitted, by the owner's clock, if the others' demand
+    /// is a sum's (not the registers'; an owner holds those).
+    pub sum_emission_ms: Option<u64>,
 }
 
 impl RemoteScalars {
@@ -96,6 +102,7 @@ impl RemoteScalars {
                 (a, b) => a.or(b),
             },
             newest_emission_ms: self.newest_emission_ms.max(other.newest_emission_ms),
+            sum_emission_ms: self.sum_emission_ms.max(other.sum_emission_ms),
         }
     }
 }
@@ -122,15 +129,31 @@ impl WindowState {
             shape: AtomicU64::new(shape_bits(&spec)),
             remote: ArcSwapOption::empty(),
             bound: BoundCache::default(),
+            last_emission: LastEmission::default(),
         }
     }
 
-    /// Records the demand this node just emitted for the window. A change forgets the cached
-    /// bound, which was computed from the previous one.
-    pub fn publish_demand(&self, demand: u32) {
-        if self.ring.publish(demand) != Some(demand) {
+    /// Records the demand this node just emitted for the window at `now_ms`, and whether its
+    /// share bound then (`own_demand::share_binds`). A change of the demand counted forgets
+    /// the cached bound, which was computed from the one before.
+    pub fn publish_demand(&self, demand: u32, now_ms: u64, binding: bool) {
+        let before = self.ring.published();
+        let emission_before = self.last_emission.word();
+        self.last_emission.record(before, now_ms, binding);
+        let moved = self.ring.publish(demand) != Some(demand);
+        if moved || self.last_emission.word() != emission_before {
             self.bound.invalidate();
         }
+    }
+
+    /// The demand this node divides the limit by (ALGORITHM.md §4): its published one, or
+    /// where its share binds and its peers' demand comes in an owner's sum emitted at
+    /// `sum_ms`, the one it had published when the sum was made (`own_demand.rs`).
+    pub fn counted_demand(&self, active: bool, sum_ms: Option<u64>) -> Option<u32> {
+        let published = self.published_demand(active)?;
+        Some(sum_ms.map_or(published, |at| {
+            self.last_emission.demand_as_of(published, at)
+        }))
     }
 
     /// The demand this node's peers know it by: that of its last emitted register. `active` is
@@ -228,6 +251,7 @@ impl WindowState {
                     let mut one = RemoteScalars::default();
                     fold(&reg, &mut one);
                     let emitted = reg.hlc.physical_ms();
+                    one.sum_emission_ms = Some(emitted);
                     if held.is_some_and(|h| is_held_as_sum_alone(h, origin)) {
                         one.demand = u64::from(reg.demand);
                         let merged = departed.map_or(one, |(_, d)| d.max(one));
@@ -253,7 +277,11 @@ impl WindowState {
         {
             best = best.max(held_sum);
         }
+        let demand_from_sum = best.demand >= out.demand;
         out = out.max(best);
+        if !demand_from_sum {
+            out.sum_emission_ms = None;
+        }
         out
     }
 
@@ -394,40 +422,71 @@ mod tests {
             generation: 0,
         };
         state.bound.store(state.bound.seen(), &key, 7);
-        state.publish_demand(40);
+        state.publish_demand(40, t + 200, false);
         assert_eq!(state.bound.get(&key), None, "a first demand is a change");
         state.bound.store(state.bound.seen(), &key, 7);
-        state.publish_demand(40);
+        state.publish_demand(40, t + 400, false);
         assert_eq!(
             state.bound.get(&key),
             Some(7),
             "the same demand changes nothing"
         );
-        state.publish_demand(41);
+        state.publish_demand(41, t + 600, false);
         assert_eq!(state.bound.get(&key), None);
         assert_eq!(state.published_demand(true), Some(41));
         // Established traffic stays so across emissions, while the window has traffic.
         assert!(!state.established(true));
         state.establish();
-        state.publish_demand(42);
+        state.publish_demand(42, t + 800, false);
         assert_eq!(state.published_demand(true), Some(42));
         assert!(state.established(true));
         assert!(!state.established(false), "not without traffic");
-        state.publish_demand(41);
+        state.publish_demand(41, t + 1000, false);
         // A window with no traffic left: peers have stopped counting that register.
         state.bound.store(state.bound.seen(), &key, 7);
         assert_eq!(state.published_demand(false), None);
         assert_eq!(state.bound.get(&key), None);
         assert_eq!(state.published_demand(true), None, "forgotten");
         assert!(!state.established(true), "forgotten with it");
-        state.publish_demand(u32::MAX);
+        state.publish_demand(u32::MAX, t + 1200, false);
         assert_eq!(
             state.published_demand(true),
             Some(crate::window::MAX_PUBLISHED)
         );
         assert!(
-            std::mem::size_of::<WindowState>() <= 128,
-            "a window stays 128 bytes"
+            std::mem::size_of::<WindowState>() <= 136,
+            "a window stays 136 bytes"
+        );
+    }
+
+    #[test]
+    fn a_binding_share_counts_the_demand_the_owners_sum_was_made_with() {
+        let spec = WindowSpec::with_default_buckets(1_000).unwrap();
+        let state = WindowState::new(spec);
+        let t = 1_700_000_000_050;
+        let key = BoundKey {
+            epoch: spec.epoch(t),
+            limit: 100,
+            mode: EstimateMode::Interpolated,
+            generation: 0,
+        };
+        state.publish_demand(40, t, true);
+        state.publish_demand(60, t + 200, true);
+        assert_eq!(state.counted_demand(true, None), Some(60), "no sum");
+        assert_eq!(state.counted_demand(true, Some(t + 100)), Some(40));
+        assert_eq!(state.counted_demand(true, Some(t + 250)), Some(60));
+        // The same demand again moves the one before it, which a bound may have counted.
+        state.publish_demand(60, t + 400, true);
+        state.bound.store(state.bound.seen(), &key, 7);
+        state.publish_demand(60, t + 600, true);
+        assert_eq!(state.bound.get(&key), Some(7), "nothing moved");
+        state.publish_demand(60, t + 800, false);
+        assert_eq!(state.bound.get(&key), None, "no longer binding");
+        assert_eq!(state.counted_demand(true, Some(t + 700)), Some(60));
+        assert_eq!(
+            state.counted_demand(false, Some(t + 700)),
+            None,
+            "no traffic"
         );
     }
 }

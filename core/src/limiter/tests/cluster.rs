@@ -506,10 +506,11 @@ fn a_share_follows_the_demand_this_node_published_not_a_rise_its_peers_have_not_
         .count();
     assert!(refused >= 38, "{refused}");
     assert_eq!(allowance(t), before);
-    // Once it has told its peers, the share follows.
-    let told = l.collect_changed(t).expect("the window changed");
+    // Once it has told its peers (at its next emission: one at the same instant is the same
+    // round's), the share follows: a rise past chance is published whole.
+    let told = l.collect_changed(t + 1).expect("the window changed");
     assert!(told.updates[0].register.demand >= own + 38);
-    assert!(allowance(t) > before + 5.0, "{}", allowance(t));
+    assert!(allowance(t + 1) > before + 5.0, "{}", allowance(t + 1));
 }
 
 #[test]
@@ -687,4 +688,63 @@ fn a_demand_out_of_hearing_is_held_both_ways_until_a_sum_comes() {
     admitted_in(&b, "k", &lim, 1, T0 + 1_170);
     let now = demand(T0 + 1_180);
     assert!(now != 60 && now < 80, "{now}");
+}
+
+#[test]
+fn a_binding_share_divides_by_the_demand_the_owners_sum_was_made_with() {
+    // One of two members offered twice a limit of 100 a second, steadily: its share binds.
+    let l = limiter();
+    l.set_members(2, T0);
+    let lim = [second(100)];
+    let id = l.key_id(b"k", &lim[0].window);
+    // The owner's sum of the others: demand 300, 10 admitted, made at `made`.
+    let sum = |version, made: u64| {
+        let mut u = update(id, lim[0].window.epoch(made), version, made);
+        u.register.demand = 300;
+        u.register.admitted = vec![10];
+        Batch {
+            origin: OriginId(7),
+            updates: vec![u],
+        }
+    };
+    for i in 0..100 {
+        check(&l, "k", &lim, 1, T0 + 10 * i);
+        check(&l, "k", &lim, 1, T0 + 10 * i);
+    }
+    let t = T0 + 1_000;
+    assert_eq!(l.merge_aggregates(&sum(1, t), t).inserted, 1);
+    let first = l.collect_changed(t).expect("changed").updates[0]
+        .register
+        .demand;
+    // The owner makes its next sum with that demand; then this node's load rises by half,
+    // short of a surge, and its next emission publishes part of the rise.
+    assert_eq!(l.merge_aggregates(&sum(2, t + 50), t + 50).replaced, 1);
+    for i in 0..20 {
+        for _ in 0..3 {
+            check(&l, "k", &lim, 1, t + 10 * i);
+        }
+    }
+    let second = l.collect_changed(t + 200).expect("changed").updates[0]
+        .register
+        .demand;
+    assert!(second > first, "{first} then {second}");
+    let allowance = |now| l.inspect(b"k", &lim[0], now).unwrap().allowance;
+    let credit = admission::WHOLE_REQUEST_CREDIT_FROM_SUMS;
+    let share_of = |own: u32| 100.0 * f64::from(own) / f64::from(own + 300) + credit;
+    // The sum it holds was made before the rise was published: it divides by the demand the
+    // owner had, as every other user of the window does.
+    assert!(
+        (allowance(t + 201) - share_of(first)).abs() < 1e-9,
+        "{} vs {}",
+        allowance(t + 201),
+        share_of(first)
+    );
+    // A sum made since: the new demand.
+    assert_eq!(l.merge_aggregates(&sum(3, t + 250), t + 250).replaced, 1);
+    assert!(
+        (allowance(t + 251) - share_of(second)).abs() < 1e-9,
+        "{} vs {}",
+        allowance(t + 251),
+        share_of(second)
+    );
 }
