@@ -9,9 +9,9 @@
 //! - **Chance.** A node's demand is a Poisson count over the window: at 20 requests a window
 //!   it moves by a fifth from one second to the next with the load steady. Each move shifts
 //!   every share; a node whose share rose takes the rise at once, one whose share fell keeps
-//!   what it admitted until it leaves the window. So a binding share whose traffic fills the
-//!   window publishes a demand that moves toward its measure with a time constant of
-//!   [`DEMAND_SMOOTHING_MS`] instead of following every draw.
+//!   what it admitted until it leaves the window. So a binding share publishes a demand that
+//!   moves toward its measure with a time constant of [`DEMAND_SMOOTHING_MS`] instead of
+//!   following every draw, as long as the move is within chance ([`CHANCE_SIGMAS`]).
 //! - **The owner's round.** In a large cluster a node hears of the others from the window's
 //!   owner, whose sum holds the registers it had when it made the sum: this node's demand as
 //!   of its emission before that, the others' likewise. Dividing by its newer demand, the node
@@ -30,8 +30,9 @@ pub const DEMAND_SMOOTHING_MS: f64 = 600.0;
 
 /// How far a demand may move from the one published, in standard deviations of a Poisson
 /// count of it, and still be smoothed: further is the load moving, which a share follows at
-/// once. Smoothed, a burst's ramp and a restarted node's return moved shares for a second
-/// (5-node `burst`: over-admission mean 0.48 %, p99 2.6 %; 0.13 % and 0.4 % with this).
+/// once. Smoothed, a burst's ramp moved shares for a second, each node's demand rising from
+/// where its first emission caught the burst (5-node `burst`: over-admission mean 0.90 %,
+/// p99 5.2 %; 0.13 % and 0.4 % with this).
 pub const CHANCE_SIGMAS: f64 = 3.0;
 
 /// Whether a window's share binds: it refused more than a fifth of its load over the window.
@@ -39,18 +40,6 @@ pub const CHANCE_SIGMAS: f64 = 3.0;
 /// held to its share; one offered twice its share refuses half.
 pub fn share_binds(offered: u64, admitted: u64) -> bool {
     offered.saturating_mul(4) > admitted.saturating_mul(5)
-}
-
-/// Whether this node's traffic fills the window: some in one of its two oldest buckets
-/// (`offered_by_age`, newest first, the straddling bucket last). Until it does, its demand over
-/// the window is still rising from the start of the traffic, not moving by chance: a burst
-/// from idle published smoothed was a ramp from each node's first emission, which caught the
-/// burst at a different point on each, and shares moved for a second (5-node `burst`: the
-/// over-admission p99 0.7 % → 5.2 %).
-pub fn fills_window(offered_by_age: &[u64]) -> bool {
-    offered_by_age
-        .get(offered_by_age.len().saturating_sub(2)..)
-        .is_some_and(|oldest| oldest.iter().any(|c| *c > 0))
 }
 
 /// The demand to publish for a window whose share binds, `measured` now, `published` at the
@@ -155,15 +144,6 @@ mod tests {
         assert!(share_binds(126, 100));
         assert!(share_binds(200, 100));
         assert!(share_binds(u64::MAX, 1), "no overflow");
-    }
-
-    #[test]
-    fn traffic_fills_the_window_once_its_oldest_buckets_hold_some() {
-        assert!(!fills_window(&[]));
-        assert!(!fills_window(&[5, 5, 5, 0, 0]), "a burst from idle");
-        assert!(fills_window(&[5, 5, 5, 1, 0]));
-        assert!(fills_window(&[5, 5, 5, 0, 1]), "the straddling bucket");
-        assert!(fills_window(&[1]));
     }
 
     #[test]

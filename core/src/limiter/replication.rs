@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::expected_size::ExpectedSize;
 use super::origin::{OriginId, OriginTable};
-use super::own_demand::{fills_window, share_binds, smoothed_demand};
+use super::own_demand::{share_binds, smoothed_demand};
 use super::state::{WindowState, aggregate_of, is_aggregate, is_held_as_sum_alone};
 use super::{KeyId, Limiter};
 use crate::crdt::Hlc;
@@ -364,7 +364,6 @@ impl Limiter {
         let (offered, admitted) = window_totals(snap);
         let binding = share_binds(offered, admitted);
         if binding
-            && fills_window(snap.offered.by_age())
             && let Some(published) = state.ring.published()
             && let Some(elapsed) = state.last_emission.elapsed_ms(now_ms)
         {
