@@ -361,8 +361,16 @@ impl Limiter {
             self.hearing_bounds_ms(),
             now_ms,
         );
+        // Binding here and over the cluster as last heard: a node of a window far from its
+        // limit that refused at a chance surge follows its demand at once.
         let (offered, admitted) = window_totals(snap);
-        let binding = share_binds(offered, admitted);
+        let binding = share_binds(offered, admitted)
+            && state.remote_last_said().is_some_and(|others| {
+                share_binds(
+                    offered.saturating_add(others.demand),
+                    admitted.saturating_add(others.admitted),
+                )
+            });
         if binding
             && let Some(published) = state.ring.published()
             && let Some(elapsed) = state.last_emission.elapsed_ms(now_ms)

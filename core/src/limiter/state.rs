@@ -115,6 +115,29 @@ pub(crate) struct LastSaid {
     pub admitted: u64,
 }
 
+/// The registers' totals, or an owner's sum where that says more demand (the sum with the most
+/// demand, then the most admitted); and whether there was a sum.
+fn last_said(replica: &Replica) -> (LastSaid, bool) {
+    let (mut registers, mut sum, mut sums) = ((0u64, 0u64), (0u64, 0u64), false);
+    for (origin, reg) in replica.iter() {
+        let one = (
+            u64::from(reg.demand),
+            reg.buckets().map(|(_, c)| c).sum::<u64>(),
+        );
+        if is_aggregate(origin) {
+            sums = true;
+            sum = sum.max(one);
+        } else {
+            registers = (
+                registers.0.saturating_add(one.0),
+                registers.1.saturating_add(one.1),
+            );
+        }
+    }
+    let (demand, admitted) = registers.max(sum);
+    (LastSaid { demand, admitted }, sums)
+}
+
 /// Remote registers folded for one instant, bucket by bucket (slow paths).
 #[derive(Debug, Clone)]
 pub(crate) struct RemoteUsage {
@@ -302,25 +325,8 @@ impl WindowState {
         if replica.iter().any(|(_, reg)| age(&reg) <= within_sums_ms) {
             return None;
         }
-        let mut newest_age: Option<u64> = None;
-        let (mut registers, mut sum, mut sums) = ((0u64, 0u64), (0u64, 0u64), false);
-        for (origin, reg) in replica.iter() {
-            newest_age = Some(newest_age.map_or(age(&reg), |a| a.min(age(&reg))));
-            let one = (
-                u64::from(reg.demand),
-                reg.buckets().map(|(_, c)| c).sum::<u64>(),
-            );
-            if is_aggregate(origin) {
-                sums = true;
-                // The sum with the most demand (then the most admitted).
-                sum = sum.max(one);
-            } else {
-                registers = (
-                    registers.0.saturating_add(one.0),
-                    registers.1.saturating_add(one.1),
-                );
-            }
-        }
+        let newest_age = replica.iter().map(|(_, reg)| age(&reg)).min();
+        let (last, sums) = last_said(&replica);
         let within = if sums {
             within_sums_ms
         } else {
@@ -329,9 +335,13 @@ impl WindowState {
         if newest_age.is_none_or(|a| a <= within) {
             return None;
         }
-        // The registers' totals, or an owner's sum where that says more demand.
-        let (demand, admitted) = registers.max(sum);
-        Some(LastSaid { demand, admitted })
+        Some(last)
+    }
+
+    /// What the window's remote registers and sums last said, lapsed or not (`None` without
+    /// any).
+    pub fn remote_last_said(&self) -> Option<LastSaid> {
+        self.remote.load().as_deref().map(|replica| last_said(replica).0)
     }
 
     pub fn remote_usage(&self, spec: &WindowSpec, now_ms: u64) -> RemoteUsage {
