@@ -12,7 +12,10 @@
 //!   part of the key;
 //! - the remote registers: a merge invalidates the cache ([`BoundCache::invalidate`]);
 //! - this node's own demand as its peers know it: an emission that changes it invalidates the
-//!   cache (`WindowState::publish_demand`);
+//!   cache (`WindowState::publish_demand`), and so does one that changes the demand before it
+//!   or whether the share binds (`own_demand::LastEmission`, for the demand as an owner's sum
+//!   has it). Whether the others' demand is a sum's, and that sum's time, follow what the
+//!   registers and sums said, not how much of it has lapsed: they move only with a merge;
 //! - the cost: the bound is computed for a cost of 1, and the allowance only grows with cost;
 //! - the local ring and the passing of time within the bucket: both only loosen the bound
 //!   (the straddling bucket fades, remote counts and demand age out, onset ends, this node's

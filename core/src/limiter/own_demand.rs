@@ -47,14 +47,14 @@ pub fn share_binds(offered: u64, admitted: u64) -> bool {
 /// small demand does not stick within rounding of where it was; all of it past
 /// [`CHANCE_SIGMAS`].
 pub fn smoothed_demand(published: u32, measured: u32, elapsed_ms: u64) -> u32 {
-    if elapsed_ms == 0 || published == measured {
-        // A second emission in the same round (a calm round's full snapshot): the same demand.
-        return published;
-    }
     let gap = (f64::from(measured) - f64::from(published)).abs();
     if gap > CHANCE_SIGMAS * (f64::from(published) + 1.0).sqrt() {
         // Past what chance moves a Poisson count: the load moved.
         return measured;
+    }
+    if elapsed_ms == 0 || published == measured {
+        // A second emission in the same round (a calm round's full snapshot): the same demand.
+        return published;
     }
     let part = 1.0 - (-(elapsed_ms as f64) / DEMAND_SMOOTHING_MS).exp();
     let step = ((f64::from(measured) - f64::from(published)) * part)
@@ -80,15 +80,21 @@ const AT_MASK: u64 = (1 << 32) - 1;
 pub(crate) struct LastEmission(AtomicU64);
 
 impl LastEmission {
-    /// Records an emission at `at_ms` that replaced `previous` (`None`: no demand was
-    /// published). A second emission at the same instant is the same round's and keeps the
-    /// demand before it. Written under the replication lock only.
+    /// Records an emission at `at_ms` (cluster time, as the owners stamp their sums) that
+    /// replaced `previous` (`None`: no demand was published). A second emission at the same
+    /// instant is the same round's and keeps the demand before it. Written under the
+    /// replication lock only.
+    ///
+    /// Every emission is recorded, including those the owner does not get (a minor part's
+    /// register on a round it skips, a snapshot for anti-entropy or a newcomer), and one sent
+    /// just before the owner's round may be in flight when the sum is made: the demand counted
+    /// is then one emission off the owner's, as it was for every emission before this rule.
     pub fn record(&self, previous: Option<u32>, at_ms: u64, binding: bool) {
         let word = self.0.load(Ordering::Acquire);
         let previous_bits = if word != 0 && word & AT_MASK == at_ms & AT_MASK {
             (word >> PREVIOUS_SHIFT) & PREVIOUS_MASK
         } else {
-            previous.map_or(0, |d| (u64::from(d) + 1) & PREVIOUS_MASK)
+            previous.map_or(0, |d| u64::from(d.min(crate::window::MAX_PUBLISHED)) + 1)
         };
         let flag = if binding { BINDING } else { 0 };
         self.0.store(
@@ -161,6 +167,7 @@ mod tests {
         // A long gap goes the whole way; no time, none of it.
         assert_eq!(smoothed_demand(100, 120, 60_000), 120);
         assert_eq!(smoothed_demand(100, 120, 0), 100);
+        assert_eq!(smoothed_demand(100, 131, 0), 131, "past chance at once");
         assert_eq!(smoothed_demand(u32::MAX - 1, u32::MAX, 1), u32::MAX);
         assert_eq!(smoothed_demand(1, 0, 1), 0);
     }

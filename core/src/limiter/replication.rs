@@ -232,6 +232,14 @@ fn register_of(
     }
 }
 
+/// What the ring offered and admitted over the window, in whole buckets.
+fn window_totals(snap: &RingSnapshot) -> (u64, u64) {
+    (
+        snap.offered.by_age().iter().sum(),
+        snap.admitted.by_age().iter().sum(),
+    )
+}
+
 /// The demand this node publishes for a window whose register it emits now, `measured` over
 /// the window: the one it published last, up or down, while the window refuses more than a
 /// fifth of its load, here and over the cluster as last heard, and nothing of it has been
@@ -251,14 +259,6 @@ fn register_of(
 /// catches it otherwise, counts only what was heard. Held where it was, the demand each of
 /// them divides by is the one its peers last had of it, and the shares sum to 1 again. A fall
 /// is held too: published while nobody hears it, it would only ratchet the other way.
-/// What the ring offered and admitted over the window, in whole buckets.
-fn window_totals(snap: &RingSnapshot) -> (u64, u64) {
-    (
-        snap.offered.by_age().iter().sum(),
-        snap.admitted.by_age().iter().sum(),
-    )
-}
-
 fn demand_out_of_hearing(
     state: &WindowState,
     snap: &RingSnapshot,

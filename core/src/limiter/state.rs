@@ -86,8 +86,9 @@ pub(crate) struct RemoteScalars {
     pub newest_admitted_age: Option<u64>,
     /// When the newest of the registers and sums was emitted, by its origin's clock.
     pub newest_emission_ms: Option<u64>,
-    /// When the newest owner's sum was emitted, by the owner's clock, if the others' demand
-    /// is a sum's (not the registers'; an owner holds those).
+    /// When the owner's sum that says the most demand was emitted, by the owner's clock, if
+    /// it says more than the registers held (an owner holds those) or there are none: the
+    /// others' demand is then a sum's. By what was said, lapsed or not.
     pub sum_emission_ms: Option<u64>,
 }
 
@@ -268,13 +269,19 @@ impl WindowState {
         // newer, after which they count as any old sum does. Kept apart until then.
         let mut departed: Option<(u64, RemoteScalars)> = None;
         let mut newest_other_sum: Option<u64> = None;
+        // The sum that says the most demand (then the newest), and what the registers say,
+        // as said: which of them the others' demand comes from must not change with time
+        // alone, or a bound cached for the bucket would outlive the credit and the demand it
+        // was computed with (`bound_cache.rs`).
+        let mut source: Option<(u32, u64)> = None;
+        let mut registers_said = 0u64;
         if let Some(replica) = self.remote.load().as_deref() {
             for (origin, reg) in replica.iter() {
                 if is_aggregate(origin) {
                     let mut one = RemoteScalars::default();
                     fold(&reg, &mut one);
                     let emitted = reg.hlc.physical_ms();
-                    one.sum_emission_ms = Some(emitted);
+                    source = source.max(Some((reg.demand, emitted)));
                     if held.is_some_and(|h| is_held_as_sum_alone(h, origin)) {
                         one.demand = u64::from(reg.demand);
                         let merged = departed.map_or(one, |(_, d)| d.max(one));
@@ -290,6 +297,7 @@ impl WindowState {
                     continue;
                 }
                 fold(&reg, &mut out);
+                registers_said = registers_said.saturating_add(u64::from(reg.demand));
                 if silent.is_none_or(|s| s.binary_search(&origin).is_err()) {
                     out.demand += demand_of(origin, &reg);
                 }
@@ -300,11 +308,10 @@ impl WindowState {
         {
             best = best.max(held_sum);
         }
-        let demand_from_sum = best.demand >= out.demand;
         out = out.max(best);
-        if !demand_from_sum {
-            out.sum_emission_ms = None;
-        }
+        out.sum_emission_ms = source
+            .filter(|(said, _)| registers_said == 0 || u64::from(*said) > registers_said)
+            .map(|(_, emitted)| emitted);
         out
     }
 
@@ -341,7 +348,10 @@ impl WindowState {
     /// What the window's remote registers and sums last said, lapsed or not (`None` without
     /// any).
     pub fn remote_last_said(&self) -> Option<LastSaid> {
-        self.remote.load().as_deref().map(|replica| last_said(replica).0)
+        self.remote
+            .load()
+            .as_deref()
+            .map(|replica| last_said(replica).0)
     }
 
     pub fn remote_usage(&self, spec: &WindowSpec, now_ms: u64) -> RemoteUsage {
