@@ -22,8 +22,6 @@
 //! In `fleet` at 50 nodes, with the credit at 0.65 of a request, the second alone took the
 //! over-admission p99 from 5 % to 2 %.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 /// The time constant of the demand a binding share publishes: it moves `1 − e^(−Δ/τ)` of the
 /// way to its measure at an emission `Δ` after the last, 28 % at a round of 200 ms.
 pub const DEMAND_SMOOTHING_MS: f64 = 600.0;
@@ -67,73 +65,111 @@ pub fn smoothed_demand(published: u32, measured: u32, elapsed_ms: u64) -> u32 {
     }
 }
 
-/// `binding (1) | previous demand + 1 (31) | emitted at, low 32 bits of its ms (32)`.
-const BINDING: u64 = 1 << 63;
-const PREVIOUS_SHIFT: u32 = 32;
-const PREVIOUS_MASK: u64 = (1 << 31) - 1;
-const AT_MASK: u64 = (1 << 32) - 1;
+/// This node's last emission of a window, in the 20 bits of the window's shape word that it
+/// keeps it in (`WindowState`: a window stays 128 bytes, and a key under 512 bytes of memory
+/// at five origins): `binding (1) | emitted at, in 4 ms units modulo 256 (8) | the demand
+/// published before it minus the one published by it (11, two's complement)`. Times compare
+/// within half the 1 024 ms the units span, more than the rounds between a binding share's
+/// emissions and its owner's sums; a demand that moved by more than 1 023 in one emission
+/// keeps no previous one, and counts as published (as every demand did before this rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct LastEmission(u32);
 
-/// The last emission of a window by this node: when, whether its share bound then, and the
-/// demand it published before (its current one is the ring's). One word; the time is kept
-/// modulo 2^32 ms (49 days) and compared within half of that, far past any round.
-#[derive(Debug, Default)]
-pub(crate) struct LastEmission(AtomicU64);
+/// The bits [`LastEmission`] takes.
+pub(crate) const EMISSION_BITS: u32 = 20;
+const BINDING: u32 = 1 << 19;
+const AT_SHIFT: u32 = 11;
+const AT_UNITS: u64 = 256;
+const AT_UNIT_MS: u64 = 4;
+const DELTA_MASK: u32 = (1 << 11) - 1;
+/// −1 024: no previous demand.
+const NO_DELTA: u32 = 1 << 10;
+const DELTA_MAX: i64 = (1 << 10) - 1;
 
 impl LastEmission {
-    /// Records an emission at `at_ms` (cluster time, as the owners stamp their sums) that
-    /// replaced `previous` (`None`: no demand was published). A second emission at the same
-    /// instant is the same round's and keeps the demand before it. Written under the
-    /// replication lock only.
+    /// What readers find while an emission is being recorded: not binding, so the demand
+    /// counted is the one published.
+    pub const PENDING: Self = Self(0);
+
+    pub fn from_bits(bits: u32) -> Self {
+        Self(bits & ((1 << EMISSION_BITS) - 1))
+    }
+
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    fn at_units(at_ms: u64) -> u32 {
+        ((at_ms / AT_UNIT_MS) % AT_UNITS) as u32
+    }
+
+    fn at(self) -> u32 {
+        (self.0 >> AT_SHIFT) & (AT_UNITS as u32 - 1)
+    }
+
+    /// The demand published before this emission, given the one published by it.
+    fn previous(self, current: u32) -> Option<u32> {
+        let raw = self.0 & DELTA_MASK;
+        if raw == NO_DELTA {
+            return None;
+        }
+        // Sign-extend the 11 bits.
+        let delta = i64::from(((raw << 21) as i32) >> 21);
+        u32::try_from((i64::from(current) + delta).max(0)).ok()
+    }
+
+    /// The record of an emission at `at_ms` (cluster time, as the owners stamp their sums)
+    /// that published `demand` where `previous` was published (`None`: nothing was), after
+    /// `self`. A second emission in the same 4 ms is the same round's and keeps the demand
+    /// before the round.
     ///
     /// Every emission is recorded, including those the owner does not get (a minor part's
     /// register on a round it skips, a snapshot for anti-entropy or a newcomer), and one sent
     /// just before the owner's round may be in flight when the sum is made: the demand counted
     /// is then one emission off the owner's, as it was for every emission before this rule.
-    pub fn record(&self, previous: Option<u32>, at_ms: u64, binding: bool) {
-        let word = self.0.load(Ordering::Acquire);
-        let previous_bits = if word != 0 && word & AT_MASK == at_ms & AT_MASK {
-            (word >> PREVIOUS_SHIFT) & PREVIOUS_MASK
-        } else {
-            previous.map_or(0, |d| u64::from(d.min(crate::window::MAX_PUBLISHED)) + 1)
+    pub fn after(self, previous: Option<u32>, demand: u32, at_ms: u64, binding: bool) -> Self {
+        let at = Self::at_units(at_ms);
+        let before = match previous {
+            Some(p) if self != Self::PENDING && self.at() == at => self.previous(p),
+            p => p,
         };
+        let delta = before
+            .map(|b| i64::from(b) - i64::from(demand))
+            .filter(|d| d.abs() <= DELTA_MAX)
+            .map_or(NO_DELTA, |d| (d as i32 as u32) & DELTA_MASK);
         let flag = if binding { BINDING } else { 0 };
-        self.0.store(
-            flag | (previous_bits << PREVIOUS_SHIFT) | (at_ms & AT_MASK),
-            Ordering::Release,
-        );
+        Self(flag | (at << AT_SHIFT) | delta)
     }
 
-    /// How long before `now_ms` the last emission was, if there was one.
-    pub fn elapsed_ms(&self, now_ms: u64) -> Option<u64> {
-        let word = self.0.load(Ordering::Acquire);
-        (word != 0).then(|| (now_ms.wrapping_sub(word & AT_MASK)) & AT_MASK)
+    /// How long before `now_ms` this emission was, to 4 ms and modulo 1 024 ms.
+    pub fn elapsed_ms(self, now_ms: u64) -> u64 {
+        let now = u64::from(Self::at_units(now_ms));
+        (now + AT_UNITS - u64::from(self.at())) % AT_UNITS * AT_UNIT_MS
     }
 
     /// The demand this node had published when a sum emitted at `sum_ms` was made, given
-    /// `current` (the one it publishes now): the previous one if its share bound at the last
-    /// emission and that emission is not older than the sum, `current` otherwise.
-    pub fn demand_as_of(&self, current: u32, sum_ms: u64) -> u32 {
-        let word = self.0.load(Ordering::Acquire);
-        if word & BINDING == 0 {
+    /// `current` (the one it publishes now): the previous one if its share bound at this
+    /// emission and the emission is not older than the sum, `current` otherwise.
+    pub fn demand_as_of(self, current: u32, sum_ms: u64) -> u32 {
+        if self.0 & BINDING == 0 {
             return current;
         }
-        let previous = ((word >> PREVIOUS_SHIFT) & PREVIOUS_MASK).checked_sub(1);
-        // The emission's time minus the sum's, modulo 2^32: under 2^31 is "not before it".
-        let ahead = (word & AT_MASK).wrapping_sub(sum_ms & AT_MASK) & AT_MASK;
-        match previous {
-            Some(previous) if ahead < 1 << 31 => previous as u32,
+        // The emission's time minus the sum's, in units modulo 256: under 128 is "not before".
+        let sum = u64::from(Self::at_units(sum_ms));
+        let ahead = (u64::from(self.at()) + AT_UNITS - sum) % AT_UNITS;
+        match self.previous(current) {
+            Some(previous) if ahead < AT_UNITS / 2 => previous,
             _ => current,
         }
     }
 
-    /// What [`LastEmission::demand_as_of`] reads besides the time, to tell whether an
-    /// emission changed it: nothing unless the share binds.
-    pub fn word(&self) -> u64 {
-        let word = self.0.load(Ordering::Acquire);
-        if word & BINDING == 0 {
+    /// What [`LastEmission::demand_as_of`] reads besides the time and the current demand, to
+    /// tell whether an emission changed it: nothing unless the share binds.
+    pub fn counted_part(self) -> u32 {
+        if self.0 & BINDING == 0 {
             0
         } else {
-            word & !AT_MASK
+            self.0 & (BINDING | DELTA_MASK)
         }
     }
 }
@@ -174,48 +210,68 @@ mod tests {
 
     #[test]
     fn the_demand_counted_is_the_one_the_owner_had_when_it_made_its_sum() {
-        let last = LastEmission::default();
-        assert_eq!(last.elapsed_ms(1_000), None);
-        assert_eq!(last.demand_as_of(50, 900), 50, "nothing recorded");
-        last.record(Some(40), 1_000, true);
-        assert_eq!(last.elapsed_ms(1_200), Some(200));
-        // A sum made before this emission (or at the same instant: in flight) holds the one
+        let t = 1_700_000_000_000;
+        let last = LastEmission::PENDING.after(Some(40), 50, t, true);
+        assert_eq!(last.elapsed_ms(t + 200), 200);
+        // A sum made before this emission (or in the same 4 ms: in flight) holds the one
         // before it; a sum made after holds this one.
-        assert_eq!(last.demand_as_of(50, 800), 40);
-        assert_eq!(last.demand_as_of(50, 1_000), 40);
-        assert_eq!(last.demand_as_of(50, 1_001), 50);
+        assert_eq!(last.demand_as_of(50, t - 200), 40);
+        assert_eq!(last.demand_as_of(50, t), 40);
+        assert_eq!(last.demand_as_of(50, t + 4), 50);
         // A share that did not bind at the last emission counts its demand as published.
-        last.record(Some(50), 1_200, false);
-        assert_eq!(last.demand_as_of(60, 1_000), 60);
+        let calm = last.after(Some(50), 60, t + 200, false);
+        assert_eq!(calm.demand_as_of(60, t), 60);
+        assert_eq!(calm.counted_part(), 0);
         // Nothing published before: the current one.
-        last.record(None, 1_400, true);
-        assert_eq!(last.demand_as_of(60, 1_000), 60);
+        let first = calm.after(None, 60, t + 400, true);
+        assert_eq!(first.demand_as_of(60, t), 60);
+        // Until the record is written, readers count the demand published.
+        assert_eq!(LastEmission::PENDING.demand_as_of(60, t), 60);
     }
 
     #[test]
     fn a_second_emission_in_the_same_round_keeps_the_demand_before_the_round() {
-        let last = LastEmission::default();
-        last.record(Some(40), 1_000, true);
-        last.record(Some(55), 1_000, true);
-        assert_eq!(last.demand_as_of(55, 900), 40);
-        last.record(Some(55), 1_200, true);
-        assert_eq!(last.demand_as_of(60, 1_100), 55);
+        let t = 1_700_000_000_000;
+        let once = LastEmission::PENDING.after(Some(40), 50, t, true);
+        let twice = once.after(Some(50), 55, t + 1, true);
+        assert_eq!(twice.demand_as_of(55, t - 100), 40);
+        let next = twice.after(Some(55), 60, t + 200, true);
+        assert_eq!(next.demand_as_of(60, t + 100), 55);
     }
 
     #[test]
-    fn emission_times_compare_across_the_wrap_of_their_low_bits() {
-        let last = LastEmission::default();
-        let at = (1u64 << 32) + 100; // just past a wrap of the low 32 bits
-        last.record(Some(40), at, true);
-        assert_eq!(last.demand_as_of(50, at - 300), 40, "a sum before the wrap");
-        assert_eq!(last.demand_as_of(50, at + 1), 50);
-        assert_eq!(last.elapsed_ms(at + 200), Some(200));
-        // The largest demand a ring records fits.
-        last.record(Some(crate::window::MAX_PUBLISHED), at + 200, true);
-        assert_eq!(
-            last.demand_as_of(1, at),
-            crate::window::MAX_PUBLISHED,
-            "not truncated"
-        );
+    fn emission_times_compare_across_the_wrap_of_their_units() {
+        // 4 ms units modulo 256: a wrap every 1 024 ms.
+        let t = 1_700_000_001_020;
+        let last = LastEmission::PENDING.after(Some(40), 50, t, true);
+        assert_eq!(last.demand_as_of(50, t - 300), 40, "a sum before the wrap");
+        assert_eq!(last.demand_as_of(50, t + 8), 50, "a sum after it");
+        assert_eq!(last.elapsed_ms(t + 200), 200);
+        assert_eq!(last.elapsed_ms(t + 1_024), 0, "modulo 1 024 ms");
+    }
+
+    #[test]
+    fn a_previous_demand_is_kept_within_its_bits_and_forgotten_past_them() {
+        let t = 1_700_000_000_000;
+        let kept = [
+            (0, 1_023),
+            (1_023, 0),
+            (5_000, 4_000),
+            (u32::MAX - 1_023, u32::MAX),
+        ];
+        for (before, now) in kept {
+            let last = LastEmission::PENDING.after(Some(before), now, t, true);
+            assert_eq!(
+                last.demand_as_of(now, t - 100),
+                before,
+                "{before} then {now}"
+            );
+            assert_eq!(LastEmission::from_bits(last.bits()), last);
+        }
+        for (before, now) in [(0, 1_024), (1_024, 0), (0, u32::MAX)] {
+            let last = LastEmission::PENDING.after(Some(before), now, t, true);
+            assert_eq!(last.demand_as_of(now, t - 100), now, "{before} then {now}");
+        }
+        assert!(LastEmission::from_bits(u32::MAX).bits() < 1 << EMISSION_BITS);
     }
 }

@@ -371,10 +371,8 @@ impl Limiter {
                     admitted.saturating_add(others.admitted),
                 )
             });
-        if binding
-            && let Some(published) = state.ring.published()
-            && let Some(elapsed) = state.last_emission.elapsed_ms(now_ms)
-        {
+        if binding && let Some(published) = state.ring.published() {
+            let elapsed = state.last_emission().elapsed_ms(now_ms);
             register.demand = smoothed_demand(published, register.demand, elapsed);
         }
         state.publish_demand(register.demand, now_ms, binding);

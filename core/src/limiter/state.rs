@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwapOption;
 
 use super::bound_cache::BoundCache;
-use super::own_demand::LastEmission;
+use super::own_demand::{EMISSION_BITS, LastEmission};
 use crate::crdt::Replica;
 use crate::window::{AgeProfile, LocalRing, RingSnapshot, WindowSpec};
 
@@ -51,10 +51,12 @@ pub(crate) fn is_held_in(held: &[OriginIdx], idx: OriginIdx) -> bool {
 /// is written with CAS, and `remote` is replaced whole (copy on write) by the merge path.
 #[derive(Debug)]
 pub(crate) struct WindowState {
-    /// `dirty (1) | queued (1) | buckets (14) | window_ms (48)`: the window's shape, whether
-    /// the ring changed since the last emission, and whether the key is in the queue for the
-    /// next one (whoever sets that flag queues it). One word, so that a window stays 136
-    /// bytes: with its 16-byte id, one 160-byte allocator chunk.
+    /// `dirty (1) | queued (1) | last emission (20) | buckets (7) | window_ms (35)`: whether
+    /// the ring changed since the last emission, whether the key is in the queue for the next
+    /// one (whoever sets that flag queues it), this node's last emission of the window
+    /// (`own_demand::LastEmission`), and the window's shape (at most 64 buckets and 366 days,
+    /// both validated by `WindowSpec`). One word, so that a window with its cached bound stays
+    /// 128 bytes.
     shape: AtomicU64,
     pub ring: LocalRing,
     /// Other origins' registers, and the window's owners' aggregates under marked indices
@@ -63,19 +65,22 @@ pub(crate) struct WindowState {
     /// The current bucket's admission bound, cached for the rest of the bucket under exactly
     /// the inputs it was computed from (see `bound_cache.rs`).
     pub bound: BoundCache,
-    /// This node's last emission of the window (see `own_demand.rs`).
-    pub last_emission: LastEmission,
 }
 
 const DIRTY: u64 = 1 << 63;
 const QUEUED: u64 = 1 << 62;
 const FLAGS: u64 = DIRTY | QUEUED;
-const WINDOW_MASK: u64 = (1 << 48) - 1;
+const WINDOW_MASK: u64 = (1 << 35) - 1;
+const BUCKETS_SHIFT: u32 = 35;
+const BUCKETS_MASK: u64 = (1 << 7) - 1;
+const SHAPE_MASK: u64 = (1 << 42) - 1;
+const EMISSION_SHIFT: u32 = 42;
+const EMISSION_MASK: u64 = ((1 << EMISSION_BITS) - 1) << EMISSION_SHIFT;
 
-/// A shape as the low bits of `WindowState::shape` (a window is under 2^48 ms and has at most
-/// 64 buckets: both validated by `WindowSpec`).
+/// A shape as the low bits of `WindowState::shape` (a window is under 2^35 ms, 366 days being
+/// 2^34.9, and has at most 64 buckets: both validated by `WindowSpec`).
 fn shape_bits(spec: &WindowSpec) -> u64 {
-    spec.window_ms() | (u64::from(spec.buckets()) << 48)
+    (spec.window_ms() & WINDOW_MASK) | ((u64::from(spec.buckets()) & BUCKETS_MASK) << BUCKETS_SHIFT)
 }
 
 /// Remote registers folded into the numbers a decision needs (hot path, no allocation).
@@ -153,31 +158,60 @@ impl WindowState {
             shape: AtomicU64::new(shape_bits(&spec)),
             remote: ArcSwapOption::empty(),
             bound: BoundCache::default(),
-            last_emission: LastEmission::default(),
         }
     }
 
     /// Records the demand this node just emitted for the window at `now_ms`, and whether its
     /// share bound then (`own_demand::share_binds`). A change of the demand counted forgets
     /// the cached bound, which was computed from the one before.
+    ///
+    /// The record says how the demand published before differs from this one, so a reader
+    /// must not pair one demand with the other's record: it is marked pending while the demand
+    /// changes (readers then count the demand published), and a reader takes a record only if
+    /// it reads the same one before and after the demand (`counted_demand`). Written under
+    /// the replication lock only.
     pub fn publish_demand(&self, demand: u32, now_ms: u64, binding: bool) {
         let before = self.ring.published();
-        let emission_before = self.last_emission.word();
-        self.last_emission.record(before, now_ms, binding);
+        let emission_before = self.last_emission();
+        let emission = emission_before.after(before, demand, now_ms, binding);
+        self.set_last_emission(LastEmission::PENDING);
         let moved = self.ring.publish(demand) != Some(demand);
-        if moved || self.last_emission.word() != emission_before {
+        self.set_last_emission(emission);
+        if moved || emission.counted_part() != emission_before.counted_part() {
             self.bound.invalidate();
         }
+    }
+
+    /// This node's last emission of the window, as recorded.
+    pub fn last_emission(&self) -> LastEmission {
+        let shape = self.shape.load(Ordering::Acquire);
+        LastEmission::from_bits(((shape & EMISSION_MASK) >> EMISSION_SHIFT) as u32)
+    }
+
+    fn set_last_emission(&self, emission: LastEmission) {
+        let bits = u64::from(emission.bits()) << EMISSION_SHIFT;
+        // The flags change under it (`mark_dirty` on the check path): only these bits.
+        let _ = self
+            .shape
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                Some((w & !EMISSION_MASK) | bits)
+            });
     }
 
     /// The demand this node divides the limit by (ALGORITHM.md §4): its published one, or
     /// where its share binds and its peers' demand comes in an owner's sum emitted at
     /// `sum_ms`, the one it had published when the sum was made (`own_demand.rs`).
     pub fn counted_demand(&self, active: bool, sum_ms: Option<u64>) -> Option<u32> {
+        let Some(sum_ms) = sum_ms else {
+            return self.published_demand(active);
+        };
+        let record = self.last_emission();
         let published = self.published_demand(active)?;
-        Some(sum_ms.map_or(published, |at| {
-            self.last_emission.demand_as_of(published, at)
-        }))
+        if self.last_emission() != record {
+            // An emission in between: the demand read may not be the record's.
+            return Some(published);
+        }
+        Some(record.demand_as_of(published, sum_ms))
     }
 
     /// The demand this node's peers know it by: that of its last emitted register. `active` is
@@ -215,7 +249,7 @@ impl WindowState {
         let shape = self.shape.load(Ordering::Relaxed);
         WindowSpec::new(
             shape & WINDOW_MASK,
-            (shape >> 48) as u16 & 0x3FFF,
+            ((shape >> BUCKETS_SHIFT) & BUCKETS_MASK) as u16,
             Default::default(),
         )
         .expect("validated when the window was created")
@@ -225,7 +259,7 @@ impl WindowState {
     /// validation, unlike [`Self::spec`]).
     #[inline]
     pub fn has_shape(&self, spec: &WindowSpec) -> bool {
-        self.shape.load(Ordering::Relaxed) & !FLAGS == shape_bits(spec)
+        self.shape.load(Ordering::Relaxed) & SHAPE_MASK == shape_bits(spec)
     }
 
     /// Folds the remote registers at `now_ms`. Origins in `silent` (sorted) do not count
@@ -474,8 +508,8 @@ mod tests {
             Some(crate::window::MAX_PUBLISHED)
         );
         assert!(
-            std::mem::size_of::<WindowState>() <= 136,
-            "a window stays 136 bytes"
+            std::mem::size_of::<WindowState>() <= 128,
+            "a window stays 128 bytes"
         );
     }
 
