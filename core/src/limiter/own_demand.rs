@@ -68,10 +68,18 @@ pub fn smoothed_demand(published: u32, measured: u32, elapsed_ms: u64) -> u32 {
 /// This node's last emission of a window, in the 20 bits of the window's shape word that it
 /// keeps it in (`WindowState`: a window stays 128 bytes, and a key under 512 bytes of memory
 /// at five origins): `binding (1) | emitted at, in 4 ms units modulo 256 (8) | the demand
-/// published before it minus the one published by it (11, two's complement)`. Times compare
-/// within half the 1 024 ms the units span, more than the rounds between a binding share's
-/// emissions and its owner's sums; a demand that moved by more than 1 023 in one emission
-/// keeps no previous one, and counts as published (as every demand did before this rule).
+/// published before it minus the one published by it (11, two's complement)`. A demand that
+/// moved by more than 1 023 in one emission keeps no previous one, and counts as published
+/// (as every demand did before this rule).
+///
+/// Times compare within half the 1 024 ms the units span, which is more than the round
+/// between a binding share's emissions (every round while its ring changes) and its owner's
+/// sums (every round while the window refuses). Past it they alias: a sum more than 512 ms
+/// older than the emission, or an owner whose cluster time is that far off, may count either
+/// demand; an emission 1 024 ms after the last reads as the same round (and keeps the demand
+/// before that one); and the smoothing step after a binding share's traffic paused for more
+/// than a second is taken for the gap modulo 1 024 ms (none at 2 048 ms). Either demand is
+/// one this node published; what aliasing costs is the consistency this rule is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct LastEmission(u32);
 
@@ -177,6 +185,7 @@ impl LastEmission {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::window::MAX_PUBLISHED;
 
     #[test]
     fn a_binding_share_is_a_refusal_of_more_than_a_fifth() {
@@ -241,13 +250,29 @@ mod tests {
 
     #[test]
     fn emission_times_compare_across_the_wrap_of_their_units() {
-        // 4 ms units modulo 256: a wrap every 1 024 ms.
-        let t = 1_700_000_001_020;
-        let last = LastEmission::PENDING.after(Some(40), 50, t, true);
-        assert_eq!(last.demand_as_of(50, t - 300), 40, "a sum before the wrap");
-        assert_eq!(last.demand_as_of(50, t + 8), 50, "a sum after it");
-        assert_eq!(last.elapsed_ms(t + 200), 200);
-        assert_eq!(last.elapsed_ms(t + 1_024), 0, "modulo 1 024 ms");
+        // 4 ms units modulo 256: unit 0 at `wrap`, every 1 024 ms.
+        let wrap = 1_700_000_000_000;
+        assert_eq!(wrap % 1_024, 0);
+        // Emitted in unit 1, just past a wrap; sums in units 250 (before) and 2 (after).
+        let at = wrap + 4;
+        let last = LastEmission::PENDING.after(Some(40), 50, at, true);
+        assert_eq!(
+            last.demand_as_of(50, wrap - 24),
+            40,
+            "a sum before the wrap"
+        );
+        assert_eq!(
+            last.demand_as_of(50, at + 4),
+            50,
+            "a sum after the emission"
+        );
+        assert_eq!(last.elapsed_ms(at + 200), 200);
+        assert_eq!(last.elapsed_ms(wrap + 1_020), 1_016, "up to the next wrap");
+        assert_eq!(last.elapsed_ms(at + 1_024), 0, "modulo 1 024 ms");
+        // Emitted in the last unit before a wrap, a sum made in the next unit is after it.
+        let late = LastEmission::PENDING.after(Some(40), 50, wrap - 4, true);
+        assert_eq!(late.demand_as_of(50, wrap), 50);
+        assert_eq!(late.demand_as_of(50, wrap - 100), 40);
     }
 
     #[test]
@@ -257,7 +282,7 @@ mod tests {
             (0, 1_023),
             (1_023, 0),
             (5_000, 4_000),
-            (u32::MAX - 1_023, u32::MAX),
+            (MAX_PUBLISHED - 1_023, MAX_PUBLISHED),
         ];
         for (before, now) in kept {
             let last = LastEmission::PENDING.after(Some(before), now, t, true);
@@ -268,7 +293,7 @@ mod tests {
             );
             assert_eq!(LastEmission::from_bits(last.bits()), last);
         }
-        for (before, now) in [(0, 1_024), (1_024, 0), (0, u32::MAX)] {
+        for (before, now) in [(0, 1_024), (1_024, 0), (0, MAX_PUBLISHED)] {
             let last = LastEmission::PENDING.after(Some(before), now, t, true);
             assert_eq!(last.demand_as_of(now, t - 100), now, "{before} then {now}");
         }

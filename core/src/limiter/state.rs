@@ -76,6 +76,8 @@ const BUCKETS_MASK: u64 = (1 << 7) - 1;
 const SHAPE_MASK: u64 = (1 << 42) - 1;
 const EMISSION_SHIFT: u32 = 42;
 const EMISSION_MASK: u64 = ((1 << EMISSION_BITS) - 1) << EMISSION_SHIFT;
+/// How often `counted_demand` reads a record and a demand before it gives up on pairing them.
+const RECORD_READS: usize = 4;
 
 /// A shape as the low bits of `WindowState::shape` (a window is under 2^35 ms, 366 days being
 /// 2^34.9, and has at most 64 buckets: both validated by `WindowSpec`).
@@ -171,6 +173,8 @@ impl WindowState {
     /// it reads the same one before and after the demand (`counted_demand`). Written under
     /// the replication lock only.
     pub fn publish_demand(&self, demand: u32, now_ms: u64, binding: bool) {
+        // As the ring records it.
+        let demand = demand.min(crate::window::MAX_PUBLISHED);
         let before = self.ring.published();
         let emission_before = self.last_emission();
         let emission = emission_before.after(before, demand, now_ms, binding);
@@ -205,13 +209,19 @@ impl WindowState {
         let Some(sum_ms) = sum_ms else {
             return self.published_demand(active);
         };
-        let record = self.last_emission();
-        let published = self.published_demand(active)?;
-        if self.last_emission() != record {
-            // An emission in between: the demand read may not be the record's.
-            return Some(published);
+        // An emission in between (the replication path takes nanoseconds to write one): read
+        // again. Should it go on changing, count the demand published and forget the cached
+        // bound, which a check that read a mixed pair might otherwise store for the bucket.
+        for _ in 0..RECORD_READS {
+            let record = self.last_emission();
+            let published = self.published_demand(active)?;
+            if self.last_emission() == record {
+                return Some(record.demand_as_of(published, sum_ms));
+            }
+            std::hint::spin_loop();
         }
-        Some(record.demand_as_of(published, sum_ms))
+        self.bound.invalidate();
+        self.published_demand(active)
     }
 
     /// The demand this node's peers know it by: that of its last emitted register. `active` is
@@ -530,7 +540,13 @@ mod tests {
         assert_eq!(state.counted_demand(true, Some(t + 100)), Some(40));
         assert_eq!(state.counted_demand(true, Some(t + 250)), Some(60));
         // The same demand again moves the one before it, which a bound may have counted.
+        state.bound.store(state.bound.seen(), &key, 7);
         state.publish_demand(60, t + 400, true);
+        assert_eq!(
+            state.bound.get(&key),
+            None,
+            "the one before moved: 40 to 60"
+        );
         state.bound.store(state.bound.seen(), &key, 7);
         state.publish_demand(60, t + 600, true);
         assert_eq!(state.bound.get(&key), Some(7), "nothing moved");
@@ -542,5 +558,23 @@ mod tests {
             None,
             "no traffic"
         );
+    }
+
+    #[test]
+    fn the_last_emission_shares_the_shape_word_without_touching_the_shape_or_the_flags() {
+        let largest =
+            WindowSpec::new(crate::window::MAX_WINDOW_MS, 64, EstimateMode::Interpolated).unwrap();
+        for spec in [largest, WindowSpec::with_default_buckets(1_000).unwrap()] {
+            let state = WindowState::new(spec);
+            assert!(state.mark_dirty(), "queued once");
+            state.set_last_emission(LastEmission::from_bits(u32::MAX));
+            assert_eq!(state.last_emission().bits(), (1 << EMISSION_BITS) - 1);
+            assert_eq!(state.spec(), spec);
+            assert!(state.has_shape(&spec));
+            assert!(state.take_dirty(), "the flags survive");
+            state.publish_demand(10, 1_700_000_000_000, true);
+            assert_eq!(state.spec(), spec);
+            assert!(!state.take_dirty(), "an emission marks nothing");
+        }
     }
 }
