@@ -31,6 +31,9 @@ pub struct FleetReport {
     /// Mean over windows of admitted / min(L, offered).
     pub utilization: f64,
     pub over_admission_mean_by_class: BTreeMap<KeyClass, f64>,
+    /// The 99th percentile per key class: the pooled one is mostly the tenant keys', which
+    /// have most of the windows.
+    pub over_admission_p99_by_class: BTreeMap<KeyClass, f64>,
     pub utilization_by_class: BTreeMap<KeyClass, f64>,
     /// Of the requests on keys offered less than their limit (half of it in `fleet`), the
     /// fraction refused, after warm-up: what a user sees as a limit that bites too early. It
@@ -215,6 +218,7 @@ impl FleetReport {
             over_admission_max: all.over_max,
             utilization: all.utilization(),
             over_admission_mean_by_class: by_class.iter().map(|(c, w)| (*c, w.mean())).collect(),
+            over_admission_p99_by_class: by_class.iter().map(|(c, w)| (*c, w.p99())).collect(),
             utilization_by_class: by_class
                 .iter()
                 .map(|(c, w)| (*c, w.utilization()))
