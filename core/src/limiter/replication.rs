@@ -261,7 +261,7 @@ fn window_totals(snap: &RingSnapshot) -> (u64, u64) {
 /// is held too: published while nobody hears it, it would only ratchet the other way.
 fn demand_out_of_hearing(
     state: &WindowState,
-    snap: &RingSnapshot,
+    (offered, admitted): (u64, u64),
     measured: u32,
     (within_sums_ms, within_registers_ms): (u64, u64),
     now_ms: u64,
@@ -274,7 +274,6 @@ fn demand_out_of_hearing(
     }
     // Refusing more than a fifth of its load: its share binds. A node that refused a few at
     // a chance surge of a window far from its limit is not cut off for it.
-    let (offered, admitted) = window_totals(snap);
     if !share_binds(offered, admitted) {
         return measured;
     }
@@ -282,8 +281,7 @@ fn demand_out_of_hearing(
         return measured;
     };
     let cluster_demand = u64::from(published).saturating_add(last.demand);
-    let cluster_admitted = admitted.saturating_add(last.admitted);
-    if cluster_demand.saturating_mul(4) > cluster_admitted.saturating_mul(5) {
+    if share_binds(cluster_demand, admitted.saturating_add(last.admitted)) {
         published
     } else {
         measured
@@ -354,16 +352,16 @@ impl Limiter {
         hlc: crate::crdt::HlcTimestamp,
     ) -> Register {
         let mut register = register_of(snap, spec, now_ms, version, hlc);
+        let (offered, admitted) = window_totals(snap);
         register.demand = demand_out_of_hearing(
             state,
-            snap,
+            (offered, admitted),
             register.demand,
             self.hearing_bounds_ms(),
             now_ms,
         );
         // Binding here and over the cluster as last heard: a node of a window far from its
         // limit that refused at a chance surge follows its demand at once.
-        let (offered, admitted) = window_totals(snap);
         let binding = share_binds(offered, admitted)
             && state.remote_last_said().is_some_and(|others| {
                 share_binds(

@@ -91,6 +91,15 @@ enum Op {
     Emit {
         dt: u64,
     },
+    /// An owner's sum of the others for `key`, made `age` ms ago: the others' demand then
+    /// comes from a sum, with the larger credit, and a binding share counts its own demand
+    /// as of the sum (before or after its last emission).
+    OwnerSum {
+        key: u8,
+        demand: u32,
+        admitted: u32,
+        age: u64,
+    },
 }
 
 const LIMITS: [u32; 5] = [1, 3, 10, 40, 1_000];
@@ -106,6 +115,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..2, 1u32..60, 0u64..150).prop_map(|(key, n, dt)| Op::PeerTraffic { key, n, dt }),
         1 => (1usize..4, any::<bool>()).prop_map(|(live, silent)| Op::Members { live, silent }),
         2 => (0u64..250).prop_map(|dt| Op::Emit { dt }),
+        2 => (0u8..2, 0u32..200, 0u32..40, 0u64..400)
+            .prop_map(|(key, demand, admitted, age)| Op::OwnerSum { key, demand, admitted, age }),
     ]
 }
 
@@ -137,6 +148,7 @@ proptest! {
         };
         let mut rules = [second_in(40, false), second_in(40, false)];
         let mut now = T0;
+        let mut sum_version = 0;
         for (i, op) in ops.iter().enumerate() {
             match op {
                 Op::Check { key, both, cost, over, dt } => {
@@ -173,6 +185,31 @@ proptest! {
                     prop_assert_eq!(
                         a.map(|b| b.updates.len()),
                         b.map(|b| b.updates.len()),
+                        "op {} {:?}", i, op
+                    );
+                }
+                Op::OwnerSum { key, demand, admitted, age } => {
+                    sum_version += 1;
+                    let made = now.saturating_sub(*age);
+                    let window = second(40).window;
+                    let sum = Batch {
+                        origin: OriginId(3),
+                        updates: vec![RegisterUpdate {
+                            key: on.key_id(format!("k{key}").as_bytes(), &window),
+                            window_ms: window.window_ms(),
+                            buckets: window.buckets(),
+                            register: Register {
+                                version: sum_version,
+                                hlc: HlcTimestamp::new(made, 0),
+                                newest_epoch: window.epoch(made),
+                                demand: *demand,
+                                admitted: vec![*admitted],
+                            },
+                        }],
+                    };
+                    prop_assert_eq!(
+                        on.merge_aggregates(&sum, now),
+                        off.merge_aggregates(&sum, now),
                         "op {} {:?}", i, op
                     );
                 }
