@@ -108,22 +108,24 @@ fn a_fleet_past_sixteen_members_shares_through_owners_and_holds_the_limits() {
     assert!(r.over_admission_max <= 0.3, "seed {SEED}: {r:?}");
 }
 
-/// Owner mode split 60 | 40 for 20 s, at 30 nodes: the small side (12) stays in owner mode
-/// (its expected size is still 30), a side cut off from a window's owner keeps dividing the
-/// limit by the demands it last had (a node's own does not drift up while it cannot be
-/// heard), and one whose owner went down keeps the owner's sum until a new owner's comes.
-/// Before, the small side went back to the full mesh member by member and a window reached
-/// 1.32-1.56 x L (seeds 1-8).
+/// Owner mode split 60 | 40, at 30 nodes: the small side (12) stays in owner mode (its
+/// expected size is still 30), a side cut off from a window's owner keeps dividing the limit
+/// by the demands it last had (a node's own does not drift up while it cannot be heard), one
+/// whose owner went down keeps the owner's sum until a new owner's comes, and a node whose
+/// view still names an owner across the cut sends its registers to the member whose sums it
+/// gets. Before each of those, a window reached 1.32-1.56 x L (seeds 1-8), and on this seed,
+/// without the last, 1.08 x L 8.5 s into the cut.
 #[test]
 fn a_fleet_split_in_two_holds_its_limits_on_both_sides() {
-    let mut cfg = short("fleet-partition", 30);
-    cfg.duration_ms = 40_000;
+    const SEED: u64 = 1;
+    let mut cfg = fleet_scenario("fleet-partition", SEED, 30).expect("known scenario");
+    cfg.duration_ms = 31_000;
     for f in &mut cfg.faults {
         match f {
             fleet::FleetFault::Partition {
                 from_ms, until_ms, ..
-            } => (*from_ms, *until_ms) = (9_000, 29_000),
-            fleet::FleetFault::Crash { at_ms, .. } => *at_ms = 36_000,
+            } => (*from_ms, *until_ms) = (20_000, 30_000),
+            fleet::FleetFault::Crash { at_ms, .. } => *at_ms = 30_500,
             _ => {}
         }
     }
@@ -134,10 +136,12 @@ fn a_fleet_split_in_two_holds_its_limits_on_both_sides() {
         .partition_inside_max_ratio
         .expect("windows wholly inside the partition");
     eprintln!(
-        "seed {SEED}: busiest window in the partition {ratio:.2} x L, wholly inside {inside:.2} x L"
+        "seed {SEED}: busiest window in the partition {ratio:.3} x L, wholly inside {inside:.3} x L"
     );
     assert!(inside <= ratio, "seed {SEED}: {r:?}");
-    assert!(ratio <= 1.15, "seed {SEED}: {r:?}");
+    assert!(inside <= 1.05, "seed {SEED}: {r:?}");
+    // The partition's first second is mostly the second before it: the steady state's tail.
+    assert!(ratio <= 1.10, "seed {SEED}: {r:?}");
 }
 
 /// A key offered half its limit is one the limit should leave alone. Sparse traffic (tenant

@@ -199,11 +199,16 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         };
         let mut report = MergeReport::default();
+        // In an insecure cluster, a sender is a subscriber (or an owner registers go to) only
+        // at its own address: a forged datagram must not point an owner's sums, or a user's
+        // registers, elsewhere.
+        let at_own_address =
+            self.return_route.is_none() || self.liveness.address_of(header.sender) == Some(from);
+        let to = Destination {
+            addr: from,
+            node: Some(header.sender),
+        };
         if let Some(batch) = registers {
-            // In an insecure cluster, a sender is a subscriber only at its own address: a
-            // forged summary must not point an owner's sums elsewhere.
-            let at_own_address = self.return_route.is_none()
-                || self.liveness.address_of(header.sender) == Some(from);
             if matches!(header.kind, Kind::Summary | Kind::Exchange)
                 && self.ownership.is_some()
                 && at_own_address
@@ -211,15 +216,17 @@ impl<T: TimeSource> NodeCore<T> {
                 // A member's own registers of windows this node owns: it uses them, and
                 // hears of them from here.
                 let keys: Vec<_> = batch.updates.iter().map(|u| u.key).collect();
-                let to = Destination {
-                    addr: from,
-                    node: Some(header.sender),
-                };
                 self.subscribe(header.sender, to, &keys, now);
             }
             report.add(&self.limiter.merge(&batch, now.cluster_ms));
         }
         if let Some(batch) = sums {
+            if self.ownership.is_some() && at_own_address && !batch.updates.is_empty() {
+                // The sender acts as these windows' owner: it should hold this node's
+                // registers too.
+                let keys: Vec<_> = batch.updates.iter().map(|u| u.key).collect();
+                self.heard_sums(header.sender, to, &keys, now.at);
+            }
             report.add(&self.limiter.merge_aggregates(&batch, now.cluster_ms));
         }
         self.view.wire.merged(&report, rejects.bad_shape);
