@@ -140,6 +140,11 @@ fn a_fleet_split_in_two_holds_its_limits_on_both_sides() {
     );
     assert!(inside <= ratio, "seed {SEED}: {r:?}");
     assert!(inside <= 1.05, "seed {SEED}: {r:?}");
+    let heal = r.partition_heal_max_ratio.expect("windows across the heal");
+    assert!(
+        heal <= 1.05,
+        "seed {SEED}: {heal:.3} x L across the heal: {r:?}"
+    );
     // The partition's first second is mostly the second before it: the steady state's tail.
     assert!(ratio <= 1.10, "seed {SEED}: {r:?}");
 }

@@ -234,10 +234,10 @@ impl<T: TimeSource> NodeCore<T> {
                         |down| route.is_none_or(|r| r.is_verified(down)),
                         now.at,
                     );
-                    // A member that counts more members than this node does knows some this
-                    // node does not: each answer brings a packet of members picked at random,
+                    // Most members count more members than this node does: they know some this
+                    // node does not. Each answer brings a packet of members picked at random,
                     // so this node asks several at once.
-                    let missing = self.liveness.largest_count() > self.members_counted();
+                    let missing = self.liveness.most_count_more_than(self.members_counted());
                     if self
                         .ownership
                         .as_mut()

@@ -38,7 +38,7 @@ pub const MINOR_EVERY: u64 = 2;
 /// most this many membership rounds apart: the gap doubles from one round after each
 /// announcement while the members do not change.
 pub const SPREAD_EVERY_MAX: u32 = 16;
-/// Announcements per membership round while a member counts more members than this node:
+/// Announcements per membership round while most members count more members than this node:
 /// each answer is a packet of members picked at random, and the few nodes that miss a member
 /// of a 1 000-node fleet went on missing it for tens of seconds at one a round.
 pub const SPREAD_WHEN_MISSING: usize = 3;
@@ -114,8 +114,8 @@ impl Ownership {
 
     /// Whether this membership round announces this node to random members, whose answers
     /// carry up to a packet of the members they know. Every round while the members change
-    /// (a fleet forming, a rolling deploy) or while this node is `missing` members (a member
-    /// counts more than this node does: `SPREAD_WHEN_MISSING` announcements then);
+    /// (a fleet forming, a rolling deploy) or while this node is `missing` members (most
+    /// members count more than this node does: `SPREAD_WHEN_MISSING` announcements then);
     /// otherwise at 1, 2, 4 … up to
     /// [`SPREAD_EVERY_MAX`] rounds apart. An answer is a full packet (1.4 kB): at one every
     /// round, a twentieth of a 1 000-node fleet's gossip, and a node that knows every member

@@ -47,6 +47,9 @@ pub struct FleetReport {
     /// The same over windows wholly inside the partition (begun at the cut or after): what the
     /// sides admit while cut off, without the tail of the windows before.
     pub partition_inside_max_ratio: Option<f64>,
+    /// The same over windows that end within a window of the heal: admissions of the
+    /// partition's last second, and of the sides as they learn of each other again.
+    pub partition_heal_max_ratio: Option<f64>,
     pub staleness_p50_ms: Option<u64>,
     pub staleness_p90_ms: Option<u64>,
     pub staleness_p99_ms: Option<u64>,
@@ -169,6 +172,8 @@ impl FleetReport {
         let mut by_class: BTreeMap<KeyClass, Windows> = BTreeMap::new();
         let mut partition_max: Option<f64> = None;
         let mut partition_inside_max: Option<f64> = None;
+        let mut partition_heal_max: Option<f64> = None;
+        let raise = |max: &mut Option<f64>, r: f64| *max = Some(max.map_or(r, |m| m.max(r)));
         for k in 0..rec.limits.len() {
             let limit = rec.limits[k];
             let to = rec.admitted[k].len().min(until);
@@ -179,14 +184,15 @@ impl FleetReport {
                 all.add(a, o, limit);
 
                 by_class.entry(rec.classes[k]).or_default().add(a, o, limit);
-                if let Some((p0, p1)) = partition
-                    && (t as u64) >= p0
-                    && (t as u64) < p1
-                {
-                    let r = a as f64 / limit;
-                    partition_max = Some(partition_max.map_or(r, |m| m.max(r)));
-                    if (t + 1).saturating_sub(w) as u64 >= p0 {
-                        partition_inside_max = Some(partition_inside_max.map_or(r, |m| m.max(r)));
+                if let Some((p0, p1)) = partition {
+                    let (t, r) = (t as u64, a as f64 / limit);
+                    if t >= p0 && t < p1 {
+                        raise(&mut partition_max, r);
+                        if (t + 1).saturating_sub(w as u64) >= p0 {
+                            raise(&mut partition_inside_max, r);
+                        }
+                    } else if t >= p1 && t < p1 + w as u64 {
+                        raise(&mut partition_heal_max, r);
                     }
                 }
             }
@@ -237,6 +243,7 @@ impl FleetReport {
                 .collect(),
             partition_max_ratio: partition_max,
             partition_inside_max_ratio: partition_inside_max,
+            partition_heal_max_ratio: partition_heal_max,
             staleness_p50_ms: percentile(&stale, 0.5),
             staleness_p90_ms: percentile(&stale, 0.9),
             staleness_p99_ms: percentile(&stale, 0.99),
