@@ -122,6 +122,10 @@ impl<T: TimeSource> NodeCore<T> {
             limiter.set_warming_until(u64::MAX);
             Warmup::new(now.at)
         });
+        if warmup.is_none() {
+            // Counting from now; a node that warms up counts from the end of its warm-up.
+            limiter.start_observing(now.cluster_ms);
+        }
         let mut rng = StdRng::seed_from_u64(params.rng_seed ^ 0x5EED_A11E);
         let return_route = params
             .verify_return_route

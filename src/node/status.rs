@@ -146,6 +146,7 @@ impl<T: TimeSource> NodeCore<T> {
         if let Some(saved) = self.saved.take() {
             saved.restore(&self.limiter, now.cluster_ms);
         }
+        self.limiter.start_observing(now.cluster_ms);
         self.limiter.set_warming_until(0);
         self.view.set_ready();
     }

@@ -86,6 +86,9 @@ pub struct Limiter {
     /// Until this time (ms) the node does not hold the cluster's state yet and admits nothing;
     /// 0 once it does (see [`Limiter::set_warming_until`]).
     warming_until_ms: AtomicU64,
+    /// Since when this process has counted what it is offered (ms; 0: since ever). A window
+    /// younger than that here saw only part of its span (see [`Limiter::start_observing`]).
+    observing_since_ms: AtomicU64,
     dirty: dirty::DirtyQueue,
     sync: Mutex<ReplicationState>,
 }
@@ -112,6 +115,7 @@ impl Limiter {
             clock_fenced: AtomicBool::new(false),
             liveness_generation: AtomicU32::new(0),
             warming_until_ms: AtomicU64::new(0),
+            observing_since_ms: AtomicU64::new(0),
             dirty: dirty::DirtyQueue::default(),
             sync: Mutex::new(sync),
         }
@@ -161,6 +165,22 @@ impl Limiter {
     /// cluster were empty would hand out again a day's quota that was used before the restart.
     pub fn set_warming_until(&self, until_ms: u64) {
         self.warming_until_ms.store(until_ms, Ordering::Release);
+    }
+
+    /// This process counts what it is offered from `now_ms` on: it started, or its warm-up
+    /// ended (a warming node refuses without counting). For a window's first span after that,
+    /// the demand it publishes is what it was offered scaled to the whole window
+    /// (`own_demand::whole_window_demand`): what it was offered before, it never saw, which is
+    /// not the same as nothing. Without this, a restarted node published a fraction of its
+    /// demand for a window, while the demand of its previous process lapsed; its peers took
+    /// the difference, and its window over-admitted as it caught up. Never called: no scaling.
+    pub fn start_observing(&self, now_ms: u64) {
+        self.observing_since_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// How long this process has counted what it is offered, at `now_ms`.
+    fn observed_ms(&self, now_ms: u64) -> u64 {
+        now_ms.saturating_sub(self.observing_since_ms.load(Ordering::Relaxed))
     }
 
     fn lock_sync(&self) -> std::sync::MutexGuard<'_, ReplicationState> {

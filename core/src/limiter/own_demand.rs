@@ -33,6 +33,26 @@ pub const DEMAND_SMOOTHING_MS: f64 = 600.0;
 /// p99 5.2 %; 0.13 % and 0.4 % with this).
 pub const CHANCE_SIGMAS: f64 = 3.0;
 
+/// The most a demand counted over part of a window is scaled up to the whole
+/// ([`whole_window_demand`]): a count over the first few milliseconds is mostly chance.
+pub const MAX_WHOLE_WINDOW_SCALE: f64 = 5.0;
+
+/// The demand of a window whose span this process has seen only `observed_ms` of (it started,
+/// or ended its warm-up, less than a window ago; `Limiter::start_observing`): `offered` over
+/// that part, scaled to the whole window, by at most [`MAX_WHOLE_WINDOW_SCALE`]. What this
+/// process was offered before it counted, it does not know: counting it as nothing made a
+/// restarted node publish a fraction of its demand for a window, and its peers take the rest.
+/// Once the process has seen a whole window, the count as it is.
+pub fn whole_window_demand(offered: u32, window_ms: u64, observed_ms: u64) -> u32 {
+    if observed_ms >= window_ms || offered == 0 {
+        return offered;
+    }
+    let scale = (window_ms as f64 / observed_ms.max(1) as f64).min(MAX_WHOLE_WINDOW_SCALE);
+    (f64::from(offered) * scale)
+        .ceil()
+        .min(f64::from(crate::window::MAX_PUBLISHED)) as u32
+}
+
 /// Whether a window's share binds: it refused more than a fifth of its load over the window.
 /// A node that refused a few requests at a chance surge of a window far from its limit is not
 /// held to its share; one offered twice its share refuses half.
@@ -195,6 +215,23 @@ mod tests {
         assert!(share_binds(126, 100));
         assert!(share_binds(200, 100));
         assert!(share_binds(u64::MAX, 1), "no overflow");
+    }
+
+    #[test]
+    fn a_demand_over_part_of_a_window_is_scaled_to_the_whole_within_a_bound() {
+        // 300 ms of a 1 s window seen: the count times 10/3.
+        assert_eq!(whole_window_demand(90, 1_000, 300), 300);
+        assert_eq!(whole_window_demand(120, 1_000, 400), 300);
+        // The first 50 ms: at most five times the count.
+        assert_eq!(whole_window_demand(20, 1_000, 50), 100);
+        assert_eq!(whole_window_demand(20, 1_000, 0), 100);
+        // A whole window seen, or more: the count as it is.
+        assert_eq!(whole_window_demand(90, 1_000, 1_000), 90);
+        assert_eq!(whole_window_demand(90, 1_000, u64::MAX), 90);
+        assert_eq!(whole_window_demand(0, 1_000, 300), 0);
+        // Never past what a register can say.
+        let most = crate::window::MAX_PUBLISHED;
+        assert_eq!(whole_window_demand(most, 1_000, 300), most);
     }
 
     #[test]
