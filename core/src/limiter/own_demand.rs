@@ -22,6 +22,8 @@
 //! In `fleet` at 50 nodes, with the credit at 0.65 of a request, the second alone took the
 //! over-admission p99 from 5 % to 2 %.
 
+use crate::window::{RingSnapshot, WindowSpec};
+
 /// The time constant of the demand a binding share publishes: it moves `1 − e^(−Δ/τ)` of the
 /// way to its measure at an emission `Δ` after the last, 28 % at a round of 200 ms.
 pub const DEMAND_SMOOTHING_MS: f64 = 600.0;
@@ -37,17 +39,52 @@ pub const CHANCE_SIGMAS: f64 = 3.0;
 /// ([`whole_window_demand`]): a count over the first few milliseconds is mostly chance.
 pub const MAX_WHOLE_WINDOW_SCALE: f64 = 5.0;
 
-/// The demand of a window whose span this process has seen only `observed_ms` of (it started,
-/// or ended its warm-up, less than a window ago; `Limiter::start_observing`): `offered` over
-/// that part, scaled to the whole window, by at most [`MAX_WHOLE_WINDOW_SCALE`]. What this
-/// process was offered before it counted, it does not know: counting it as nothing made a
-/// restarted node publish a fraction of its demand for a window, and its peers take the rest.
-/// Once the process has seen a whole window, the count as it is.
-pub fn whole_window_demand(offered: u32, window_ms: u64, observed_ms: u64) -> u32 {
-    if observed_ms >= window_ms || offered == 0 {
+/// The longest window whose demand is scaled to the whole after a start
+/// ([`span_counted_ms`]). A restart leaves its downtime and warm-up uncounted, seconds: most
+/// of a one-second window, a small part of a minute's. And the longer the window, the more of
+/// what a count over its first part holds is traffic that began after the start, which the
+/// window never had before: a tenant that appears an hour after a restart would publish five
+/// times its demand for the rest of a day.
+pub const MAX_SCALED_WINDOW_MS: u64 = 10_000;
+
+/// How much of the window `snap` was taken in (at `now_ms`) this process has counted the
+/// offers of, for [`whole_window_demand`]: `observed_ms` (how long it has counted anything,
+/// `Limiter::start_observing`) where the window is short and its traffic here was there in
+/// the first bucket counted, which says it was there before too; otherwise the whole window.
+pub fn span_counted_ms(
+    snap: &RingSnapshot,
+    spec: &WindowSpec,
+    now_ms: u64,
+    observed_ms: u64,
+) -> u64 {
+    if observed_ms >= spec.window_ms() || spec.window_ms() > MAX_SCALED_WINDOW_MS {
+        return spec.window_ms();
+    }
+    let first = snap
+        .epoch
+        .saturating_sub(spec.epoch(now_ms.saturating_sub(observed_ms)));
+    let from_the_first = usize::try_from(first)
+        .ok()
+        .and_then(|age| snap.offered.by_age().get(age))
+        .is_some_and(|offered| *offered > 0);
+    if from_the_first {
+        observed_ms
+    } else {
+        spec.window_ms()
+    }
+}
+
+/// The demand of a window whose span this process has counted only `counted_ms` of
+/// ([`span_counted_ms`]): `offered` over that part, scaled to the whole window, by at most
+/// [`MAX_WHOLE_WINDOW_SCALE`]. What this process was offered before it counted (it started,
+/// or its warm-up refused without counting), it does not know: counting it as nothing made a
+/// restarted node publish a fraction of its demand for a window while its old process's
+/// demand lapsed, and its peers took the rest. Counted a whole window: the count as it is.
+pub fn whole_window_demand(offered: u32, window_ms: u64, counted_ms: u64) -> u32 {
+    if counted_ms >= window_ms || offered == 0 {
         return offered;
     }
-    let scale = (window_ms as f64 / observed_ms.max(1) as f64).min(MAX_WHOLE_WINDOW_SCALE);
+    let scale = (window_ms as f64 / counted_ms.max(1) as f64).min(MAX_WHOLE_WINDOW_SCALE);
     (f64::from(offered) * scale)
         .ceil()
         .min(f64::from(crate::window::MAX_PUBLISHED)) as u32
@@ -232,6 +269,33 @@ mod tests {
         // Never past what a register can say.
         let most = crate::window::MAX_PUBLISHED;
         assert_eq!(whole_window_demand(most, 1_000, 300), most);
+    }
+
+    #[test]
+    fn only_a_short_window_with_traffic_from_the_first_bucket_counted_is_scaled() {
+        use crate::window::LocalRing;
+        let t = 1_700_000_000_000; // a bucket boundary of 100 ms
+        let second = WindowSpec::with_default_buckets(1_000).unwrap();
+        let ring = LocalRing::new(&second);
+        // Counting began at t + 30; traffic in that bucket and after.
+        ring.reject(second.epoch(t + 40), 3);
+        ring.reject(second.epoch(t + 250), 5);
+        let now = t + 330;
+        let snap = ring.snapshot(&second, now);
+        assert_eq!(span_counted_ms(&snap, &second, now, 300), 300);
+        // A whole window counted: nothing to scale.
+        assert_eq!(span_counted_ms(&snap, &second, now, 1_000), 1_000);
+        // Traffic that began after the first bucket counted was not there before.
+        let late = LocalRing::new(&second);
+        late.reject(second.epoch(t + 250), 5);
+        let snap = late.snapshot(&second, now);
+        assert_eq!(span_counted_ms(&snap, &second, now, 300), 1_000);
+        // A long window is never scaled.
+        let minute = WindowSpec::with_default_buckets(60_000).unwrap();
+        let ring = LocalRing::new(&minute);
+        ring.reject(minute.epoch(t + 40), 3);
+        let snap = ring.snapshot(&minute, now);
+        assert_eq!(span_counted_ms(&snap, &minute, now, 300), 60_000);
     }
 
     #[test]

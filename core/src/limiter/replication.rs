@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::expected_size::ExpectedSize;
 use super::origin::{OriginId, OriginTable};
-use super::own_demand::{share_binds, smoothed_demand, whole_window_demand};
+use super::own_demand::{share_binds, smoothed_demand, span_counted_ms, whole_window_demand};
 use super::state::{WindowState, aggregate_of, is_aggregate, is_held_as_sum_alone};
 use super::{KeyId, Limiter};
 use crate::crdt::Hlc;
@@ -352,8 +352,8 @@ impl Limiter {
         hlc: crate::crdt::HlcTimestamp,
     ) -> Register {
         let mut register = register_of(snap, spec, now_ms, version, hlc);
-        register.demand =
-            whole_window_demand(register.demand, spec.window_ms(), self.observed_ms(now_ms));
+        let counted_ms = span_counted_ms(snap, spec, now_ms, self.observed_ms(now_ms));
+        register.demand = whole_window_demand(register.demand, spec.window_ms(), counted_ms);
         let (offered, admitted) = window_totals(snap);
         register.demand = demand_out_of_hearing(
             state,
