@@ -177,9 +177,10 @@ impl Ownership {
     /// See [`NodeCore::heard_sums`]; `me` is this node.
     fn heard_sums(&mut self, me: u128, sender: u128, to: Destination, keys: &[KeyId], at: Instant) {
         for key in keys {
-            let first = self.owners(*key).map(|[a, _]| a.id);
-            if first == Some(sender) || sender == me {
-                self.acting.remove(key);
+            // The first owner's own sums do not end what another member's began: while both
+            // reach this node (views that differ without a partition), this node's registers
+            // go to both, until the other's sums have stopped for a subscription's time.
+            if sender == me || self.owners(*key).is_some_and(|[a, _]| a.id == sender) {
                 continue;
             }
             if self.acting.len() >= MOST_ACTING && !self.acting.contains_key(key) {
@@ -325,8 +326,9 @@ impl<T: TimeSource> NodeCore<T> {
     /// owner in this node's view is another member get this node's registers at `to` as well,
     /// for as long as its sums keep coming (and [`SUBSCRIPTION`] after).
     ///
-    /// Only a member that counts itself a window's first owner sends its sums, and its users
-    /// divide the limit by the demand it holds. While SWIM finds out a partition, views of the
+    /// A member sends a window's sums while it counts itself the window's first owner (and,
+    /// once it does not, for at most [`SUBSCRIPTION`]), and its users divide the limit by the
+    /// demand it holds. While SWIM finds out a partition, views of the
     /// members differ for seconds: a node that still counts a member across the cut as the
     /// owner sends its registers there, and the owner its peers use hears from it only when
     /// its ring changes. For the rest, that owner's sums leave the node's demand out, its
@@ -518,7 +520,7 @@ mod tests {
     #[test]
     fn a_member_sending_sums_of_a_window_it_does_not_own_here_gets_the_registers_while_it_does() {
         let (mut o, key, first) = viewed_from_node_1();
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic_now();
         let to = |o: &mut Ownership, both| o.register_destinations(key, 1, both);
         assert_eq!(to(&mut o, false), vec![first.destination()]);
         // Node 5 counts itself the owner (its view differs) and sends node 1 its sums.
@@ -533,20 +535,22 @@ mod tests {
         // They stop: a subscription's time after the last, node 5 gets nothing more.
         o.forget_acting(t0 + SUBSCRIPTION / 2 + SUBSCRIPTION);
         assert_eq!(to(&mut o, false), vec![first.destination()]);
-        // The first owner's own sums, and this node's, do not add a destination, and a
-        // sum from the first owner ends what another member's began.
+        // The first owner's own sums, and this node's, do not add a destination; nor do
+        // they end what another member's began (both may reach this node).
         o.heard_sums(1, first.id, first.destination(), &[key], t0);
         o.heard_sums(1, 1, member(1).destination(), &[key], t0);
         assert_eq!(to(&mut o, false), vec![first.destination()]);
-        o.heard_sums(1, 5, acting, &[key], t0);
-        o.heard_sums(1, first.id, first.destination(), &[key], t0);
-        assert_eq!(to(&mut o, false), vec![first.destination()]);
+        let t1 = t0 + SUBSCRIPTION * 2;
+        o.heard_sums(1, 5, acting, &[key], t1);
+        o.heard_sums(1, first.id, first.destination(), &[key], t1);
+        o.forget_acting(t1 + SUBSCRIPTION / 2);
+        assert_eq!(to(&mut o, false), vec![first.destination(), acting]);
     }
 
     #[test]
     fn sums_of_ever_more_windows_cannot_grow_the_table_past_its_bound() {
         let (mut o, _, _) = viewed_from_node_1();
-        let t0 = Instant::now();
+        let t0 = crate::clock::monotonic_now();
         let keys: Vec<KeyId> = (0..MOST_ACTING as u128 * 2).map(KeyId).collect();
         o.heard_sums(1, 5, member(5).destination(), &keys, t0);
         assert!(o.acting.len() <= MOST_ACTING, "{} windows", o.acting.len());

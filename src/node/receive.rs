@@ -209,26 +209,41 @@ impl<T: TimeSource> NodeCore<T> {
             node: Some(header.sender),
         };
         if let Some(batch) = registers {
+            report.add(&self.limiter.merge(&batch, now.cluster_ms));
             if matches!(header.kind, Kind::Summary | Kind::Exchange)
                 && self.ownership.is_some()
                 && at_own_address
             {
                 // A member's own registers of windows this node owns: it uses them, and
-                // hears of them from here.
-                let keys: Vec<_> = batch.updates.iter().map(|u| u.key).collect();
+                // hears of them from here. Only windows the merge kept: a datagram naming
+                // windows by the thousand must not grow what this node keeps per window.
+                let keys = self.held_windows(&batch);
                 self.subscribe(header.sender, to, &keys, now);
             }
-            report.add(&self.limiter.merge(&batch, now.cluster_ms));
         }
         if let Some(batch) = sums {
-            if self.ownership.is_some() && at_own_address && !batch.updates.is_empty() {
+            report.add(&self.limiter.merge_aggregates(&batch, now.cluster_ms));
+            if self.ownership.is_some()
+                && at_own_address
+                && self.liveness.is_member(header.sender)
+                && !batch.updates.is_empty()
+            {
                 // The sender acts as these windows' owner: it should hold this node's
-                // registers too.
-                let keys: Vec<_> = batch.updates.iter().map(|u| u.key).collect();
+                // registers too (of the windows this node holds, which its own traffic is).
+                let keys = self.held_windows(&batch);
                 self.heard_sums(header.sender, to, &keys, now.at);
             }
-            report.add(&self.limiter.merge_aggregates(&batch, now.cluster_ms));
         }
         self.view.wire.merged(&report, rejects.bad_shape);
+    }
+
+    /// The windows of `batch` this node holds.
+    fn held_windows(&self, batch: &crate::limiter::Batch) -> Vec<crate::limiter::KeyId> {
+        batch
+            .updates
+            .iter()
+            .map(|u| u.key)
+            .filter(|k| self.limiter.holds(k))
+            .collect()
     }
 }

@@ -167,6 +167,12 @@ impl Limiter {
         self.warming_until_ms.store(until_ms, Ordering::Release);
     }
 
+    /// Whether this node holds window `id` (its own traffic, or registers or sums of it).
+    pub fn holds(&self, id: &KeyId) -> bool {
+        let guard = self.table.guard();
+        self.table.get(id, &guard).is_some()
+    }
+
     /// This process counts what it is offered from `now_ms` on: it started, or its warm-up
     /// ended (a warming node refuses without counting). For a window's first span after that,
     /// the demand it publishes is what it was offered scaled to the whole window

@@ -1,5 +1,6 @@
-//! This node's demand for a window where its share binds: the one it publishes, and the one it
-//! divides the limit by (ALGORITHM.md §4, "A binding share").
+//! This node's demand for a window: the one it publishes where its share binds, the one it
+//! divides the limit by (ALGORITHM.md §4, "A binding share"), and its count over a process's
+//! first window scaled to the whole (ALGORITHM.md §9, "A first window's demand").
 //!
 //! Shares sum to the limit only while every node divides it by the same demands, and a node's
 //! count holds what it admitted under its share of the last window, not its share of now. Where
@@ -49,8 +50,10 @@ pub const MAX_SCALED_WINDOW_MS: u64 = 10_000;
 
 /// How much of the window `snap` was taken in (at `now_ms`) this process has counted the
 /// offers of, for [`whole_window_demand`]: `observed_ms` (how long it has counted anything,
-/// `Limiter::start_observing`) where the window is short and its traffic here was there in
-/// the first bucket counted, which says it was there before too; otherwise the whole window.
+/// `Limiter::start_observing`) where the window is short and its traffic here was there
+/// within a bucket's time of the start of counting (in the bucket counting began in, or the
+/// next: the first may have been a few milliseconds long), which says it was there before
+/// too; otherwise the whole window.
 pub fn span_counted_ms(
     snap: &RingSnapshot,
     spec: &WindowSpec,
@@ -63,11 +66,14 @@ pub fn span_counted_ms(
     let first = snap
         .epoch
         .saturating_sub(spec.epoch(now_ms.saturating_sub(observed_ms)));
-    let from_the_first = usize::try_from(first)
-        .ok()
-        .and_then(|age| snap.offered.by_age().get(age))
-        .is_some_and(|offered| *offered > 0);
-    if from_the_first {
+    let by_age = snap.offered.by_age();
+    let offered_at = |age: u64| {
+        usize::try_from(age)
+            .ok()
+            .and_then(|age| by_age.get(age))
+            .is_some_and(|offered| *offered > 0)
+    };
+    if offered_at(first) || (first > 0 && offered_at(first - 1)) {
         observed_ms
     } else {
         spec.window_ms()
@@ -81,13 +87,22 @@ pub fn span_counted_ms(
 /// restarted node publish a fraction of its demand for a window while its old process's
 /// demand lapsed, and its peers took the rest. Counted a whole window: the count as it is.
 pub fn whole_window_demand(offered: u32, window_ms: u64, counted_ms: u64) -> u32 {
-    if counted_ms >= window_ms || offered == 0 {
+    let scale = window_scale(window_ms, counted_ms);
+    if scale <= 1.0 {
         return offered;
     }
-    let scale = (window_ms as f64 / counted_ms.max(1) as f64).min(MAX_WHOLE_WINDOW_SCALE);
     (f64::from(offered) * scale)
         .ceil()
         .min(f64::from(crate::window::MAX_PUBLISHED)) as u32
+}
+
+/// What [`whole_window_demand`] scales a count over `counted_ms` of a window by: the window
+/// over the part counted, at most [`MAX_WHOLE_WINDOW_SCALE`]; 1 once the whole is counted.
+pub fn window_scale(window_ms: u64, counted_ms: u64) -> f64 {
+    if counted_ms >= window_ms {
+        return 1.0;
+    }
+    (window_ms as f64 / counted_ms.max(1) as f64).min(MAX_WHOLE_WINDOW_SCALE)
 }
 
 /// Whether a window's share binds: it refused more than a fifth of its load over the window.
@@ -101,9 +116,12 @@ pub fn share_binds(offered: u64, admitted: u64) -> bool {
 /// last emission `elapsed_ms` ago: part of the way, and at least one request of it, so that a
 /// small demand does not stick within rounding of where it was; all of it past
 /// [`CHANCE_SIGMAS`].
-pub fn smoothed_demand(published: u32, measured: u32, elapsed_ms: u64) -> u32 {
+///
+/// `scale` is what the measure was scaled by ([`window_scale`], 1 but in a process's first
+/// window): a Poisson count scaled by `s` spreads `√s` times as wide.
+pub fn smoothed_demand(published: u32, measured: u32, elapsed_ms: u64, scale: f64) -> u32 {
     let gap = (f64::from(measured) - f64::from(published)).abs();
-    if gap > CHANCE_SIGMAS * (f64::from(published) + 1.0).sqrt() {
+    if gap > CHANCE_SIGMAS * (scale.max(1.0) * (f64::from(published) + 1.0)).sqrt() {
         // Past what chance moves a Poisson count: the load moved.
         return measured;
     }
@@ -285,7 +303,12 @@ mod tests {
         assert_eq!(span_counted_ms(&snap, &second, now, 300), 300);
         // A whole window counted: nothing to scale.
         assert_eq!(span_counted_ms(&snap, &second, now, 1_000), 1_000);
-        // Traffic that began after the first bucket counted was not there before.
+        // Traffic in the bucket after the first (which was 70 ms long) was there from the
+        // start; traffic that began later was not there before.
+        let next = LocalRing::new(&second);
+        next.reject(second.epoch(t + 150), 5);
+        let snap = next.snapshot(&second, now);
+        assert_eq!(span_counted_ms(&snap, &second, now, 300), 300);
         let late = LocalRing::new(&second);
         late.reject(second.epoch(t + 250), 5);
         let snap = late.snapshot(&second, now);
@@ -301,21 +324,28 @@ mod tests {
     #[test]
     fn a_smoothed_demand_moves_part_way_and_at_least_one_request() {
         // A round of 200 ms moves 28 % of the way, within chance (3 × √101 ≈ 30 here).
-        assert_eq!(smoothed_demand(100, 120, 200), 106);
-        assert_eq!(smoothed_demand(120, 100, 200), 114);
+        assert_eq!(smoothed_demand(100, 120, 200, 1.0), 106);
+        assert_eq!(smoothed_demand(120, 100, 200, 1.0), 114);
         // Past chance, the whole way.
-        assert_eq!(smoothed_demand(100, 131, 200), 131);
-        assert_eq!(smoothed_demand(100, 69, 200), 69);
+        assert_eq!(smoothed_demand(100, 131, 200, 1.0), 131);
+        assert_eq!(smoothed_demand(100, 69, 200, 1.0), 69);
         // Never past the measure, and never stuck within rounding of it.
-        assert_eq!(smoothed_demand(10, 11, 200), 11);
-        assert_eq!(smoothed_demand(11, 10, 200), 10);
-        assert_eq!(smoothed_demand(10, 12, 200), 11);
+        assert_eq!(smoothed_demand(10, 11, 200, 1.0), 11);
+        assert_eq!(smoothed_demand(11, 10, 200, 1.0), 10);
+        assert_eq!(smoothed_demand(10, 12, 200, 1.0), 11);
         // A long gap goes the whole way; no time, none of it.
-        assert_eq!(smoothed_demand(100, 120, 60_000), 120);
-        assert_eq!(smoothed_demand(100, 120, 0), 100);
-        assert_eq!(smoothed_demand(100, 131, 0), 131, "past chance at once");
-        assert_eq!(smoothed_demand(u32::MAX - 1, u32::MAX, 1), u32::MAX);
-        assert_eq!(smoothed_demand(1, 0, 1), 0);
+        assert_eq!(smoothed_demand(100, 120, 60_000, 1.0), 120);
+        assert_eq!(smoothed_demand(100, 120, 0, 1.0), 100);
+        assert_eq!(
+            smoothed_demand(100, 131, 0, 1.0),
+            131,
+            "past chance at once"
+        );
+        assert_eq!(smoothed_demand(u32::MAX - 1, u32::MAX, 1, 1.0), u32::MAX);
+        assert_eq!(smoothed_demand(1, 0, 1, 1.0), 0);
+        // A count scaled by 4 spreads twice as wide: 131 is within chance of 100 there.
+        assert_eq!(smoothed_demand(100, 131, 200, 4.0), 109);
+        assert_eq!(smoothed_demand(100, 161, 200, 4.0), 161);
     }
 
     #[test]

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use super::expected_size::ExpectedSize;
 use super::origin::{OriginId, OriginTable};
-use super::own_demand::{share_binds, smoothed_demand, span_counted_ms, whole_window_demand};
+use super::own_demand::{
+    share_binds, smoothed_demand, span_counted_ms, whole_window_demand, window_scale,
+};
 use super::state::{WindowState, aggregate_of, is_aggregate, is_held_as_sum_alone};
 use super::{KeyId, Limiter};
 use crate::crdt::Hlc;
@@ -353,6 +355,7 @@ impl Limiter {
     ) -> Register {
         let mut register = register_of(snap, spec, now_ms, version, hlc);
         let counted_ms = span_counted_ms(snap, spec, now_ms, self.observed_ms(now_ms));
+        let scale = window_scale(spec.window_ms(), counted_ms);
         register.demand = whole_window_demand(register.demand, spec.window_ms(), counted_ms);
         let (offered, admitted) = window_totals(snap);
         register.demand = demand_out_of_hearing(
@@ -373,7 +376,7 @@ impl Limiter {
             });
         if binding && let Some(published) = state.ring.published() {
             let elapsed = state.last_emission().elapsed_ms(now_ms);
-            register.demand = smoothed_demand(published, register.demand, elapsed);
+            register.demand = smoothed_demand(published, register.demand, elapsed, scale);
         }
         state.publish_demand(register.demand, now_ms, binding);
         register

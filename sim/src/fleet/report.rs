@@ -48,7 +48,8 @@ pub struct FleetReport {
     /// sides admit while cut off, without the tail of the windows before.
     pub partition_inside_max_ratio: Option<f64>,
     /// The same over windows that end within a window of the heal: admissions of the
-    /// partition's last second, and of the sides as they learn of each other again.
+    /// partition's last second, and of the sides as they learn of each other again. (Like
+    /// every measure here, only windows that end before the first crash.)
     pub partition_heal_max_ratio: Option<f64>,
     pub staleness_p50_ms: Option<u64>,
     pub staleness_p90_ms: Option<u64>,
