@@ -50,6 +50,8 @@ const SUBSCRIPTION: std::time::Duration = std::time::Duration::from_secs(3);
 /// (`Ownership::acting`): a member that sends sums of windows this node does not hold cannot
 /// grow the table past it.
 const MOST_ACTING: usize = 4_096;
+/// Most windows whose owners are kept between changes of the ring.
+const MOST_CACHED_OWNERS: usize = 1 << 16;
 
 /// How a node spreads its registers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -141,6 +143,11 @@ impl Ownership {
 
     /// The owners of `key` on the current ring.
     fn owners(&mut self, key: KeyId) -> Option<[Member; 2]> {
+        if self.cache.len() >= MOST_CACHED_OWNERS && !self.cache.contains_key(&key) {
+            // Windows come and go while the ring stays: start the cache over rather than keep
+            // owners of windows long gone (a lookup is a binary search of the ring).
+            self.cache.clear();
+        }
         let ring = &self.ring;
         *self.cache.entry(key).or_insert_with(|| ring.owners(key))
     }
@@ -545,6 +552,20 @@ mod tests {
         o.heard_sums(1, first.id, first.destination(), &[key], t1);
         o.forget_acting(t1 + SUBSCRIPTION / 2);
         assert_eq!(to(&mut o, false), vec![first.destination(), acting]);
+    }
+
+    #[test]
+    fn the_owners_cache_stays_within_its_bound_as_windows_come_and_go() {
+        let (mut o, key, first) = viewed_from_node_1();
+        for k in 0..MOST_CACHED_OWNERS as u128 + 10 {
+            o.owners(KeyId(k));
+        }
+        assert!(o.cache.len() <= MOST_CACHED_OWNERS, "{}", o.cache.len());
+        assert_eq!(
+            o.owners(key).map(|[a, _]| a.id),
+            Some(first.id),
+            "still right"
+        );
     }
 
     #[test]

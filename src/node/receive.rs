@@ -215,8 +215,8 @@ impl<T: TimeSource> NodeCore<T> {
                 && at_own_address
             {
                 // A member's own registers of windows this node owns: it uses them, and
-                // hears of them from here. Only windows the merge kept: a datagram naming
-                // windows by the thousand must not grow what this node keeps per window.
+                // hears of them from here. Only windows the merge kept (what this node keeps
+                // per owned window is bounded by its key table).
                 let keys = self.held_windows(&batch);
                 self.subscribe(header.sender, to, &keys, now);
             }

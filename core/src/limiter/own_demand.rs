@@ -50,10 +50,10 @@ pub const MAX_SCALED_WINDOW_MS: u64 = 10_000;
 
 /// How much of the window `snap` was taken in (at `now_ms`) this process has counted the
 /// offers of, for [`whole_window_demand`]: `observed_ms` (how long it has counted anything,
-/// `Limiter::start_observing`) where the window is short and its traffic here was there
-/// within a bucket's time of the start of counting (in the bucket counting began in, or the
-/// next: the first may have been a few milliseconds long), which says it was there before
-/// too; otherwise the whole window.
+/// `Limiter::start_observing`) where the window is short and its traffic here was there from
+/// the start of counting, which says it was there before too: in the bucket counting began
+/// in, or in the next if counting began in that bucket's second half (too short a span to
+/// expect traffic in); otherwise the whole window.
 pub fn span_counted_ms(
     snap: &RingSnapshot,
     spec: &WindowSpec,
@@ -63,9 +63,11 @@ pub fn span_counted_ms(
     if observed_ms >= spec.window_ms() || spec.window_ms() > MAX_SCALED_WINDOW_MS {
         return spec.window_ms();
     }
-    let first = snap
-        .epoch
-        .saturating_sub(spec.epoch(now_ms.saturating_sub(observed_ms)));
+    let began_ms = now_ms.saturating_sub(observed_ms);
+    let began_epoch = spec.epoch(began_ms);
+    let first = snap.epoch.saturating_sub(began_epoch);
+    let first_was_short =
+        began_ms.saturating_sub(spec.epoch_start_ms(began_epoch)) > spec.bucket_ms() / 2;
     let by_age = snap.offered.by_age();
     let offered_at = |age: u64| {
         usize::try_from(age)
@@ -73,7 +75,7 @@ pub fn span_counted_ms(
             .and_then(|age| by_age.get(age))
             .is_some_and(|offered| *offered > 0)
     };
-    if offered_at(first) || (first > 0 && offered_at(first - 1)) {
+    if offered_at(first) || (first_was_short && first > 0 && offered_at(first - 1)) {
         observed_ms
     } else {
         spec.window_ms()
@@ -290,29 +292,32 @@ mod tests {
     }
 
     #[test]
-    fn only_a_short_window_with_traffic_from_the_first_bucket_counted_is_scaled() {
+    fn only_a_short_window_with_traffic_from_the_start_of_counting_is_scaled() {
         use crate::window::LocalRing;
         let t = 1_700_000_000_000; // a bucket boundary of 100 ms
         let second = WindowSpec::with_default_buckets(1_000).unwrap();
-        let ring = LocalRing::new(&second);
-        // Counting began at t + 30; traffic in that bucket and after.
-        ring.reject(second.epoch(t + 40), 3);
-        ring.reject(second.epoch(t + 250), 5);
         let now = t + 330;
-        let snap = ring.snapshot(&second, now);
-        assert_eq!(span_counted_ms(&snap, &second, now, 300), 300);
+        let span = |at: &[u64], observed: u64| {
+            let ring = LocalRing::new(&second);
+            for a in at {
+                ring.reject(second.epoch(t + a), 1);
+            }
+            span_counted_ms(&ring.snapshot(&second, now), &second, now, observed)
+        };
+        // Counting began at t + 30 (observed 300 ms); traffic in that bucket and after.
+        assert_eq!(span(&[40, 250], 300), 300);
         // A whole window counted: nothing to scale.
-        assert_eq!(span_counted_ms(&snap, &second, now, 1_000), 1_000);
-        // Traffic in the bucket after the first (which was 70 ms long) was there from the
-        // start; traffic that began later was not there before.
-        let next = LocalRing::new(&second);
-        next.reject(second.epoch(t + 150), 5);
-        let snap = next.snapshot(&second, now);
-        assert_eq!(span_counted_ms(&snap, &second, now, 300), 300);
-        let late = LocalRing::new(&second);
-        late.reject(second.epoch(t + 250), 5);
-        let snap = late.snapshot(&second, now);
-        assert_eq!(span_counted_ms(&snap, &second, now, 300), 1_000);
+        assert_eq!(span(&[40, 250], 1_000), 1_000);
+        // The first bucket counted was 70 ms long: traffic first seen in the next one began
+        // after the start.
+        assert_eq!(span(&[150], 300), 1_000);
+        // Counting began at t + 80 (observed 250 ms): a first bucket of 20 ms may well be
+        // empty, and traffic in the next was there from the start.
+        assert_eq!(span(&[150], 250), 250);
+        assert_eq!(span(&[250], 250), 1_000);
+        // Counting began on a bucket boundary (observed 330 ms): the first bucket only.
+        assert_eq!(span(&[40], 330), 330);
+        assert_eq!(span(&[150], 330), 1_000);
         // A long window is never scaled.
         let minute = WindowSpec::with_default_buckets(60_000).unwrap();
         let ring = LocalRing::new(&minute);
