@@ -241,7 +241,9 @@ impl<T: TimeSource> NodeCore<T> {
                     // Most members count more members than this node does: they know some this
                     // node does not. Each answer brings a packet of members picked at random,
                     // so this node asks several at once.
-                    let missing = self.liveness.most_count_more_than(self.members_counted());
+                    let missing = self
+                        .liveness
+                        .most_count_more_than(self.members_counted(), now.at);
                     if self
                         .ownership
                         .as_mut()

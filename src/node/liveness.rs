@@ -55,6 +55,8 @@ struct MemberRecord {
     /// How many members it says it counts, itself included (the prefix of its register and
     /// heartbeat bodies).
     count: Option<usize>,
+    /// When `count` was heard.
+    counted_at: Option<Instant>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +81,11 @@ const TELLS_PER_SECOND: u32 = 64;
 /// How long a sender heard with a clock a minute off still counts (SWIM probes every second,
 /// so a sender still running is heard again well within it).
 const FAR_MEMORY: Duration = Duration::from_secs(5);
+/// How recent a member's count must be to say whether this node lacks members
+/// ([`Liveness::most_count_more_than`]): a calm window's registers and sums come once a
+/// second, so the members a node shares windows with are heard well within it.
+pub const COUNT_FRESH: Duration = Duration::from_secs(5);
+
 /// A member quiet for longer than this is not held any more (see [`Liveness::held`]): SWIM
 /// has long said whether it is down, and a relationship this old has simply ended.
 pub const HOLD_FOR: Duration = Duration::from_secs(30);
@@ -215,10 +222,11 @@ impl Liveness {
         self.joined_at.insert(member, at);
     }
 
-    /// `sender` counts this many members, itself included.
-    pub fn counted(&mut self, sender: u128, members: usize) {
+    /// `sender` counts this many members, itself included (heard at `at`).
+    pub fn counted(&mut self, sender: u128, members: usize, at: Instant) {
         if let Some(m) = self.members.get_mut(&sender) {
             m.count = Some(members);
+            m.counted_at = Some(at);
         }
     }
 
@@ -238,10 +246,21 @@ impl Liveness {
     /// member that missed a departure and still counts the departed one would keep every
     /// other node asking for members it does not lack (a 50-node rolling deploy: all of them,
     /// three announcements a round for 20 s, membership traffic 4.3 -> 9.4 KB/s a node).
-    pub fn most_count_more_than(&self, mine: usize) -> bool {
+    ///
+    /// Only counts heard within [`COUNT_FRESH`] of `at`: in a large cluster a node hears again
+    /// only from the members it shares windows with, and the counts of the others, heard once
+    /// while the fleet formed, said fewer members than there are for good. With them, a node
+    /// of a 200-node fleet that lacked one member (the first owner of a window it used) did
+    /// not ask for 25 s: it saw no sums of that window, took the whole limit, and the window
+    /// reached 1.34 x L.
+    pub fn most_count_more_than(&self, mine: usize, at: Instant) -> bool {
         let (more, heard) = self
             .members
             .values()
+            .filter(|m| {
+                m.counted_at
+                    .is_some_and(|t| at.saturating_duration_since(t) <= COUNT_FRESH)
+            })
             .filter_map(|m| m.count)
             .fold((0usize, 0usize), |(more, heard), c| {
                 (more + usize::from(c > mine), heard + 1)
@@ -286,6 +305,7 @@ impl Liveness {
                     last_heard: None,
                     last_datagram: None,
                     count: None,
+                    counted_at: None,
                 },
             };
             records.insert(id, record);
@@ -433,15 +453,15 @@ mod tests {
         let t0 = crate::clock::monotonic_now();
         let mut live = Liveness::new(Duration::from_millis(800), Duration::ZERO);
         live.set_members(&[member(1), member(2)], t0);
-        live.counted(1, 7);
-        live.counted(2, 3);
+        live.counted(1, 7, t0);
+        live.counted(2, 3, t0);
         assert_eq!(live.largest_count(), 7);
         assert_eq!(live.address_of(1), Some(member(1).addr));
         live.set_members(&[member(2)], t0);
         assert_eq!(live.address_of(1), None);
         // Member 2's count may have included member 1: it is heard again before it counts.
         assert_eq!(live.largest_count(), 0);
-        live.counted(2, 2);
+        live.counted(2, 2, t0);
         assert_eq!(live.largest_count(), 2);
     }
 
@@ -451,25 +471,32 @@ mod tests {
         let mut live = Liveness::new(Duration::from_millis(800), Duration::ZERO);
         let members: Vec<NodeId> = (1..=5).map(member).collect();
         live.set_members(&members, t0);
-        assert!(!live.most_count_more_than(6), "nothing heard");
+        assert!(!live.most_count_more_than(6, t0), "nothing heard");
         // One member still counts one that the others dropped.
         for (m, c) in [(1, 7), (2, 6), (3, 6), (4, 6)] {
-            live.counted(m, c);
+            live.counted(m, c, t0);
         }
-        assert!(!live.most_count_more_than(6));
+        assert!(!live.most_count_more_than(6, t0));
         assert!(
             live.largest_count() > 6,
             "the largest alone would say otherwise"
         );
         // Most of them know of a member this node does not.
-        live.counted(2, 7);
-        live.counted(3, 7);
-        assert!(live.most_count_more_than(6));
+        live.counted(2, 7, t0);
+        live.counted(3, 7, t0);
+        assert!(live.most_count_more_than(6, t0));
         // Two of five is not most.
-        live.counted(5, 6);
-        live.counted(4, 6);
-        live.counted(3, 6);
-        assert!(!live.most_count_more_than(6), "two of five");
+        live.counted(5, 6, t0);
+        live.counted(4, 6, t0);
+        live.counted(3, 6, t0);
+        assert!(!live.most_count_more_than(6, t0), "two of five");
+        // Counts heard long ago (members this node no longer hears from) do not outvote the
+        // fresh ones.
+        let later = t0 + COUNT_FRESH * 2;
+        live.counted(1, 7, later);
+        live.counted(2, 7, later);
+        assert!(live.most_count_more_than(6, later), "two fresh, both more");
+        assert!(!live.most_count_more_than(6, t0), "as of then, two of five");
     }
 
     #[test]
@@ -477,8 +504,8 @@ mod tests {
         let t0 = crate::clock::monotonic_now();
         let mut live = Liveness::new(Duration::from_millis(800), Duration::ZERO);
         live.set_members(&[member(1), member(2), member(3)], t0);
-        live.counted(1, 4);
-        live.counted(2, 4);
+        live.counted(1, 4, t0);
+        live.counted(2, 4, t0);
         // A newcomer: what the others counted still stands (they may not know it yet, and
         // the smaller count is what makes this node announce it).
         live.set_members(&[member(1), member(2), member(3), member(5)], t0);
@@ -486,7 +513,7 @@ mod tests {
         // Member 3 crashes; member 2 is not heard again, member 1 is.
         live.set_members(&[member(1), member(2), member(5)], t0);
         assert_eq!(live.largest_count(), 0);
-        live.counted(1, 4);
+        live.counted(1, 4, t0);
         assert_eq!(live.largest_count(), 4);
     }
 

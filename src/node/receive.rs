@@ -122,7 +122,7 @@ impl<T: TimeSource> NodeCore<T> {
             self.view.wire.dropped(DropReason::Malformed);
             return;
         };
-        self.liveness.counted(header.sender, count);
+        self.liveness.counted(header.sender, count, now.at);
         // Whether the sender receives at `from`: always taken so in a secure cluster (nobody
         // can seal a datagram without the key); in an insecure one, if it echoes this node's
         // cookie for `from`.
