@@ -81,10 +81,17 @@ const TELLS_PER_SECOND: u32 = 64;
 /// How long a sender heard with a clock a minute off still counts (SWIM probes every second,
 /// so a sender still running is heard again well within it).
 const FAR_MEMORY: Duration = Duration::from_secs(5);
-/// How recent a member's count must be to say whether this node lacks members
-/// ([`Liveness::most_count_more_than`]): a calm window's registers and sums come once a
-/// second, so the members a node shares windows with are heard well within it.
-pub const COUNT_FRESH: Duration = Duration::from_secs(5);
+/// The least time a member's count stays fresh enough to say whether this node lacks members
+/// ([`Liveness::most_count_more_than`]). It is 5 calm rounds of registers and sums (a calm
+/// window's go every fifth round), so the members a node shares windows with are heard
+/// within it: `25 × gossip_interval`, which is `6.25 × silence_threshold` (4 rounds), and 5 s
+/// at the default 200 ms round.
+const COUNT_FRESH_MIN: Duration = Duration::from_secs(5);
+
+/// How long a count stays fresh, for a silence threshold of 4 rounds.
+fn count_fresh(silence_threshold: Duration) -> Duration {
+    (silence_threshold * 25 / 4).max(COUNT_FRESH_MIN)
+}
 
 /// A member quiet for longer than this is not held any more (see [`Liveness::held`]): SWIM
 /// has long said whether it is down, and a relationship this old has simply ended.
@@ -231,6 +238,10 @@ impl Liveness {
     }
 
     /// The largest member count any member reports, or any sender a minute off.
+    ///
+    /// Stale counts stay in: a count too small cannot be the largest, and one too large is
+    /// forgotten when a member leaves (`set_members`). This feeds `N_expected` and the strict
+    /// scale's fence, where leaving out a member that only a peer hears would over-admit.
     pub fn largest_count(&self) -> usize {
         let far = self.far.values().map(|f| f.count);
         self.members
@@ -241,25 +252,26 @@ impl Liveness {
             .unwrap_or(0)
     }
 
-    /// Whether most members whose count this node has heard count more members than `mine`:
+    /// Whether most members whose count this node heard lately count more members than `mine`:
     /// this node then lacks members most of the cluster knows of. Not the largest count: a
     /// member that missed a departure and still counts the departed one would keep every
     /// other node asking for members it does not lack (a 50-node rolling deploy: all of them,
     /// three announcements a round for 20 s, membership traffic 4.3 -> 9.4 KB/s a node).
     ///
-    /// Only counts heard within [`COUNT_FRESH`] of `at`: in a large cluster a node hears again
+    /// Only counts heard lately (5 calm rounds, [`COUNT_FRESH_MIN`] at least) before `at`: in a large cluster a node hears again
     /// only from the members it shares windows with, and the counts of the others, heard once
     /// while the fleet formed, said fewer members than there are for good. With them, a node
     /// of a 200-node fleet that lacked one member (the first owner of a window it used) did
     /// not ask for 25 s: it saw no sums of that window, took the whole limit, and the window
     /// reached 1.34 x L.
     pub fn most_count_more_than(&self, mine: usize, at: Instant) -> bool {
+        let fresh = count_fresh(self.silence_threshold);
         let (more, heard) = self
             .members
             .values()
             .filter(|m| {
                 m.counted_at
-                    .is_some_and(|t| at.saturating_duration_since(t) <= COUNT_FRESH)
+                    .is_some_and(|t| at.saturating_duration_since(t) <= fresh)
             })
             .filter_map(|m| m.count)
             .fold((0usize, 0usize), |(more, heard), c| {
@@ -491,12 +503,32 @@ mod tests {
         live.counted(3, 6, t0);
         assert!(!live.most_count_more_than(6, t0), "two of five");
         // Counts heard long ago (members this node no longer hears from) do not outvote the
-        // fresh ones.
-        let later = t0 + COUNT_FRESH * 2;
+        // fresh ones, whichever way they point.
+        let fresh = count_fresh(Duration::from_millis(800));
+        assert_eq!(fresh, Duration::from_secs(5));
+        let later = t0 + fresh * 2;
         live.counted(1, 7, later);
         live.counted(2, 7, later);
         assert!(live.most_count_more_than(6, later), "two fresh, both more");
-        assert!(!live.most_count_more_than(6, t0), "as of then, two of five");
+        // A stale majority that counts more does not outvote fresh counts that do not.
+        let mut stale = Liveness::new(Duration::from_millis(800), Duration::ZERO);
+        stale.set_members(&members, t0);
+        for m in 1..=4 {
+            stale.counted(m, 7, t0);
+        }
+        stale.counted(5, 6, later);
+        assert!(
+            stale.most_count_more_than(6, t0 + fresh),
+            "fresh up to the limit"
+        );
+        assert!(
+            !stale.most_count_more_than(6, later),
+            "one fresh count, not more"
+        );
+        // Nothing fresh: nothing says this node lacks members.
+        assert!(!stale.most_count_more_than(6, later + fresh + Duration::from_millis(1)));
+        // Rounds of a second: counts stay fresh for 25 s.
+        assert_eq!(count_fresh(Duration::from_secs(4)), Duration::from_secs(25));
     }
 
     #[test]
