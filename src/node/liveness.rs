@@ -53,10 +53,8 @@ struct MemberRecord {
     /// `members` shows an operator.
     last_datagram: Option<u64>,
     /// How many members it says it counts, itself included (the prefix of its register and
-    /// heartbeat bodies).
-    count: Option<usize>,
-    /// When `count` was heard.
-    counted_at: Option<Instant>,
+    /// heartbeat bodies), and when that was heard.
+    count: Option<(usize, Instant)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -232,8 +230,7 @@ impl Liveness {
     /// `sender` counts this many members, itself included (heard at `at`).
     pub fn counted(&mut self, sender: u128, members: usize, at: Instant) {
         if let Some(m) = self.members.get_mut(&sender) {
-            m.count = Some(members);
-            m.counted_at = Some(at);
+            m.count = Some((members, at));
         }
     }
 
@@ -246,7 +243,7 @@ impl Liveness {
         let far = self.far.values().map(|f| f.count);
         self.members
             .values()
-            .filter_map(|m| m.count)
+            .filter_map(|m| m.count.map(|(count, _)| count))
             .chain(far)
             .max()
             .unwrap_or(0)
@@ -258,22 +255,20 @@ impl Liveness {
     /// other node asking for members it does not lack (a 50-node rolling deploy: all of them,
     /// three announcements a round for 20 s, membership traffic 4.3 -> 9.4 KB/s a node).
     ///
-    /// Only counts heard lately (5 calm rounds, [`COUNT_FRESH_MIN`] at least) before `at`: in a large cluster a node hears again
-    /// only from the members it shares windows with, and the counts of the others, heard once
-    /// while the fleet formed, said fewer members than there are for good. With them, a node
-    /// of a 200-node fleet that lacked one member (the first owner of a window it used) did
-    /// not ask for 25 s: it saw no sums of that window, took the whole limit, and the window
-    /// reached 1.34 x L.
+    /// Only counts heard lately (5 calm rounds, [`COUNT_FRESH_MIN`] at least) before `at`: in a
+    /// large cluster a node hears again only from the members it shares windows with, and the
+    /// counts of the others, heard once while the fleet formed, said fewer members than there
+    /// are for good. With them, a node of a 200-node fleet that lacked one member (the first
+    /// owner of a window it used) did not ask for 25 s: it saw no sums of that window, took
+    /// the whole limit, and the window reached 1.34 x L.
     pub fn most_count_more_than(&self, mine: usize, at: Instant) -> bool {
         let fresh = count_fresh(self.silence_threshold);
         let (more, heard) = self
             .members
             .values()
-            .filter(|m| {
-                m.counted_at
-                    .is_some_and(|t| at.saturating_duration_since(t) <= fresh)
-            })
             .filter_map(|m| m.count)
+            .filter(|(_, heard)| at.saturating_duration_since(*heard) <= fresh)
+            .map(|(count, _)| count)
             .fold((0usize, 0usize), |(more, heard), c| {
                 (more + usize::from(c > mine), heard + 1)
             });
@@ -317,7 +312,6 @@ impl Liveness {
                     last_heard: None,
                     last_datagram: None,
                     count: None,
-                    counted_at: None,
                 },
             };
             records.insert(id, record);

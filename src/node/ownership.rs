@@ -181,19 +181,31 @@ impl Ownership {
         out
     }
 
-    /// See [`NodeCore::heard_sums`]; `me` is this node.
-    fn heard_sums(&mut self, me: u128, sender: u128, to: Destination, keys: &[KeyId], at: Instant) {
+    /// See [`NodeCore::heard_sums`]; `me` is this node, and `holds` says whether it holds a
+    /// window (asked only of the windows whose first owner here is not `sender`: the rare
+    /// case, and the one a forged datagram could use to grow the table).
+    fn heard_sums(
+        &mut self,
+        (me, sender): (u128, u128),
+        to: Destination,
+        keys: impl IntoIterator<Item = KeyId>,
+        holds: impl Fn(&KeyId) -> bool,
+        at: Instant,
+    ) {
+        if sender == me {
+            return;
+        }
         for key in keys {
             // The first owner's own sums do not end what another member's began: while both
             // reach this node (views that differ without a partition), this node's registers
             // go to both, until the other's sums have stopped for a subscription's time.
-            if sender == me || self.owners(*key).is_some_and(|[a, _]| a.id == sender) {
+            if self.owners(key).is_some_and(|[a, _]| a.id == sender) || !holds(&key) {
                 continue;
             }
-            if self.acting.len() >= MOST_ACTING && !self.acting.contains_key(key) {
+            if self.acting.len() >= MOST_ACTING && !self.acting.contains_key(&key) {
                 continue;
             }
-            self.acting.insert(*key, Subscriber { to, heard: at });
+            self.acting.insert(key, Subscriber { to, heard: at });
         }
     }
 
@@ -329,7 +341,7 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// Sums of `keys` arrived from `sender`, at `to`: of those windows, the ones whose first
+    /// `sums` arrived from `sender`, at `to`: of their windows that this node holds, those whose first
     /// owner in this node's view is another member get this node's registers at `to` as well,
     /// for as long as its sums keep coming (and [`SUBSCRIPTION`] after).
     ///
@@ -341,16 +353,12 @@ impl<T: TimeSource> NodeCore<T> {
     /// its ring changes. For the rest, that owner's sums leave the node's demand out, its
     /// peers' shares sum to more than the limit, and in `fleet-partition` at 30 nodes (seed 1)
     /// a window reached 1.08 x L eight seconds into the cut.
-    pub(super) fn heard_sums(
-        &mut self,
-        sender: u128,
-        to: Destination,
-        keys: &[KeyId],
-        at: Instant,
-    ) {
+    pub(super) fn heard_sums(&mut self, sender: u128, to: Destination, sums: &Batch, at: Instant) {
         let me = self.params.node_id.as_u128();
+        let limiter = &self.limiter;
         if let Some(ownership) = self.ownership.as_mut() {
-            ownership.heard_sums(me, sender, to, keys, at);
+            let keys = sums.updates.iter().map(|u| u.key);
+            ownership.heard_sums((me, sender), to, keys, |k| limiter.holds(k), at);
         }
     }
 
@@ -532,11 +540,11 @@ mod tests {
         assert_eq!(to(&mut o, false), vec![first.destination()]);
         // Node 5 counts itself the owner (its view differs) and sends node 1 its sums.
         let acting = member(5).destination();
-        o.heard_sums(1, 5, acting, &[key], t0);
+        o.heard_sums((1, 5), acting, [key], |_| true, t0);
         assert_eq!(to(&mut o, false), vec![first.destination(), acting]);
         assert_eq!(to(&mut o, true).len(), 3, "both owners and node 5");
         // Its sums keep coming: still there after more than a subscription's time.
-        o.heard_sums(1, 5, acting, &[key], t0 + SUBSCRIPTION / 2);
+        o.heard_sums((1, 5), acting, [key], |_| true, t0 + SUBSCRIPTION / 2);
         o.forget_acting(t0 + SUBSCRIPTION);
         assert!(to(&mut o, false).contains(&acting));
         // They stop: a subscription's time after the last, node 5 gets nothing more.
@@ -544,12 +552,12 @@ mod tests {
         assert_eq!(to(&mut o, false), vec![first.destination()]);
         // The first owner's own sums, and this node's, do not add a destination; nor do
         // they end what another member's began (both may reach this node).
-        o.heard_sums(1, first.id, first.destination(), &[key], t0);
-        o.heard_sums(1, 1, member(1).destination(), &[key], t0);
+        o.heard_sums((1, first.id), first.destination(), [key], |_| true, t0);
+        o.heard_sums((1, 1), member(1).destination(), [key], |_| true, t0);
         assert_eq!(to(&mut o, false), vec![first.destination()]);
         let t1 = t0 + SUBSCRIPTION * 2;
-        o.heard_sums(1, 5, acting, &[key], t1);
-        o.heard_sums(1, first.id, first.destination(), &[key], t1);
+        o.heard_sums((1, 5), acting, [key], |_| true, t1);
+        o.heard_sums((1, first.id), first.destination(), [key], |_| true, t1);
         o.forget_acting(t1 + SUBSCRIPTION / 2);
         assert_eq!(to(&mut o, false), vec![first.destination(), acting]);
     }
@@ -573,7 +581,7 @@ mod tests {
         let (mut o, _, _) = viewed_from_node_1();
         let t0 = crate::clock::monotonic_now();
         let keys: Vec<KeyId> = (0..MOST_ACTING as u128 * 2).map(KeyId).collect();
-        o.heard_sums(1, 5, member(5).destination(), &keys, t0);
+        o.heard_sums((1, 5), member(5).destination(), keys, |_| true, t0);
         assert!(o.acting.len() <= MOST_ACTING, "{} windows", o.acting.len());
         assert!(o.acting.len() >= MOST_ACTING / 2, "the bound is not zero");
     }

@@ -230,8 +230,7 @@ impl<T: TimeSource> NodeCore<T> {
             {
                 // The sender acts as these windows' owner: it should hold this node's
                 // registers too (of the windows this node holds, which its own traffic is).
-                let keys = self.held_windows(&batch);
-                self.heard_sums(header.sender, to, &keys, now.at);
+                self.heard_sums(header.sender, to, &batch, now.at);
             }
         }
         self.view.wire.merged(&report, rejects.bad_shape);
