@@ -186,6 +186,12 @@ impl Collector for ClusterCollector {
         gauge(e, "keys", "Windows held", stats.keys as i64)?;
         gauge(
             e,
+            "windows_without_owner",
+            "Windows whose registers go to an owner that sends no sums back, held to the onset share",
+            stats.blind_windows as i64,
+        )?;
+        gauge(
+            e,
             "keys_max",
             "Most windows held at once (max_keys)",
             stats.max_keys as i64,

@@ -9,7 +9,8 @@
 //!
 //! - `core.rs`: the state and the inputs; `receive.rs`: one datagram; `dissemination.rs`:
 //!   summary rounds, anti-entropy, bootstrap pushes; `ownership.rs` and `placement.rs`: in
-//!   large clusters, registers through each window's owners; `liveness.rs`: whose demand counts; `member_log.rs`: membership changes in the log;
+//!   large clusters, registers through each window's owners; `unanswered.rs`: windows whose
+//!   owner does not answer; `liveness.rs`: whose demand counts; `member_log.rs`: membership changes in the log;
 //!   `warmup.rs`: when a starting node may admit; `status.rs`: who counts, readiness, the
 //!   published member list; `clock_sync.rs`: cluster time;
 //!   `return_route.rs`: who may be sent registers in an insecure cluster; `timers.rs`: the
@@ -36,6 +37,7 @@ mod return_route;
 mod stats;
 mod status;
 mod timers;
+mod unanswered;
 mod view;
 mod warmup;
 

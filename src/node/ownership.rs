@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use super::core::NodeCore;
 use super::placement::{Member, Ring};
+use super::unanswered::UnansweredRegisters;
 use crate::clock::{Now, TimeSource};
 use crate::gossip::wire::{Destination, Kind};
 use crate::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
@@ -94,6 +95,8 @@ pub struct Ownership {
     acting: BTreeMap<KeyId, Subscriber>,
     /// Owned windows whose sums changed since the last round.
     changed: BTreeSet<KeyId>,
+    /// Windows whose registers this node sends to an owner, and no sum came back since.
+    unanswered: UnansweredRegisters,
     /// Send every live register of this node to both its owners next round (owners moved, or
     /// anti-entropy is due).
     resend_all: bool,
@@ -268,6 +271,8 @@ impl<T: TimeSource> NodeCore<T> {
                     "small cluster: registers go to every member"
                 );
                 self.ownership = None;
+                // Every member hears every register again.
+                self.limiter.set_blind(&[]);
             }
             _ => {}
         }
@@ -357,6 +362,11 @@ impl<T: TimeSource> NodeCore<T> {
         let me = self.params.node_id.as_u128();
         let limiter = &self.limiter;
         if let Some(ownership) = self.ownership.as_mut() {
+            for update in &sums.updates {
+                let reg = &update.register;
+                let alone = reg.demand == 0 && reg.admitted.iter().all(|c| *c == 0);
+                ownership.unanswered.answered(update.key, alone);
+            }
             let keys = sums.updates.iter().map(|u| u.key);
             ownership.heard_sums((me, sender), to, keys, |k| limiter.holds(k), at);
         }
@@ -408,15 +418,22 @@ impl<T: TimeSource> NodeCore<T> {
         let mut to_owners: BTreeMap<Destination, Vec<RegisterUpdate>> = BTreeMap::new();
         ownership.forget_acting(now.at);
         for update in own {
-            if ownership.owns(update.key, me) {
+            let owned = ownership.owns(update.key, me);
+            if owned {
                 ownership.changed.insert(update.key);
             }
             // The second owner needs the registers only to take over: from anti-entropy (every
             // `anti_entropy_interval`) and whenever the owners may have moved.
-            for to in ownership.register_destinations(update.key, me, resend_all) {
+            let destinations = ownership.register_destinations(update.key, me, resend_all);
+            if !owned && !destinations.is_empty() {
+                ownership.unanswered.sent(update.key, now.at);
+            }
+            for to in destinations {
                 to_owners.entry(to).or_default().push(update.clone());
             }
         }
+        // Registers that get no sums back: nobody here counts itself the window's owner.
+        self.limiter.set_blind(&ownership.unanswered.blind(now.at));
 
         // The sums of the owned windows that changed, one datagram (or a few) per subscriber:
         // the contended ones now, the others on a calm round.

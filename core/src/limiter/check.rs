@@ -248,7 +248,12 @@ impl Limiter {
         if !young {
             state.establish();
         }
-        let onset = surging || (young && !state.established(local.active));
+        // A blind window (registers unanswered, `blind.rs`) of which this node knows no other
+        // user's demand is capped as an onset is: it cannot tell who else uses it. Where it
+        // does know of some (an owner's last sum, which lasts a window), the share follows
+        // those, as it does while SWIM finds a crashed owner out.
+        let blind = remote.demand == 0 && self.is_blind(id);
+        let onset = surging || (young && !state.established(local.active)) || blind;
         let (live, expected) = self.member_counts();
         // The credit relies on the others' shares being current. Without a register or sum
         // for the window in the last quarter of a window (a node that stopped hearing from the

@@ -68,4 +68,6 @@ pub struct LimiterStats {
     pub expired_keys: u64,
     pub evicted_keys: u64,
     pub refused_table_full: u64,
+    /// Windows taken for blind (see [`Limiter::set_blind`](super::Limiter::set_blind)).
+    pub blind_windows: usize,
 }

@@ -16,6 +16,7 @@
 
 mod admission;
 mod aggregation;
+mod blind;
 mod bound_cache;
 mod check;
 mod config;
@@ -81,6 +82,8 @@ pub struct Limiter {
     /// A clock beyond the tolerance cuts a member (or this node) off: the strict policy's
     /// scale then applies whatever the partition policy (see [`Limiter::set_clock_fenced`]).
     clock_fenced: AtomicBool,
+    /// Windows this node uses and hears nothing of (sorted; see [`Limiter::set_blind`]).
+    blind_windows: arc_swap::ArcSwapOption<Vec<KeyId>>,
     /// Bumped after every change of the liveness; part of every cached bound.
     liveness_generation: AtomicU32,
     /// Until this time (ms) the node does not hold the cluster's state yet and admits nothing;
@@ -113,6 +116,7 @@ impl Limiter {
             silent_origins: arc_swap::ArcSwapOption::empty(),
             held_origins: arc_swap::ArcSwapOption::empty(),
             clock_fenced: AtomicBool::new(false),
+            blind_windows: arc_swap::ArcSwapOption::empty(),
             liveness_generation: AtomicU32::new(0),
             warming_until_ms: AtomicU64::new(0),
             observing_since_ms: AtomicU64::new(0),
@@ -155,6 +159,7 @@ impl Limiter {
             expired_keys: t.expired.load(Ordering::Relaxed),
             evicted_keys: t.evicted.load(Ordering::Relaxed),
             refused_table_full: t.refused_full.load(Ordering::Relaxed),
+            blind_windows: self.blind_windows.load().as_deref().map_or(0, Vec::len),
         }
     }
 

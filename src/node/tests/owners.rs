@@ -143,10 +143,15 @@ fn sums_sent(net: &Net) -> usize {
 
 /// A key whose first owner, in node `viewer`'s view, is node `owner`.
 fn key_owned_by(net: &mut Net, viewer: usize, owner: usize) -> Vec<u8> {
+    key_owned_by_in(net, viewer, owner, &limit().window)
+}
+
+/// A key whose window `spec`'s first owner, in node `viewer`'s view, is node `owner`.
+fn key_owned_by_in(net: &mut Net, viewer: usize, owner: usize, spec: &WindowSpec) -> Vec<u8> {
     (0..1_000)
         .map(|i| format!("key-{i}").into_bytes())
         .find(|k| {
-            let id = net.node(viewer).limiter().key_id(k, &limit().window);
+            let id = net.node(viewer).limiter().key_id(k, spec);
             let core = net.nodes[viewer].as_mut().unwrap();
             core.owners_of(id).unwrap()[0].as_u128() as usize - 1 == owner
         })
@@ -347,4 +352,80 @@ fn a_request_for_an_echo_is_answered_with_one() {
     assert!(verified(&net, 1, 0));
     // The answer asks for nothing: node 1 sends nothing back.
     assert_eq!(heartbeats(&net.sent[1][before_1..], 0), 0);
+}
+
+/// Nodes 0 and 1 each offer 200 requests a second on `key` (a limit of 100 a second) for
+/// five seconds. Returns what each admitted in the last two seconds, and whether node 0 took
+/// the window for blind at the end.
+fn two_users_overloading(net: &mut Net, key: &[u8]) -> ([usize; 2], bool) {
+    let second = Limit {
+        max: 100,
+        window: one_second(),
+    };
+    let item = [CheckItem {
+        key,
+        limit: second,
+        cost: 1,
+    }];
+    let req = CheckRequest {
+        items: &item,
+        dry_run: false,
+    };
+    let mut last_two_seconds = [0; 2];
+    for step in 0..50 {
+        for (user, admitted) in last_two_seconds.iter_mut().enumerate() {
+            for _ in 0..20 {
+                let limiter = net.node(user).limiter();
+                let allowed = limiter
+                    .check(&req, net.now(user).cluster_ms)
+                    .unwrap()
+                    .allowed;
+                if allowed && step >= 30 {
+                    *admitted += 1;
+                }
+            }
+        }
+        net.run_ms(100);
+    }
+    let id = net.node(0).limiter().key_id(key, &second.window);
+    (last_two_seconds, net.node(0).limiter().is_blind(id))
+}
+
+fn one_second() -> WindowSpec {
+    WindowSpec::with_default_buckets(1_000).unwrap()
+}
+
+#[test]
+fn users_whose_owner_never_answers_take_no_more_than_equal_parts() {
+    // Node 5 answers nothing but SWIM: it stays on the ring, takes registers and sends no
+    // sums. Each user of a window it owns hears of no other, and would take the whole limit.
+    let mut net = owners_cluster_with(
+        6,
+        Setup {
+            mute: Some(5),
+            ..Setup::default()
+        },
+    );
+    let key = key_owned_by_in(&mut net, 0, 5, &one_second());
+    assert_eq!(
+        key_owned_by_in(&mut net, 1, 5, &one_second()),
+        key,
+        "both users name node 5"
+    );
+    let ([a, b], blind) = two_users_overloading(&mut net, &key);
+    assert!(blind, "the window is taken for blind");
+    // At most a sixth of the limit each (one member in six) and a request of credit, a
+    // second; the whole limit each without the cap.
+    assert!(a + b <= 2 * 40, "admitted {a} + {b} in two seconds");
+    assert!(a > 0 && b > 0, "neither starves: {a}, {b}");
+
+    // The same with an owner that answers: not blind, and the two share the limit.
+    let key = key_owned_by_in(&mut net, 0, 4, &one_second());
+    let ([a, b], blind) = two_users_overloading(&mut net, &key);
+    assert!(!blind);
+    // (Requests come twenty at a time, so the window refills in steps: about two thirds.)
+    assert!(
+        (2 * 40 + 20..=2 * 105).contains(&(a + b)),
+        "admitted {a} + {b} in two seconds"
+    );
 }

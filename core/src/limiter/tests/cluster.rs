@@ -103,6 +103,69 @@ fn onset_takes_one_nth_until_peers_can_have_been_heard() {
 }
 
 #[test]
+fn a_blind_window_takes_the_onset_share_until_it_is_not_and_a_cached_bound_follows() {
+    let l = limiter();
+    l.set_members(5, T0);
+    let lim = [second(100)];
+    let id = l.key_id(b"k", &lim[0].window);
+    // A request every 20 ms (half the limit); what was admitted in [from, to) ms after T0.
+    let steady = |from: u64, to: u64| {
+        (from / 20..to / 20)
+            .filter(|i| check(&l, "k", &lim, 1, T0 + 20 * i).allowed)
+            .count()
+    };
+    // Past its onset, hearing of nobody else: the whole limit is this node's, and all of
+    // its load fits.
+    steady(0, 1_000);
+    assert_eq!(steady(1_000, 2_000), 50);
+    steady(2_000, 2_060);
+    // Blind (its registers go unanswered), in the middle of a bucket: a fifth, one member's
+    // part in five. The window holds half the limit, so nothing until that drains under a
+    // fifth (at 2 650 ms): the bound cached for the bucket before the call, which had room,
+    // must not admit past it.
+    l.set_blind(&[id]);
+    assert!(l.is_blind(id));
+    assert_eq!(l.stats().blind_windows, 1);
+    assert_eq!(steady(2_060, 2_600), 0);
+    steady(2_600, 3_000);
+    let blind = steady(3_000, 4_000);
+    assert!((15..=25).contains(&blind), "{blind} of 100 while blind");
+    // No longer blind: all of its load again.
+    l.set_blind(&[]);
+    assert_eq!(l.stats().blind_windows, 0);
+    steady(4_000, 5_000);
+    assert_eq!(steady(5_000, 6_000), 50);
+    // Another window's blindness is not this one's.
+    l.set_blind(&[KeyId(id.0 ^ 1)]);
+    assert!(!l.is_blind(id));
+}
+
+#[test]
+fn a_blind_window_whose_other_users_are_known_keeps_its_demand_share() {
+    let (a, b) = (
+        limiter_with(LimiterConfig::default(), 1),
+        limiter_with(LimiterConfig::default(), 2),
+    );
+    for l in [&a, &b] {
+        l.set_members(5, T0);
+    }
+    let lim = [second(100)];
+    // b used the window and told a: a knows one other user, whose demand lasts a window.
+    assert_eq!(admitted_in(&b, "k", &lim, 40, T0), 20, "b's onset: a fifth");
+    a.merge(&b.collect_changed(T0 + 1).expect("b changed"), T0 + 2);
+    let id = a.key_id(b"k", &lim[0].window);
+    a.set_blind(&[id]);
+    assert_eq!(
+        admitted_in(&a, "k", &lim, 20, T0 + 30),
+        20,
+        "a's onset: a fifth"
+    );
+    // After a's onset, its demand share of the limit, not the fifth it already holds.
+    let later = admitted_in(&a, "k", &lim, 100, T0 + 700);
+    assert!(later > 0, "a share beyond the onset's: {later}");
+}
+
+#[test]
 fn strict_partition_scales_the_side() {
     let l = limiter();
     l.set_members(5, T0);
