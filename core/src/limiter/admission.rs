@@ -156,6 +156,23 @@ pub fn lasting_allowance(policy: Policy, i: &Inputs) -> f64 {
     local_cap.min(global_room)
 }
 
+/// The part of the limit this node's side of the cluster may admit: `live / N_e` under
+/// strict (or any clock fenced) while members are out of sight, else all of it.
+pub fn side_scale(
+    partition: PartitionPolicy,
+    live: usize,
+    expected: usize,
+    force_strict: bool,
+) -> f64 {
+    match partition {
+        PartitionPolicy::Strict if expected > live => live.max(1) as f64 / expected as f64,
+        PartitionPolicy::Available if force_strict && expected > live => {
+            live.max(1) as f64 / expected as f64
+        }
+        _ => 1.0,
+    }
+}
+
 /// This node's share of the limit, and the room the global estimate leaves.
 fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
     let global_room = i.limit - i.remote_admitted;
@@ -163,13 +180,7 @@ fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
         Policy::GlobalCount => global_room,
         Policy::DemandShare(partition) => {
             let live = i.live.max(1) as f64;
-            let scale = match partition {
-                PartitionPolicy::Strict if i.expected > i.live => live / i.expected as f64,
-                PartitionPolicy::Available if i.force_strict && i.expected > i.live => {
-                    live / i.expected as f64
-                }
-                _ => 1.0,
-            };
+            let scale = side_scale(partition, i.live, i.expected, i.force_strict);
             // This node's demand as its peers count it, so that every node divides the limit
             // by the same demand vector and the shares sum to 1 (ALGORITHM.md §4). Its fresh
             // demand would not: a node whose load just rose by chance would take more before

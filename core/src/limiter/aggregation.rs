@@ -12,13 +12,18 @@
 
 use std::collections::BTreeMap;
 
+use super::admission::{CREDIT_MAX_MISSING, CREDIT_MIN_SCALE, Policy, side_scale};
 use super::replication::RegisterUpdate;
-use super::state::is_aggregate;
+use super::state::{WindowState, is_aggregate};
 use super::{KeyId, Limiter, OriginId};
 use crate::crdt::{HlcTimestamp, Register};
+use crate::window::WindowSpec;
 
 /// See [`Limiter::minor`].
 pub const MINOR_PART: f64 = 32.0;
+
+/// See [`Limiter::contended`].
+pub const NEAR_PART: f64 = 0.8;
 
 /// The version and stamp of one round's aggregates (see [`Limiter::aggregate_stamp`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,9 +34,17 @@ pub struct AggregateStamp {
 
 impl Limiter {
     /// Whether window `key` refused anything lately, as far as this node knows: a refusal of
-    /// its own, or a register (or an owner's sum) whose demand exceeds what it admitted. Such
+    /// its own, or a register (or an owner's sum) whose demand exceeds what it admitted; or
+    /// whether the demand this node knows of reaches [`NEAR_PART`] of what its side may admit
+    /// (the limit the window was last checked under, scaled as a partition scales it). Such
     /// a window is near its limit, where the others' counts matter: its registers and sums go
     /// out every round, the others' less often.
+    ///
+    /// The last: in a partition each side's part is its share of the limit, and a window that
+    /// was calm when whole can have about that much demand on one side. It refuses little, so
+    /// it stayed calm, and its users divided their side's part by demand a second old while
+    /// their own moved: in `fleet-partition` at 100 nodes a window held 1.09 x L with its
+    /// users on one side admitting all they were offered.
     pub fn contended(&self, key: KeyId, now_ms: u64) -> bool {
         let guard = self.table.guard();
         let Some(state) = self.table.get(&key, &guard) else {
@@ -42,14 +55,54 @@ impl Limiter {
         if local.offered.by_age() != local.admitted.by_age() {
             return true;
         }
-        state.remote.load().as_deref().is_some_and(|replica| {
+        let refused_elsewhere = state.remote.load().as_deref().is_some_and(|replica| {
             replica.iter().any(|(_, reg)| {
                 // Demand is the offered estimate over the window rounded up, admissions whole
                 // buckets: one more is rounding, two more is a refusal.
                 let admitted: u64 = reg.buckets().map(|(_, c)| c).sum();
                 u64::from(reg.live_demand(&spec, now_ms)) > admitted + 1
             })
-        })
+        });
+        refused_elsewhere || self.near_limit(state, &spec, now_ms)
+    }
+
+    /// The part of each limit this node's side of the cluster may admit (below 1 while
+    /// members are out of sight under `strict`, or with a clock fenced), if it is a side: more
+    /// than a member or two gone, or a scale under [`CREDIT_MIN_SCALE`], as for the credit.
+    /// A crash, or a rolling deploy's replacement, holds one member in `N_e` for a minute and
+    /// is not a side.
+    pub fn side_part(&self) -> Option<f64> {
+        let Policy::DemandShare(partition) = self.config.policy else {
+            return None;
+        };
+        let (live, expected) = self.member_counts();
+        let scale = side_scale(partition, live, expected, self.clock_fenced());
+        let side = scale < 1.0
+            && (scale < CREDIT_MIN_SCALE || expected.saturating_sub(live) > CREDIT_MAX_MISSING);
+        side.then_some(scale)
+    }
+
+    /// See [`Limiter::contended`]: only on a side (see [`Limiter::side_part`]), as in steady
+    /// state demand that nears the limit shows in refusals soon enough.
+    fn near_limit(&self, state: &WindowState, spec: &WindowSpec, now_ms: u64) -> bool {
+        let limit = state.bound.last_limit();
+        let Some(scale) = self.side_part() else {
+            return false;
+        };
+        if limit == 0 {
+            return false;
+        }
+        let own = state.ring.usage(spec, now_ms, 1).offered;
+        let (silent, held) = (self.silent_origins.load(), self.held_origins.load());
+        let others = state
+            .remote_scalars(
+                spec,
+                now_ms,
+                silent.as_deref().map(Vec::as_slice),
+                held.as_deref().map(Vec::as_slice),
+            )
+            .demand as f64;
+        own + others >= NEAR_PART * scale * f64::from(limit)
     }
 
     /// Whether this node's demand for window `key` is a minor part of it: at most

@@ -93,6 +93,12 @@ impl BoundCache {
         Some(body as u32)
     }
 
+    /// The limit the last bound was stored for (0: none yet): the limit the window was last
+    /// checked under, as far as a cached bound says.
+    pub fn last_limit(&self) -> u32 {
+        self.head.load(Ordering::Relaxed) as u32
+    }
+
     /// Where the sequence stands. Read it before reading anything the bound is computed from.
     #[inline]
     pub fn seen(&self) -> Seen {

@@ -429,3 +429,60 @@ fn users_whose_owner_never_answers_take_no_more_than_equal_parts() {
         "admitted {a} + {b} in two seconds"
     );
 }
+
+#[test]
+fn on_a_side_a_user_near_its_part_gets_its_sums_every_round() {
+    let mut net = owners_cluster(6);
+    // Nodes 3-5 drop out of sight: nodes 0-2 are a side with half of every limit.
+    for i in 3..6 {
+        net.cut[i] = true;
+    }
+    net.run_ms(8_000);
+    for i in 0..3 {
+        let (live, expected) = net.node(i).limiter().member_counts();
+        assert_eq!((live, expected), (3, 6), "node {i}");
+    }
+    let key = key_owned_by_in(&mut net, 0, 2, &one_second());
+    let item = [CheckItem {
+        key: &key,
+        limit: Limit {
+            max: 100,
+            window: one_second(),
+        },
+        cost: 1,
+    }];
+    let req = CheckRequest {
+        items: &item,
+        dry_run: false,
+    };
+    // Node 0 offers a request every 22 ms: 45 a second of the side's 50, near it and within
+    // it, so that the owner (which counts refusals) takes the window for calm once the onset's
+    // refusals have left it.
+    let sums_to_0 = |net: &Net| {
+        net.sent[2]
+            .iter()
+            .filter(|o| o.to == addr(0) && matches!(o.kind, Kind::Aggregate | Kind::Exchange))
+            .count()
+    };
+    let mut before = 0;
+    for step in 0..(4_000 / 22) {
+        if step == 2_000 / 22 {
+            before = sums_to_0(&net);
+        }
+        let limiter = net.node(0).limiter();
+        let allowed = limiter.check(&req, net.now(0).cluster_ms).unwrap().allowed;
+        // Its onset (a sixth of the limit, the first half second) refuses; after it, none.
+        assert!(
+            allowed || step < 1_000 / 22,
+            "refused at {step} within the side's part"
+        );
+        net.run_ms(22);
+    }
+    let id = net.node(2).limiter().key_id(&key, &one_second());
+    let owner_calm = !net.node(2).limiter().contended(id, net.now(2).cluster_ms);
+    assert!(owner_calm, "the owner counts the window calm");
+    assert!(net.node(0).limiter().contended(id, net.now(0).cluster_ms));
+    // Two seconds, ten rounds: a sum each (a sum a second, calm).
+    let sums = sums_to_0(&net) - before;
+    assert!(sums >= 8, "{sums} sums to node 0 in two seconds");
+}

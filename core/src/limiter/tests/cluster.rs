@@ -166,6 +166,49 @@ fn a_blind_window_whose_other_users_are_known_keeps_its_demand_share() {
 }
 
 #[test]
+fn a_window_near_its_sides_part_is_contended_on_a_side_only() {
+    let l = limiter();
+    l.set_members(10, T0);
+    let lim = [second(100)];
+    let id = l.key_id(b"k", &lim[0].window);
+    // A request every 20 ms, all admitted: nothing refused, and half the limit.
+    let steady = |from: u64, to: u64| {
+        (from / 20..to / 20)
+            .filter(|i| check(&l, "k", &lim, 1, T0 + 20 * i).allowed)
+            .count()
+    };
+    steady(0, 2_000);
+    let at = T0 + 2_000;
+    assert!(!l.contended(id, at), "half the whole limit is calm");
+    assert_eq!(l.side_part(), None);
+    // A member gone (a crash): still not a side.
+    l.set_members(9, at);
+    assert_eq!(l.side_part(), None);
+    assert!(!l.contended(id, at));
+    // Four of ten out of sight: the side's part is 60, and 50 of demand is near it, though
+    // nothing was refused.
+    l.set_members(6, at);
+    assert_eq!(l.side_part(), Some(0.6));
+    assert!(l.contended(id, at), "50 of a part of 60");
+    // Seven out of sight: a part of 30, which the demand passes.
+    l.set_members(3, at);
+    assert!(l.contended(id, at));
+    // A window never checked here (its limit unknown) is not near anything.
+    assert!(!l.contended(KeyId(id.0 ^ 1), at));
+    // Under `available` a side admits the whole limit: not near.
+    let available = limiter_with(
+        LimiterConfig {
+            policy: Policy::DemandShare(PartitionPolicy::Available),
+            ..LimiterConfig::default()
+        },
+        3,
+    );
+    available.set_members(10, T0);
+    available.set_members(3, T0 + 1);
+    assert_eq!(available.side_part(), None);
+}
+
+#[test]
 fn strict_partition_scales_the_side() {
     let l = limiter();
     l.set_members(5, T0);
