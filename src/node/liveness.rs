@@ -234,6 +234,12 @@ impl Liveness {
         }
     }
 
+    /// The count `member` last reported, and when it was heard.
+    #[cfg(test)]
+    pub fn count_of(&self, member: u128) -> Option<(usize, Instant)> {
+        self.members.get(&member).and_then(|m| m.count)
+    }
+
     /// The largest member count any member reports, or any sender a minute off.
     ///
     /// Stale counts stay in: a count too small cannot be the largest, and one too large is

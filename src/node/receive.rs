@@ -122,7 +122,6 @@ impl<T: TimeSource> NodeCore<T> {
             self.view.wire.dropped(DropReason::Malformed);
             return;
         };
-        self.liveness.counted(header.sender, count, now.at);
         // Whether the sender receives at `from`: always taken so in a secure cluster (nobody
         // can seal a datagram without the key); in an insecure one, if it echoes this node's
         // cookie for `from`.
@@ -150,6 +149,14 @@ impl<T: TimeSource> NodeCore<T> {
                 rest
             }
         };
+        // How many members it counts feeds `N_expected`, which scales every share down under
+        // `strict`: taken, as the clock's steering is, only from a member's own datagram bound
+        // to this node, from its address, and (where anyone can forge datagrams) from an
+        // address that has shown it receives. A forged count of 65 536 would otherwise hold
+        // every node of an insecure cluster to a sliver of each limit for a minute.
+        if steers && from_receives {
+            self.liveness.counted(header.sender, count, now.at);
+        }
         if header.kind == Kind::Heartbeat {
             // Flags past the prefix: what the sender's build reads (`features.rs`). Taken only
             // from a datagram bound to this node and sent from the member's own address.

@@ -273,6 +273,44 @@ fn a_members_flags_count_only_from_its_own_address() {
 }
 
 #[test]
+fn a_members_count_is_taken_only_from_its_own_address() {
+    let mut net = owners_cluster(6);
+    net.lose = Some(Kind::Heartbeat);
+    crossed_owners(&mut net);
+    net.run_ms(1_500);
+    // Node 1's announcements to node 0 (ids are slot + 1), lost on the way; each carries the
+    // members node 1 counts.
+    let announcements = |net: &Net| -> Vec<Outgoing> {
+        net.sent[1]
+            .iter()
+            .filter(|o| o.kind == Kind::Heartbeat && o.to == addr(0))
+            .cloned()
+            .collect()
+    };
+    let counted_at = |net: &Net| net.node(0).liveness.count_of(2).map(|(_, at)| at);
+    let first = announcements(&net);
+    assert_eq!(first.len(), 1);
+    // Nothing else from node 1 reaches node 0 from now on but what is handed over.
+    net.cut[1] = true;
+    net.run_ms(10);
+    let before = counted_at(&net);
+    // Genuine, but from another member's address: not counted.
+    net.hand_over(0, first[0].datagram.clone(), 5);
+    assert_eq!(counted_at(&net), before);
+    // The next one, 30 s on, from node 1's own address: counted.
+    net.cut[1] = false;
+    net.run_ms(30_000);
+    net.cut[1] = true;
+    net.run_ms(10);
+    let before = counted_at(&net);
+    let next = announcements(&net);
+    assert_eq!(next.len(), 2);
+    net.hand_over(0, next[1].datagram.clone(), 1);
+    assert_ne!(counted_at(&net), before);
+    assert_eq!(net.node(0).liveness.count_of(2).map(|(n, _)| n), Some(6));
+}
+
+#[test]
 fn in_an_insecure_cluster_state_goes_only_to_addresses_that_answered() {
     // Node 5's address never answers anything but SWIM (a victim's address a forged member
     // claims): whatever it owns or uses, it gets no register and no sum.
