@@ -187,7 +187,7 @@ impl Collector for ClusterCollector {
         gauge(
             e,
             "windows_without_owner",
-            "Windows whose registers go to an owner that sends no sums back, held to the onset share",
+            "Windows whose registers go to an owner that sends no sums back (held to the onset share while no other user's demand is known)",
             stats.blind_windows as i64,
         )?;
         gauge(

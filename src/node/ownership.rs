@@ -72,7 +72,8 @@ struct Subscriber {
     heard: Instant,
     /// It sends registers of the window at least every other round (it counts the window
     /// near its limit) and has had no sum since its last: it gets one next round, even where
-    /// this node counts the window calm.
+    /// this node counts the window calm, while this node is on a partition's side. (Always
+    /// false for a member acting as an owner, which gets registers, not sums.)
     prompt: bool,
 }
 
@@ -386,7 +387,7 @@ impl<T: TimeSource> NodeCore<T> {
             for update in &sums.updates {
                 let reg = &update.register;
                 let alone = reg.demand == 0 && reg.admitted.iter().all(|c| *c == 0);
-                ownership.unanswered.answered(update.key, alone);
+                ownership.unanswered.answered(update.key, alone, at);
             }
             let keys = sums.updates.iter().map(|u| u.key);
             ownership.heard_sums((me, sender), to, keys, |k| limiter.holds(k), at);
@@ -402,7 +403,11 @@ impl<T: TimeSource> NodeCore<T> {
     /// register goes to the first owner, and the sums of every changed window to their users;
     /// at anti-entropy, and when the owners may have moved, every live register goes to both.
     /// A window far from its limit admits the same whether the others' counts are a round old
-    /// or a second old; the second owner needs the registers only to take over.
+    /// or a second old; the second owner needs the registers only to take over. On a side of
+    /// a partition a window near the side's part counts as contended too, and a user that
+    /// sends every round gets its sum every round even where this node counts the window
+    /// calm (`Subscriber::prompt`). Registers that get no sums back make their window blind
+    /// (`unanswered.rs`).
     pub(super) fn owner_round(&mut self, now: Now, changed: Option<Batch>) {
         let me = self.params.node_id.as_u128();
         let origin = self.limiter.origin();
@@ -447,13 +452,17 @@ impl<T: TimeSource> NodeCore<T> {
             // `anti_entropy_interval`) and whenever the owners may have moved.
             let destinations = ownership.register_destinations(update.key, me, resend_all);
             if !owned && !destinations.is_empty() {
+                // Counted whether or not the registers can leave (an owner's address not yet
+                // shown to receive, in an insecure cluster): either way no sum comes, and this
+                // node knows nothing of the window's other users.
                 ownership.unanswered.sent(update.key, now.at);
             }
             for to in destinations {
                 to_owners.entry(to).or_default().push(update.clone());
             }
         }
-        // Registers that get no sums back: nobody here counts itself the window's owner.
+        // Registers that get no sums back: no member counts itself the window's first owner
+        // in this node's view, or they never reach it (`unanswered.rs`).
         self.limiter.set_blind(&ownership.unanswered.blind(now.at));
 
         // The sums of the owned windows that changed, one datagram (or a few) per subscriber:

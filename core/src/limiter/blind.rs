@@ -6,10 +6,13 @@
 //! for the window: the member it takes for the first owner counts itself the second (a
 //! member missing from this node's view of the cluster), or is gone. Hearing of no other
 //! user, the node would take the whole limit while every other user takes its share: in a
-//! 1 000-node `fleet` a window reached 1.31 x L that way. A blind window gets the onset share
-//! instead, `1 / live` of the limit (`1 / N_e` under strict), as a node whose peers cannot
-//! have been heard yet does; the node layer says which windows are blind
-//! (`node::unanswered`).
+//! 1 000-node `fleet` a window reached 1.31 x L that way. A blind window of which this node
+//! knows no other user's demand gets the onset share instead, `1 / live` of the limit
+//! (`1 / N_e` under strict), as a node whose peers cannot have been heard yet does; one whose
+//! other users' demand it still knows (an owner's last sum, for a window) keeps its demand
+//! share. The node layer says which windows are blind (`node::unanswered`). No bound of a
+//! blind window is cached: whether it is capped changes when the others' demand lapses,
+//! within a bucket.
 
 use std::sync::atomic::Ordering;
 
@@ -17,7 +20,8 @@ use super::{KeyId, Limiter};
 
 impl Limiter {
     /// Says which windows are blind: this node sends their registers and hears no sum back.
-    /// Until the next call, their shares are at most the onset share.
+    /// Until the next call, their shares are at most the onset share while this node knows of
+    /// no other user's demand for them.
     pub fn set_blind(&self, windows: &[KeyId]) {
         let mut sorted = windows.to_vec();
         sorted.sort_unstable();

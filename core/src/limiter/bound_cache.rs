@@ -8,8 +8,9 @@
 //! - the limit value and the estimate mode: part of the cache's key, so a check under another
 //!   limit (an Envoy `limit` override, an inline limit, a reloaded rule) never uses it;
 //! - the bucket: part of the key;
-//! - the liveness (who is live, `N_expected`, who is silent or cut off): its generation is
-//!   part of the key;
+//! - the liveness (who is live, `N_expected`, who is silent or cut off, which windows are
+//!   blind): its generation is part of the key. A blind window's bound is never stored: its
+//!   cap depends on whether the others' demand has lapsed, which can tighten it mid-bucket;
 //! - the remote registers: a merge invalidates the cache ([`BoundCache::invalidate`]);
 //! - this node's own demand as its peers know it: an emission that changes it invalidates the
 //!   cache (`WindowState::publish_demand`), and so does one that changes the demand before it
@@ -93,10 +94,27 @@ impl BoundCache {
         Some(body as u32)
     }
 
-    /// The limit the last bound was stored for (0: none yet): the limit the window was last
-    /// checked under, as far as a cached bound says.
+    /// The limit the window was last checked under (0: never checked here): the limit of the
+    /// last bound stored, or noted ([`BoundCache::note_limit`]).
     pub fn last_limit(&self) -> u32 {
         self.head.load(Ordering::Relaxed) as u32
+    }
+
+    /// Records `limit` as the window's limit where the last bound stored was for another: a
+    /// bound of 0 under it, which sends every check to the exact path as an empty cache does.
+    /// Every evaluation calls it, so that the limit is known (`Limiter::contended`) also where
+    /// checks cache nothing: several items at once, a dry run, the cache turned off.
+    pub fn note_limit(&self, limit: u32) {
+        if self.last_limit() == limit {
+            return;
+        }
+        let key = BoundKey {
+            epoch: 0,
+            limit,
+            mode: EstimateMode::Interpolated,
+            generation: 0,
+        };
+        self.store(self.seen(), &key, 0);
     }
 
     /// Where the sequence stands. Read it before reading anything the bound is computed from.
@@ -186,6 +204,23 @@ mod tests {
             mode: EstimateMode::Interpolated,
             generation: 7,
         }
+    }
+
+    #[test]
+    fn a_noted_limit_is_the_last_limit_and_leaves_no_bound_that_admits() {
+        let cache = BoundCache::default();
+        assert_eq!(cache.last_limit(), 0);
+        let k = key(1_000);
+        cache.store(cache.seen(), &k, 400);
+        assert_eq!(cache.last_limit(), 1_000);
+        // The same limit noted: the bound stays.
+        cache.note_limit(1_000);
+        assert_eq!(cache.get(&k), Some(400));
+        // Another: it is the last limit now, and no bound under either admits anything.
+        cache.note_limit(50);
+        assert_eq!(cache.last_limit(), 50);
+        assert_eq!(cache.get(&k), None);
+        assert!(matches!(cache.get(&key(50)), None | Some(0)));
     }
 
     #[test]

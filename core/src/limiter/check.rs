@@ -157,7 +157,9 @@ impl Limiter {
             self.record(id, state, e.epoch, item.cost, admitted);
             admitted
         };
-        if caching {
+        // Not for a blind window (`blind.rs`): its cap depends on whether the others' demand
+        // has lapsed, which happens within a bucket and would tighten the bound.
+        if caching && !self.is_blind(id) {
             state.bound.store(seen, &bound_key, e.lasting_bound);
         }
         let status = self.status(&e, allowed, allowed, now_ms);
@@ -203,6 +205,7 @@ impl Limiter {
         now_ms: u64,
     ) -> Eval<'g> {
         let spec = &limit.window;
+        state.bound.note_limit(limit.max);
         // The recent span is as long as the onset period (at least the current bucket).
         let buckets = u64::from(spec.buckets());
         let recent_span = self

@@ -68,6 +68,7 @@ pub struct LimiterStats {
     pub expired_keys: u64,
     pub evicted_keys: u64,
     pub refused_table_full: u64,
-    /// Windows taken for blind (see [`Limiter::set_blind`](super::Limiter::set_blind)).
+    /// Windows whose registers get no sums back (see
+    /// [`Limiter::set_blind`](super::Limiter::set_blind)).
     pub blind_windows: usize,
 }
