@@ -243,6 +243,15 @@ fn a_member_that_never_said_what_it_reads_gets_no_exchange_and_no_compact_header
     assert!(holds_a_sum(&net, 0, &a) && holds_a_sum(&net, 1, &b));
 }
 
+/// Node 1's announcements (heartbeats) to node 0 so far.
+fn announcements_from_1_to_0(net: &Net) -> Vec<Outgoing> {
+    net.sent[1]
+        .iter()
+        .filter(|o| o.kind == Kind::Heartbeat && o.to == addr(0))
+        .cloned()
+        .collect()
+}
+
 #[test]
 fn a_members_flags_count_only_from_its_own_address() {
     let mut net = owners_cluster(6);
@@ -250,14 +259,7 @@ fn a_members_flags_count_only_from_its_own_address() {
     crossed_owners(&mut net);
     net.run_ms(1_500);
     // Node 1's announcements to node 0 (ids are slot + 1), lost on the way.
-    let announcements = |net: &Net| -> Vec<Outgoing> {
-        net.sent[1]
-            .iter()
-            .filter(|o| o.kind == Kind::Heartbeat && o.to == addr(0))
-            .cloned()
-            .collect()
-    };
-    let first = announcements(&net);
+    let first = announcements_from_1_to_0(&net);
     assert_eq!(first.len(), 1, "one announcement, then none for 30 s");
     let deliver = |net: &mut Net, out: &Outgoing, from: usize| {
         net.hand_over(0, out.datagram.clone(), from);
@@ -267,7 +269,7 @@ fn a_members_flags_count_only_from_its_own_address() {
     assert!(!deliver(&mut net, &first[0], 5));
     // The next one, 30 s on, from node 1's own address.
     net.run_ms(30_000);
-    let next = announcements(&net);
+    let next = announcements_from_1_to_0(&net);
     assert_eq!(next.len(), 2);
     assert!(deliver(&mut net, &next[1], 1));
 }
@@ -280,15 +282,8 @@ fn a_members_count_is_taken_only_from_its_own_address() {
     net.run_ms(1_500);
     // Node 1's announcements to node 0 (ids are slot + 1), lost on the way; each carries the
     // members node 1 counts.
-    let announcements = |net: &Net| -> Vec<Outgoing> {
-        net.sent[1]
-            .iter()
-            .filter(|o| o.kind == Kind::Heartbeat && o.to == addr(0))
-            .cloned()
-            .collect()
-    };
     let counted_at = |net: &Net| net.node(0).liveness.count_of(2).map(|(_, at)| at);
-    let first = announcements(&net);
+    let first = announcements_from_1_to_0(&net);
     assert_eq!(first.len(), 1);
     // Nothing else from node 1 reaches node 0 from now on but what is handed over.
     net.cut[1] = true;
@@ -303,7 +298,7 @@ fn a_members_count_is_taken_only_from_its_own_address() {
     net.cut[1] = true;
     net.run_ms(10);
     let before = counted_at(&net);
-    let next = announcements(&net);
+    let next = announcements_from_1_to_0(&net);
     assert_eq!(next.len(), 2);
     net.hand_over(0, next[1].datagram.clone(), 1);
     assert_ne!(counted_at(&net), before);

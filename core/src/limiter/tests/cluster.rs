@@ -102,18 +102,22 @@ fn onset_takes_one_nth_until_peers_can_have_been_heard() {
     assert_eq!(admitted_in(&l, "k", &lim, 100, T0 + 600), 80);
 }
 
+/// Checks key `k` once every 20 ms from `from` to `to` ms after `T0` (not included); how many
+/// were admitted.
+fn every_20_ms(l: &Limiter, lim: &[Limit], from: u64, to: u64) -> usize {
+    (from / 20..to / 20)
+        .filter(|i| check(l, "k", lim, 1, T0 + 20 * i).allowed)
+        .count()
+}
+
 #[test]
 fn a_blind_window_takes_the_onset_share_until_it_is_not_and_a_cached_bound_follows() {
     let l = limiter();
     l.set_members(5, T0);
     let lim = [second(100)];
     let id = l.key_id(b"k", &lim[0].window);
-    // A request every 20 ms (half the limit); what was admitted in [from, to) ms after T0.
-    let steady = |from: u64, to: u64| {
-        (from / 20..to / 20)
-            .filter(|i| check(&l, "k", &lim, 1, T0 + 20 * i).allowed)
-            .count()
-    };
+    // A request every 20 ms: half the limit.
+    let steady = |from: u64, to: u64| every_20_ms(&l, &lim, from, to);
     // Past its onset, hearing of nobody else: the whole limit is this node's, and all of
     // its load fits.
     steady(0, 1_000);
@@ -176,11 +180,7 @@ fn a_window_near_its_sides_part_is_contended_on_a_side_only() {
     let lim = [second(100)];
     let id = l.key_id(b"k", &lim[0].window);
     // A request every 20 ms, all admitted: nothing refused, and half the limit.
-    let steady = |from: u64, to: u64| {
-        (from / 20..to / 20)
-            .filter(|i| check(&l, "k", &lim, 1, T0 + 20 * i).allowed)
-            .count()
-    };
+    let steady = |from: u64, to: u64| every_20_ms(&l, &lim, from, to);
     steady(0, 2_000);
     let at = T0 + 2_000;
     assert!(!l.contended(id, at), "half the whole limit is calm");
