@@ -35,7 +35,7 @@ pub struct AggregateStamp {
 impl Limiter {
     /// Whether window `key` refused anything lately, as far as this node knows: a refusal of
     /// its own, or a register (or an owner's sum) whose demand exceeds what it admitted; or
-    /// whether the demand this node knows of reaches [`NEAR_PART`] of what its side may admit
+    /// whether the demand this node knows of reaches `NEAR_PART` (0.8) of what its side may admit
     /// (the limit the window was last checked under, scaled as a partition scales it). Such
     /// a window is near its limit, where the others' counts matter: its registers and sums go
     /// out every round, the others' less often.
@@ -68,7 +68,7 @@ impl Limiter {
 
     /// The part of each limit this node's side of the cluster may admit (below 1 while
     /// members are out of sight under `strict`, or with a clock fenced), if it is a side: more
-    /// than a member or two gone, or a scale under [`CREDIT_MIN_SCALE`], as for the credit.
+    /// than a member or two gone, or a scale under `CREDIT_MIN_SCALE` (0.9), as for the credit.
     /// A crash, or a rolling deploy's replacement, holds one member in `N_e` for a minute and
     /// is not a side.
     pub fn side_part(&self) -> Option<f64> {
