@@ -232,11 +232,15 @@ impl<T: TimeSource> NodeCore<T> {
             report.add(&self.limiter.merge_aggregates(&batch, now.cluster_ms));
             if self.ownership.is_some()
                 && at_own_address
+                && from_receives
                 && self.liveness.is_member(header.sender)
                 && !batch.updates.is_empty()
             {
                 // The sender acts as these windows' owner: it should hold this node's
-                // registers too (of the windows this node holds, which its own traffic is).
+                // registers too (of the windows this node holds, which its own traffic is),
+                // and they are not blind. Where anyone can forge datagrams, only from an
+                // address shown to receive: a forged empty sum every 10 s would keep a window
+                // from counting as blind.
                 self.heard_sums(header.sender, to, &batch, now.at);
             }
         }

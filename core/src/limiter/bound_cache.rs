@@ -102,8 +102,9 @@ impl BoundCache {
 
     /// Records `limit` as the window's limit where the last bound stored was for another: a
     /// bound of 0 under it, which sends every check to the exact path as an empty cache does.
-    /// Every evaluation calls it, so that the limit is known (`Limiter::contended`) also where
-    /// checks cache nothing: several items at once, a dry run, the cache turned off.
+    /// Checks that cache nothing call it (several items at once, the cache turned off), so
+    /// that the limit is known to `Limiter::contended` all the same; an inspection or a dry
+    /// run does not.
     pub fn note_limit(&self, limit: u32) {
         if self.last_limit() == limit {
             return;

@@ -82,6 +82,11 @@ impl Limiter {
             let state = self
                 .table
                 .get_or_insert(id, &item.limit.window, now_ms, guard)?;
+            if !dry_run {
+                // What `Limiter::contended` knows of the window's limit, where nothing is
+                // cached.
+                state.bound.note_limit(item.limit.max);
+            }
             evals.push(self.evaluate(id, state, item.limit, item.cost, now_ms));
         }
         let mut fits: SmallVec<[bool; 2]> = evals.iter().map(Eval::fits).collect();
@@ -145,6 +150,10 @@ impl Limiter {
                 });
             }
         }
+        if !caching && !dry_run {
+            // What `Limiter::contended` knows of the window's limit (a stored bound says it).
+            state.bound.note_limit(limit.max);
+        }
         let seen = state.bound.seen();
         let e = self.evaluate(id, state, *limit, item.cost, now_ms);
         let allowed = if dry_run {
@@ -205,7 +214,6 @@ impl Limiter {
         now_ms: u64,
     ) -> Eval<'g> {
         let spec = &limit.window;
-        state.bound.note_limit(limit.max);
         // The recent span is as long as the onset period (at least the current bucket).
         let buckets = u64::from(spec.buckets());
         let recent_span = self

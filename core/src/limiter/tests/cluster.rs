@@ -209,6 +209,18 @@ fn a_window_near_its_sides_part_is_contended_on_a_side_only() {
     let other = l.key_id(b"other", &large[0].window);
     assert!(l.holds(&other));
     assert!(!l.contended(other, at));
+    // With the cache off (nothing stored), the limit is noted all the same.
+    let uncached = limiter_with(
+        LimiterConfig {
+            admission_cache: false,
+            ..LimiterConfig::default()
+        },
+        4,
+    );
+    uncached.set_members(10, T0);
+    every_20_ms(&uncached, &lim, 0, 2_000);
+    uncached.set_members(6, at);
+    assert!(uncached.contended(uncached.key_id(b"k", &lim[0].window), at));
     // Under `available` a side admits the whole limit: not near.
     let available = limiter_with(
         LimiterConfig {
