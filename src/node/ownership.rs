@@ -284,7 +284,7 @@ impl<T: TimeSource> NodeCore<T> {
                 );
                 self.ownership = None;
                 // Every member hears every register again.
-                self.limiter.set_blind(&[]);
+                self.limiter.set_blind(Vec::new());
             }
             _ => {}
         }
@@ -463,7 +463,7 @@ impl<T: TimeSource> NodeCore<T> {
         }
         // Registers that get no sums back: no member counts itself the window's first owner
         // in this node's view, or they never reach it (`unanswered.rs`).
-        self.limiter.set_blind(&ownership.unanswered.blind(now.at));
+        self.limiter.set_blind(ownership.unanswered.blind(now.at));
 
         // The sums of the owned windows that changed, one datagram (or a few) per subscriber:
         // the contended ones now, the others on a calm round, except to the users that count

@@ -173,6 +173,14 @@ pub fn side_scale(
     }
 }
 
+/// Whether members are out of sight beyond a member or two gone: a side's `scale` under
+/// [`CREDIT_MIN_SCALE`], or more than [`CREDIT_MAX_MISSING`] members expected and not live.
+/// A crash, or a rolling deploy's replacement, holds one member in `N_e` for a minute and is
+/// not that; the sides of a partition are.
+pub fn members_out_of_sight(scale: f64, live: usize, expected: usize) -> bool {
+    scale < 1.0 && (scale < CREDIT_MIN_SCALE || expected.saturating_sub(live) > CREDIT_MAX_MISSING)
+}
+
 /// This node's share of the limit, and the room the global estimate leaves.
 fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
     let global_room = i.limit - i.remote_admitted;
@@ -208,10 +216,8 @@ fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
             // The credit is safe while the global cap can catch it. Scaled with members out of
             // sight, this node may be on a side that cannot see much of the cluster's
             // admissions, and the cap cannot (see `CREDIT_MIN_SCALE`).
-            let in_view = scale >= 1.0
-                || (scale >= CREDIT_MIN_SCALE
-                    && i.expected.saturating_sub(i.live) <= CREDIT_MAX_MISSING
-                    && !i.silent_members);
+            let in_view = !members_out_of_sight(scale, i.live, i.expected)
+                && (scale >= 1.0 || !i.silent_members);
             let credit = if in_view { i.credit } else { 0.0 };
             i.limit * share + credit
         }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use super::admission::{CREDIT_MAX_MISSING, CREDIT_MIN_SCALE, Policy, side_scale};
+use super::admission::{Policy, members_out_of_sight, side_scale};
 use super::replication::RegisterUpdate;
 use super::state::{WindowState, is_aggregate};
 use super::{KeyId, Limiter, OriginId};
@@ -67,42 +67,44 @@ impl Limiter {
     }
 
     /// The part of each limit this node's side of the cluster may admit (below 1 while
-    /// members are out of sight under `strict`, or with a clock fenced), if it is a side: more
-    /// than a member or two gone, or a scale under `CREDIT_MIN_SCALE` (0.9), as for the credit.
-    /// A crash, or a rolling deploy's replacement, holds one member in `N_e` for a minute and
-    /// is not a side.
+    /// members are out of sight under `strict`, or with a clock fenced), if it is a side:
+    /// members out of sight beyond a member or two gone, as for the credit
+    /// (`admission::members_out_of_sight`).
     pub fn side_part(&self) -> Option<f64> {
         let Policy::DemandShare(partition) = self.config.policy else {
             return None;
         };
         let (live, expected) = self.member_counts();
         let scale = side_scale(partition, live, expected, self.clock_fenced());
-        let side = scale < 1.0
-            && (scale < CREDIT_MIN_SCALE || expected.saturating_sub(live) > CREDIT_MAX_MISSING);
-        side.then_some(scale)
+        members_out_of_sight(scale, live, expected).then_some(scale)
     }
 
     /// See [`Limiter::contended`]: only on a side (see [`Limiter::side_part`]), as in steady
     /// state demand that nears the limit shows in refusals soon enough.
     fn near_limit(&self, state: &WindowState, spec: &WindowSpec, now_ms: u64) -> bool {
-        let limit = state.bound.last_limit();
         let Some(scale) = self.side_part() else {
             return false;
         };
+        let limit = state.bound.last_limit();
         if limit == 0 {
             return false;
         }
         let own = state.ring.usage(spec, now_ms, 1).offered;
+        own + self.others_demand(state, spec, now_ms) >= NEAR_PART * scale * f64::from(limit)
+    }
+
+    /// The others' demand for a window as admission counts it (`check.rs`): a silent
+    /// member's left out, a held one's kept.
+    fn others_demand(&self, state: &WindowState, spec: &WindowSpec, now_ms: u64) -> f64 {
         let (silent, held) = (self.silent_origins.load(), self.held_origins.load());
-        let others = state
+        state
             .remote_scalars(
                 spec,
                 now_ms,
                 silent.as_deref().map(Vec::as_slice),
                 held.as_deref().map(Vec::as_slice),
             )
-            .demand as f64;
-        own + others >= NEAR_PART * scale * f64::from(limit)
+            .demand as f64
     }
 
     /// Whether this node's demand for window `key` is a minor part of it: at most
@@ -120,18 +122,9 @@ impl Limiter {
         };
         let spec = state.spec();
         let own = state.ring.usage(&spec, now_ms, 1).offered;
-        // The others' demand as admission counts it (`check.rs`): a silent member's left out,
-        // a held one's kept. Counting a partition's far side would make this node minor where
-        // its demand is a large part of what is live.
-        let (silent, held) = (self.silent_origins.load(), self.held_origins.load());
-        let others = state
-            .remote_scalars(
-                &spec,
-                now_ms,
-                silent.as_deref().map(Vec::as_slice),
-                held.as_deref().map(Vec::as_slice),
-            )
-            .demand as f64;
+        // The others' demand as admission counts it: counting a partition's far side would
+        // make this node minor where its demand is a large part of what is live.
+        let others = self.others_demand(state, &spec, now_ms);
         others > 0.0 && own * MINOR_PART <= others
     }
 

@@ -22,8 +22,8 @@ impl Limiter {
     /// Says which windows are blind: this node sends their registers and hears no sum back.
     /// Until the next call, their shares are at most the onset share while this node knows of
     /// no other user's demand for them.
-    pub fn set_blind(&self, windows: &[KeyId]) {
-        let mut sorted = windows.to_vec();
+    pub fn set_blind(&self, windows: Vec<KeyId>) {
+        let mut sorted = windows;
         sorted.sort_unstable();
         sorted.dedup();
         let current = self.blind_windows.load();

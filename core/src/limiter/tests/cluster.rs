@@ -127,7 +127,7 @@ fn a_blind_window_takes_the_onset_share_until_it_is_not_and_a_cached_bound_follo
     // part in five. The window holds half the limit, so nothing until that drains under a
     // fifth (at 2 650 ms): the bound cached for the bucket before the call, which had room,
     // must not admit past it.
-    l.set_blind(&[id]);
+    l.set_blind(vec![id]);
     assert!(l.is_blind(id));
     assert_eq!(l.stats().blind_windows, 1);
     assert_eq!(steady(2_060, 2_600), 0);
@@ -135,12 +135,12 @@ fn a_blind_window_takes_the_onset_share_until_it_is_not_and_a_cached_bound_follo
     let blind = steady(3_000, 4_000);
     assert!((15..=25).contains(&blind), "{blind} of 100 while blind");
     // No longer blind: all of its load again.
-    l.set_blind(&[]);
+    l.set_blind(Vec::new());
     assert_eq!(l.stats().blind_windows, 0);
     steady(4_000, 5_000);
     assert_eq!(steady(5_000, 6_000), 50);
     // Another window's blindness is not this one's.
-    l.set_blind(&[KeyId(id.0 ^ 1)]);
+    l.set_blind(vec![KeyId(id.0 ^ 1)]);
     assert!(!l.is_blind(id));
 }
 
@@ -158,7 +158,7 @@ fn a_blind_window_whose_other_users_are_known_keeps_its_demand_share() {
     assert_eq!(admitted_in(&b, "k", &lim, 40, T0), 20, "b's onset: a fifth");
     a.merge(&b.collect_changed(T0 + 1).expect("b changed"), T0 + 2);
     let id = a.key_id(b"k", &lim[0].window);
-    a.set_blind(&[id]);
+    a.set_blind(vec![id]);
     assert_eq!(
         admitted_in(&a, "k", &lim, 20, T0 + 30),
         20,
