@@ -112,6 +112,13 @@ impl ReturnRoute {
         Some((rest, newly, echoes))
     }
 
+    /// Forgets the cookie `node` sent: what this node sends it echoes nothing until it sends
+    /// another.
+    #[cfg(test)]
+    pub fn forget_echo(&mut self, node: u128) {
+        self.echoes.remove(&node);
+    }
+
     pub fn is_verified(&self, addr: SocketAddr) -> bool {
         self.verified.contains(&addr)
     }

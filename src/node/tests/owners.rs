@@ -306,6 +306,50 @@ fn a_members_count_is_taken_only_from_its_own_address() {
 }
 
 #[test]
+fn in_an_insecure_cluster_a_members_count_is_taken_only_from_a_datagram_that_echoes() {
+    let mut net = owners_cluster_with(
+        3,
+        Setup {
+            verify: true,
+            ..Setup::default()
+        },
+    );
+    net.run_ms(2_000);
+    let key = key_owned_by(&mut net, 1, 0);
+    net.admit(1, &key, 1);
+    net.run_ms(1_000);
+    let counted = |net: &Net| net.node(0).liveness.count_of(2);
+    let (count, at) = counted(&net).expect("node 1's count was taken");
+    assert_eq!(count, 3);
+    // Node 1 sends with the wrong echo of node 0's cookie: what anyone who can send from node
+    // 1's (verified) address, but not receive there, would send. It is cut off meanwhile, so
+    // that nothing from node 0 puts the right echo back.
+    net.cut[1] = true;
+    let first = net.sent[1].len();
+    net.nodes[1]
+        .as_mut()
+        .unwrap()
+        .return_route
+        .as_mut()
+        .expect("an insecure cluster checks return routes")
+        .forget_echo(1);
+    net.admit(1, &key, 2);
+    net.run_ms(1_200);
+    let forged = net.sent[1][first..]
+        .iter()
+        .find(|o| o.to == addr(0) && matches!(o.kind, Kind::Summary | Kind::Exchange))
+        .expect("node 1 sent its registers to node 0")
+        .clone();
+    net.hand_over(0, forged.datagram, 1);
+    assert_eq!(global(&net, 0, &key), 3.0, "the datagram was read");
+    assert_eq!(
+        counted(&net),
+        Some((count, at)),
+        "counted from a datagram that does not show its sender receives"
+    );
+}
+
+#[test]
 fn in_an_insecure_cluster_state_goes_only_to_addresses_that_answered() {
     // Node 5's address never answers anything but SWIM (a victim's address a forged member
     // claims): whatever it owns or uses, it gets no register and no sum.
