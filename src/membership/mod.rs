@@ -10,9 +10,10 @@
 //!   `Timer` order), and the runtime's queues are drained after every foca call;
 //! - **rejoin**: an idle foca never announces again, and after a partition heals both sides
 //!   still have members, so neither would look for the other for a minute or more. Twice a
-//!   second this node announces itself to every seed that is not a member and to every member
-//!   it holds as down ([`Membership::announce_to_absent`]); down members are forgotten after
-//!   two minutes, which bounds what a node that is really gone costs.
+//!   second this node announces itself to seeds that are not members and to members it holds
+//!   as down ([`Membership::announce_to_absent`]): to [`ANNOUNCE_AT_A_TIME`] of them in turn
+//!   while nothing comes back, and to all of them once when one does (a heal). Down members
+//!   are forgotten after two minutes, which bounds what a node that is really gone costs.
 //! - **sizing**: foca's LAN preset is re-derived whenever the member count changes.
 
 mod codec;
@@ -69,6 +70,13 @@ pub struct Membership {
     /// The active members in address order, as of the last change: a large cluster's node
     /// asks for them several times a round and they change far less often.
     members: std::cell::OnceCell<Vec<NodeId>>,
+    /// The addresses the last [`Membership::announce_to_absent`] found absent.
+    absent: std::collections::BTreeSet<SocketAddr>,
+    /// Where the next capped announce round starts in the absent list.
+    announce_cursor: usize,
+    /// Set when an absent address comes back (or this node renews its identity): the next
+    /// announce round goes to every absent address.
+    heal_seen: bool,
 }
 
 impl std::fmt::Debug for Membership {
@@ -128,6 +136,11 @@ impl Membership {
             max_packet,
             sized_for: 1,
             members: std::cell::OnceCell::new(),
+            absent: std::collections::BTreeSet::new(),
+            // Nodes that hold the same members down start at different places in the list,
+            // so that their capped rounds reach different members.
+            announce_cursor: usize::try_from(seed % 65_536).unwrap_or(0),
+            heal_seen: false,
         }
     }
 
@@ -229,8 +242,16 @@ impl Membership {
         self.drain(now);
     }
 
-    /// Announces to every seed that is not a live member (all of them when alone) and to every
-    /// member held as down whose address `down_ok` accepts. Returns how many announces went out.
+    /// Announces to seeds that are not live members and to members held as down whose address
+    /// `down_ok` accepts. Returns how many announces went out.
+    ///
+    /// A partition holds hundreds of members down on each side, and announcing to each of them
+    /// twice a second was a quarter of a large cluster's gossip during one. So while nothing
+    /// comes back, a round goes to [`ANNOUNCE_AT_A_TIME`] of them, in turn; the first answer
+    /// across a heal (an absent address back up, or this node told to renew its identity)
+    /// makes the next round go to all of them, so that the two sides' views merge as fast as
+    /// they did when every round went to all. A node with no members at all announces to every
+    /// seed: it is joining.
     pub fn announce_to_absent(
         &mut self,
         seeds: &[SocketAddr],
@@ -252,10 +273,27 @@ impl Membership {
                 .map(|m| m.id().addr)
                 .filter(|a| *a != me && !present.contains(a) && down_ok(*a)),
         );
-        for seed in &absent {
-            self.announce(*seed, now);
+        let all = std::mem::take(&mut self.heal_seen)
+            || present.is_empty()
+            || absent.len() <= ANNOUNCE_AT_A_TIME;
+        let to: Vec<SocketAddr> = if all {
+            absent.iter().copied().collect()
+        } else {
+            let start = self.announce_cursor % absent.len();
+            self.announce_cursor = start + ANNOUNCE_AT_A_TIME;
+            absent
+                .iter()
+                .copied()
+                .cycle()
+                .skip(start)
+                .take(ANNOUNCE_AT_A_TIME)
+                .collect()
+        };
+        self.absent = absent;
+        for addr in &to {
+            self.announce(*addr, now);
         }
-        absent.len()
+        to.len()
     }
 
     /// Tells the cluster this node is leaving (a graceful shutdown).
@@ -298,6 +336,10 @@ impl Membership {
                 #[allow(unreachable_patterns)]
                 _ => continue,
             };
+            if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = &event {
+                self.heal_seen |= self.absent.contains(&id.addr);
+            }
+            self.heal_seen |= matches!(event, MemberEvent::Rejoined(_));
             self.events.push(event);
         }
         if self
@@ -321,6 +363,8 @@ impl Membership {
 
 /// How often a node announces itself to seeds that are not members and to down members.
 pub const REJOIN_INTERVAL: Duration = Duration::from_millis(500);
+/// How many absent addresses a rejoin round announces to while none of them answers.
+pub const ANNOUNCE_AT_A_TIME: usize = 8;
 /// How long a member declared down is remembered (and announced to).
 pub const FORGET_DOWN_AFTER: Duration = Duration::from_secs(120);
 
@@ -416,5 +460,81 @@ mod tests {
             "{events:?}"
         );
         assert_eq!(nodes[0].num_members(), 1);
+    }
+
+    /// Runs `rounds` of 200 ms: every node's timers, then delivery within each group (packets
+    /// across groups are lost).
+    fn run(
+        nodes: &mut [Membership],
+        groups: &[std::ops::Range<usize>],
+        t: &mut Instant,
+        rounds: u32,
+    ) {
+        for _ in 0..rounds {
+            *t += Duration::from_millis(200);
+            for n in nodes.iter_mut() {
+                n.fire_due(*t);
+            }
+            for g in groups {
+                settle(&mut nodes[g.clone()], *t);
+            }
+        }
+    }
+
+    fn recipients(n: &mut Membership) -> std::collections::BTreeSet<SocketAddr> {
+        n.take_outbox().into_iter().map(|(to, _)| to.addr).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn members_held_down_get_a_few_announces_at_a_time_until_one_answers_then_all() {
+        let mut nodes: Vec<Membership> = (1..=12).map(node).collect();
+        let seed = nodes[0].identity().addr;
+        let mut t = crate::clock::monotonic_now();
+        for n in &mut nodes[1..] {
+            n.announce_to_absent(&[seed], |_| true, t);
+        }
+        settle(&mut nodes, t);
+        run(&mut nodes, &[0..12], &mut t, 30);
+        assert!(nodes.iter().all(|n| n.num_members() == 11), "{nodes:?}");
+
+        // Cut {0, 1} off from the other ten until each side holds the other down.
+        run(&mut nodes, &[0..2, 2..12], &mut t, 100);
+        assert_eq!(nodes[0].num_members(), 1, "the cut did not happen");
+        let far: std::collections::BTreeSet<SocketAddr> =
+            nodes[2..].iter().map(|n| n.identity().addr).collect();
+
+        // While nothing answers, eight at a time, in turn: two rounds reach all ten.
+        let _ = nodes[0].take_outbox();
+        assert_eq!(
+            nodes[0].announce_to_absent(&[], |_| true, t),
+            ANNOUNCE_AT_A_TIME
+        );
+        let first = recipients(&mut nodes[0]);
+        assert_eq!(first.len(), ANNOUNCE_AT_A_TIME);
+        assert_eq!(
+            nodes[0].announce_to_absent(&[], |_| true, t),
+            ANNOUNCE_AT_A_TIME
+        );
+        let second = recipients(&mut nodes[0]);
+        assert!(first.is_subset(&far) && second.is_subset(&far));
+        assert_eq!(&first | &second, far, "a capped round skipped a member");
+
+        // Heal towards node 2 only: once anything comes back, the next round goes to every
+        // member still absent.
+        let mut rounds = 0;
+        while !nodes[0].heal_seen {
+            rounds += 1;
+            assert!(rounds < 20, "node 0 never heard back from node 2");
+            nodes[0].announce_to_absent(&[], |_| true, t);
+            run(&mut nodes, &[0..3, 3..12], &mut t, 1);
+        }
+        let _ = nodes[0].take_outbox();
+        let sent = nodes[0].announce_to_absent(&[], |_| true, t);
+        let absent = nodes[0].absent.clone();
+        assert!(absent.len() > ANNOUNCE_AT_A_TIME, "{absent:?}");
+        assert_eq!(sent, absent.len());
+        assert_eq!(recipients(&mut nodes[0]), absent);
+        // And the round after goes back to a few.
+        assert!(nodes[0].announce_to_absent(&[], |_| true, t) <= ANNOUNCE_AT_A_TIME);
     }
 }
