@@ -295,7 +295,18 @@ impl<T: TimeSource> NodeCore<T> {
                 change.log();
             }
             if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
-                self.liveness.joined(id.node.as_u128(), now.at);
+                // A member that comes up, or restarts, has admissions this node has not heard
+                // of yet. A member that renewed its identity while up here (declared down on
+                // the far side of a partition) is the same process, heard all along: after a
+                // heal every node renews, and a grace for each held the whole cluster to
+                // this node's part of each limit for the grace's length.
+                let renewed_while_up = matches!(
+                    event,
+                    MemberEvent::Renamed { old, new } if old.node == new.node
+                );
+                if !renewed_while_up {
+                    self.liveness.joined(id.node.as_u128(), now.at);
+                }
                 if let Some(w) = &mut self.warmup {
                     w.member_changed(now.at);
                 }

@@ -60,6 +60,8 @@ struct Net {
     sent: Vec<Vec<Outgoing>>,
     /// `cut[i]`: node i's datagrams are lost, both ways.
     cut: Vec<bool>,
+    /// Pairs of nodes whose datagrams to each other are lost, both ways: a partition.
+    apart: Vec<(usize, usize)>,
     /// Datagrams of this kind are lost.
     lose: Option<Kind>,
     /// `mute[i]`: node i's datagrams other than SWIM's are lost (an address that never
@@ -75,6 +77,7 @@ impl Net {
             nodes: Vec::new(),
             sent: Vec::new(),
             cut: Vec::new(),
+            apart: Vec::new(),
             lose: None,
             mute: Vec::new(),
             limiter: LimiterConfig::default(),
@@ -160,6 +163,7 @@ impl Net {
                     };
                     let lost = self.cut[from]
                         || self.cut[to]
+                        || self.apart.contains(&(from.min(to), from.max(to)))
                         || self.lose == Some(out.kind)
                         || (self.mute.get(from) == Some(&true) && out.kind != Kind::Membership);
                     if lost || self.nodes[to].is_none() {
@@ -342,6 +346,53 @@ fn a_silent_member_stops_counting_as_live_long_before_swim_says_down() {
     net.cut[2] = false;
     net.run_ms(3_000);
     assert_eq!(net.node(0).limiter().member_counts().0, 3);
+}
+
+#[test]
+fn after_a_heal_a_member_that_renewed_while_up_here_counts_at_once_and_one_from_afar_does_not() {
+    // Four nodes split {0, 1} | {2, 3} until each side holds the other down, then healed.
+    let mut net = Net::new();
+    for i in 0..4 {
+        let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
+        net.boot(i, i as u128 + 1, &seeds);
+    }
+    net.run_ms(4_000);
+    assert_eq!(net.members(0), 3);
+    net.apart = vec![(0, 2), (0, 3), (1, 2), (1, 3)];
+    net.run_ms(15_000);
+    assert_eq!(net.members(0), 1, "the far side was never declared down");
+    net.apart.clear();
+    let bump = |net: &Net, i: usize| {
+        net.node(0)
+            .membership
+            .member_by_id(uuid::Uuid::from_u128(i as u128 + 1))
+            .map(|m| m.bump)
+    };
+    let before = bump(&net, 1).expect("node 1 is a member");
+    // Node 1 learns the far side declared it down and renews; node 0 heard it all along.
+    let mut renewed_at = None;
+    let mut far_up_at = None;
+    for ms in 0..5_000 {
+        net.run_ms(1);
+        let at = net.at();
+        if renewed_at.is_none() && bump(&net, 1).is_some_and(|b| b > before) {
+            renewed_at = Some(ms);
+            assert!(
+                net.node(0).counts_live(uuid::Uuid::from_u128(2), at),
+                "a renewal of a member up here started a join grace"
+            );
+        }
+        if far_up_at.is_none() && bump(&net, 2).is_some() {
+            far_up_at = Some(ms);
+            assert!(
+                !net.node(0).counts_live(uuid::Uuid::from_u128(3), at),
+                "a member back from the far side counted before its registers could come"
+            );
+        }
+    }
+    assert!(renewed_at.is_some(), "node 1 never renewed");
+    assert!(far_up_at.is_some(), "node 2 never came back");
+    assert_eq!(net.node(0).limiter().member_counts().0, 4);
 }
 
 #[test]
