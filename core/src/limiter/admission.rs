@@ -181,6 +181,29 @@ pub fn members_out_of_sight(scale: f64, live: usize, expected: usize) -> bool {
     scale < 1.0 && (scale < CREDIT_MIN_SCALE || expected.saturating_sub(live) > CREDIT_MAX_MISSING)
 }
 
+/// Whether members are out of sight (as [`members_out_of_sight`]) by the counts alone, the
+/// partition policy aside: `live` of `expected` members.
+pub fn out_of_sight(live: usize, expected: usize) -> bool {
+    expected > live && members_out_of_sight(live.max(1) as f64 / expected as f64, live, expected)
+}
+
+/// Whether the whole-request credit may be given at `at_ms` to a window of `window_ms` whose
+/// others' demand comes in an owner's sum, members having last come back in sight at
+/// `back_in_sight_ms` (0: never out of sight).
+///
+/// After a heal every user of a window starts over at the same moment: what each side held
+/// leaves the window at once, and each user takes its share back with the credit on top
+/// before the owner's next sum shows what the others took. In lockstep the credits add up,
+/// and the lockstep lasts: windows ending two to four seconds after the heal of
+/// `fleet-partition` (200 nodes, seed 1) reached 1.12 x L, 2 434 of them over 1.07. Without
+/// the credit for one window after the heal, 359 were, at most 1.10 x L; for two, 42, and
+/// the over-admission p99 of the run fell from 5 to 3 %, for 0.4 points of its utilization.
+/// The full mesh keeps its credit: there every user's registers reach every other each
+/// round, and the global cap catches the credits a round later.
+pub fn credit_settled(back_in_sight_ms: u64, at_ms: u64, window_ms: u64) -> bool {
+    back_in_sight_ms == 0 || at_ms >= back_in_sight_ms.saturating_add(2 * window_ms)
+}
+
 /// This node's share of the limit, and the room the global estimate leaves.
 fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
     let global_room = i.limit - i.remote_admitted;

@@ -268,10 +268,16 @@ impl Limiter {
         let (live, expected) = self.member_counts();
         // The credit relies on the others' shares being current. Without a register or sum
         // for the window in the last quarter of a window (a node that stopped hearing from the
-        // window's owner: a partition starting), none.
+        // window's owner: a partition starting), none; through an owner, none for two windows
+        // after a heal either (`admission::credit_settled`).
+        let back_in_sight_ms = self.back_in_sight_ms.load(Ordering::Relaxed);
         let credit_until = |at_ms: u64| {
-            if admission::remote_current(remote.newest_emission_ms, at_ms, spec.window_ms()) {
-                admission::whole_request_credit(remote.sum_emission_ms.is_some())
+            let from_sum = remote.sum_emission_ms.is_some();
+            if admission::remote_current(remote.newest_emission_ms, at_ms, spec.window_ms())
+                && (!from_sum
+                    || admission::credit_settled(back_in_sight_ms, at_ms, spec.window_ms()))
+            {
+                admission::whole_request_credit(from_sum)
             } else {
                 0.0
             }

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::replication::{OriginList, ReplicationState};
-use super::{Limiter, MAX_PEERS_COUNT, OriginId, state};
+use super::{Limiter, MAX_PEERS_COUNT, OriginId, admission, state};
 
 impl Limiter {
     /// Says whether this node, or a member, is cut off for a clock beyond
@@ -124,7 +124,16 @@ impl Limiter {
         sync.expected.observe(members, now_ms);
         let expected = sync.expected.expected(now_ms);
         let live = live.clamp(1, expected);
-        let counts_changed = (live, expected) != self.member_counts();
+        let (was_live, was_expected) = self.member_counts();
+        let counts_changed = (live, expected) != (was_live, was_expected);
+        if counts_changed
+            && admission::out_of_sight(was_live, was_expected)
+            && !admission::out_of_sight(live, expected)
+        {
+            // Before the counts, as the generation is after them: a check that sees the
+            // cluster whole sees when it became so.
+            self.back_in_sight_ms.store(now_ms, Ordering::Relaxed);
+        }
         if counts_changed {
             self.live.store(live, Ordering::Relaxed);
             self.expected.store(expected, Ordering::Relaxed);

@@ -86,6 +86,9 @@ pub struct Limiter {
     blind_windows: arc_swap::ArcSwapOption<Vec<KeyId>>,
     /// Bumped after every change of the liveness; part of every cached bound.
     liveness_generation: AtomicU32,
+    /// When members last came back in sight (ms; 0: never out of sight): a heal. For a window
+    /// after it no whole-request credit is given (see [`admission::credit_settled`]).
+    back_in_sight_ms: AtomicU64,
     /// Until this time (ms) the node does not hold the cluster's state yet and admits nothing;
     /// 0 once it does (see [`Limiter::set_warming_until`]).
     warming_until_ms: AtomicU64,
@@ -118,6 +121,7 @@ impl Limiter {
             clock_fenced: AtomicBool::new(false),
             blind_windows: arc_swap::ArcSwapOption::empty(),
             liveness_generation: AtomicU32::new(0),
+            back_in_sight_ms: AtomicU64::new(0),
             warming_until_ms: AtomicU64::new(0),
             observing_since_ms: AtomicU64::new(0),
             dirty: dirty::DirtyQueue::default(),

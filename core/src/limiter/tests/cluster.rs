@@ -879,3 +879,58 @@ fn a_binding_share_divides_by_the_demand_the_owners_sum_was_made_with() {
         share_of(second)
     );
 }
+
+/// After a heal, a window whose other users come in an owner's sum gets no whole-request
+/// credit for two windows (`admission::credit_settled`); one whose other users come in
+/// their own registers (the full mesh) keeps it, and so does a node that was never cut off.
+#[test]
+fn through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sight() {
+    let lim = [second(100)];
+    // User 2 beside user 3, at `at`: 3's register reaches 2 in owner 1's sum, or directly.
+    let allowance = |healed: bool, through_owner: bool, at: u64| {
+        let owner = limiter_with(LimiterConfig::default(), 1);
+        let c = limiter_with(LimiterConfig::default(), 3);
+        let b = limiter_with(LimiterConfig::default(), 2);
+        b.set_members(10, T0);
+        if healed {
+            // Six of ten out of sight (a partition's side), then all back at T0 + 20.
+            b.set_members(4, T0 + 10);
+            b.set_members(10, T0 + 20);
+        }
+        assert_eq!(b.member_counts(), (10, 10));
+        admitted_in(&c, "k", &lim, 30, at - 5);
+        admitted_in(&b, "k", &lim, 5, at - 5);
+        let changes = c.collect_changed(at - 4).expect("c changed");
+        if through_owner {
+            owner.merge(&changes, at - 3);
+            let key = owner.key_id(b"k", &lim[0].window);
+            let stamp = owner.aggregate_stamp(at - 2);
+            let sums = owner.aggregates_for(key, &[OriginId(2)], stamp, at - 2);
+            b.merge_aggregates(
+                &Batch {
+                    origin: OriginId(1),
+                    updates: sums,
+                },
+                at - 2,
+            );
+        } else {
+            b.merge(&changes, at - 3);
+        }
+        b.inspect(b"k", &lim[0], at).unwrap().allowance
+    };
+    let credit = admission::WHOLE_REQUEST_CREDIT_FROM_SUMS;
+    for at in [T0 + 500, T0 + 1_500] {
+        let (whole, healed) = (allowance(false, true, at), allowance(true, true, at));
+        assert!(
+            (whole - healed - credit).abs() < 1e-9,
+            "at +{} ms: {whole} never cut off, {healed} healed",
+            at - T0
+        );
+    }
+    // Two windows after the heal, the credit is back.
+    let at = T0 + 2_100;
+    assert_eq!(allowance(true, true, at), allowance(false, true, at));
+    // Registers straight from the other user (the full mesh): the credit stays.
+    let at = T0 + 500;
+    assert_eq!(allowance(true, false, at), allowance(false, false, at));
+}
