@@ -74,8 +74,8 @@ pub struct Membership {
     absent: std::collections::BTreeSet<SocketAddr>,
     /// Where the next capped announce round starts in the absent list.
     announce_cursor: usize,
-    /// Set when an absent address comes back (or this node renews its identity): the next
-    /// announce round goes to every absent address.
+    /// Set when an absent address comes back up, or this node renews its identity (it was told
+    /// it is held down): the next announce round goes to every absent address.
     heal_seen: bool,
 }
 
@@ -251,7 +251,8 @@ impl Membership {
     /// across a heal (an absent address back up, or this node told to renew its identity)
     /// makes the next round go to all of them, so that the two sides' views merge as fast as
     /// they did when every round went to all. A node with no members at all announces to every
-    /// seed: it is joining.
+    /// absent address, seeds and down members alike: it is joining, or cut off alone, and it
+    /// is one node.
     pub fn announce_to_absent(
         &mut self,
         seeds: &[SocketAddr],
@@ -336,7 +337,9 @@ impl Membership {
                 #[allow(unreachable_patterns)]
                 _ => continue,
             };
-            if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = &event {
+            // A member back from down comes Up (foca notifies a rename first, and the rename
+            // alone may be of one down identity by another).
+            if let MemberEvent::Up(id) = &event {
                 self.heal_seen |= self.absent.contains(&id.addr);
             }
             self.heal_seen |= matches!(event, MemberEvent::Rejoined(_));
@@ -487,23 +490,23 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn members_held_down_get_a_few_announces_at_a_time_until_one_answers_then_all() {
-        let mut nodes: Vec<Membership> = (1..=12).map(node).collect();
+        let mut nodes: Vec<Membership> = (1..=14).map(node).collect();
         let seed = nodes[0].identity().addr;
         let mut t = crate::clock::monotonic_now();
         for n in &mut nodes[1..] {
             n.announce_to_absent(&[seed], |_| true, t);
         }
         settle(&mut nodes, t);
-        run(&mut nodes, &[0..12], &mut t, 30);
-        assert!(nodes.iter().all(|n| n.num_members() == 11), "{nodes:?}");
+        run(&mut nodes, &[0..14], &mut t, 30);
+        assert!(nodes.iter().all(|n| n.num_members() == 13), "{nodes:?}");
 
-        // Cut {0, 1} off from the other ten until each side holds the other down.
-        run(&mut nodes, &[0..2, 2..12], &mut t, 100);
+        // Cut {0, 1} off from the other twelve until each side holds the other down.
+        run(&mut nodes, &[0..2, 2..14], &mut t, 100);
         assert_eq!(nodes[0].num_members(), 1, "the cut did not happen");
         let far: std::collections::BTreeSet<SocketAddr> =
             nodes[2..].iter().map(|n| n.identity().addr).collect();
 
-        // While nothing answers, eight at a time, in turn: two rounds reach all ten.
+        // While nothing answers, eight at a time, in turn: two rounds reach all twelve.
         let _ = nodes[0].take_outbox();
         assert_eq!(
             nodes[0].announce_to_absent(&[], |_| true, t),
@@ -519,22 +522,43 @@ mod tests {
         assert!(first.is_subset(&far) && second.is_subset(&far));
         assert_eq!(&first | &second, far, "a capped round skipped a member");
 
-        // Heal towards node 2 only: once anything comes back, the next round goes to every
-        // member still absent.
-        let mut rounds = 0;
-        while !nodes[0].heal_seen {
-            rounds += 1;
-            assert!(rounds < 20, "node 0 never heard back from node 2");
-            nodes[0].announce_to_absent(&[], |_| true, t);
-            run(&mut nodes, &[0..3, 3..12], &mut t, 1);
-        }
-        let _ = nodes[0].take_outbox();
-        let sent = nodes[0].announce_to_absent(&[], |_| true, t);
-        let absent = nodes[0].absent.clone();
-        assert!(absent.len() > ANNOUNCE_AT_A_TIME, "{absent:?}");
-        assert_eq!(sent, absent.len());
-        assert_eq!(recipients(&mut nodes[0]), absent);
-        // And the round after goes back to a few.
-        assert!(nodes[0].announce_to_absent(&[], |_| true, t) <= ANNOUNCE_AT_A_TIME);
+        // Node 2's address comes back with a new process that never heard of node 0: only its
+        // coming up can tell node 0 (nobody there declared node 0 down). Once it does, the
+        // next round goes to every member still absent, and the round after to a few again.
+        nodes[2] = Membership::new(
+            NodeId::new(uuid::Uuid::from_u128(99), nodes[2].identity().addr, 2_000),
+            1_340,
+            99,
+        );
+        let _ = nodes[0].take_events();
+        let all_once_heard = |nodes: &mut [Membership], t: &mut Instant, group: usize| {
+            let mut rounds = 0;
+            while !nodes[0].heal_seen {
+                rounds += 1;
+                assert!(rounds < 20, "node 0 never heard back");
+                nodes[0].announce_to_absent(&[], |_| true, *t);
+                run(nodes, &[0..group, group..14], t, 1);
+            }
+            let _ = nodes[0].take_outbox();
+            let sent = nodes[0].announce_to_absent(&[], |_| true, *t);
+            let absent = nodes[0].absent.clone();
+            assert!(absent.len() > ANNOUNCE_AT_A_TIME, "{absent:?}");
+            assert_eq!(sent, absent.len());
+            assert_eq!(recipients(&mut nodes[0]), absent);
+            assert!(nodes[0].announce_to_absent(&[], |_| true, *t) <= ANNOUNCE_AT_A_TIME);
+            nodes[0].take_events()
+        };
+        let events = all_once_heard(&mut nodes, &mut t, 3);
+        assert!(
+            !events.iter().any(|e| matches!(e, MemberEvent::Rejoined(_))),
+            "{events:?}"
+        );
+        // Node 3, which holds node 0 down, answers by telling it so: node 0 renews its
+        // identity, and that is a heal too.
+        let events = all_once_heard(&mut nodes, &mut t, 4);
+        assert!(
+            events.iter().any(|e| matches!(e, MemberEvent::Rejoined(_))),
+            "{events:?}"
+        );
     }
 }

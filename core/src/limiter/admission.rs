@@ -200,9 +200,16 @@ pub fn out_of_sight(live: usize, expected: usize) -> bool {
 /// the over-admission p99 of the run fell from 5 to 3 %, for 0.4 points of its utilization.
 /// The full mesh keeps its credit: there every user's registers reach every other each
 /// round, and the global cap catches the credits a round later.
+///
+/// At most [`CREDIT_HOLD_MAX_MS`]: a day's window would otherwise lose its credit for two days,
+/// where a whole request is a sliver of its limit and the lockstep of a heal long gone.
 pub fn credit_settled(back_in_sight_ms: u64, at_ms: u64, window_ms: u64) -> bool {
-    back_in_sight_ms == 0 || at_ms >= back_in_sight_ms.saturating_add(2 * window_ms)
+    let hold = window_ms.saturating_mul(2).min(CREDIT_HOLD_MAX_MS);
+    back_in_sight_ms == 0 || at_ms >= back_in_sight_ms.saturating_add(hold)
 }
+
+/// The longest the whole-request credit is held back after a heal (see [`credit_settled`]).
+pub const CREDIT_HOLD_MAX_MS: u64 = 10_000;
 
 /// This node's share of the limit, and the room the global estimate leaves.
 fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
@@ -322,6 +329,17 @@ pub const CREDIT_MAX_MISSING: usize = 2;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_credit_hold_after_a_heal_is_two_windows_and_at_most_ten_seconds() {
+        let back = 5_000;
+        assert!(credit_settled(0, 0, 1_000), "never out of sight");
+        assert!(!credit_settled(back, back + 1_999, 1_000));
+        assert!(credit_settled(back, back + 2_000, 1_000));
+        let day = 86_400_000;
+        assert!(!credit_settled(back, back + CREDIT_HOLD_MAX_MS - 1, day));
+        assert!(credit_settled(back, back + CREDIT_HOLD_MAX_MS, day));
+    }
 
     const STRICT: Policy = Policy::DemandShare(PartitionPolicy::Strict);
     const AVAILABLE: Policy = Policy::DemandShare(PartitionPolicy::Available);

@@ -270,12 +270,20 @@ impl Limiter {
         // for the window in the last quarter of a window (a node that stopped hearing from the
         // window's owner: a partition starting), none; through an owner, none for two windows
         // after a heal either (`admission::credit_settled`).
-        let back_in_sight_ms = self.back_in_sight_ms.load(Ordering::Relaxed);
+        // The hold ends as time passes, where currency lapses: a bound stored for the rest of
+        // the bucket takes the hold as it is now, or it would give the credit the exact path
+        // still withholds. (The hold begins with new member counts, which bump the liveness
+        // generation and so drop every stored bound.)
+        let from_sum = remote.sum_emission_ms.is_some();
+        let settled = !from_sum
+            || admission::credit_settled(
+                self.back_in_sight_ms.load(Ordering::Relaxed),
+                now_ms,
+                spec.window_ms(),
+            );
         let credit_until = |at_ms: u64| {
-            let from_sum = remote.sum_emission_ms.is_some();
-            if admission::remote_current(remote.newest_emission_ms, at_ms, spec.window_ms())
-                && (!from_sum
-                    || admission::credit_settled(back_in_sight_ms, at_ms, spec.window_ms()))
+            if settled
+                && admission::remote_current(remote.newest_emission_ms, at_ms, spec.window_ms())
             {
                 admission::whole_request_credit(from_sum)
             } else {

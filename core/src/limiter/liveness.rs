@@ -130,8 +130,9 @@ impl Limiter {
             && admission::out_of_sight(was_live, was_expected)
             && !admission::out_of_sight(live, expected)
         {
-            // Before the counts, as the generation is after them: a check that sees the
-            // cluster whole sees when it became so.
+            // Before the counts and the generation: a check that sees the new generation (an
+            // Acquire load, `check_one`) sees when the cluster became whole. One that reads
+            // the counts alone may give the credit once, racing the heal.
             self.back_in_sight_ms.store(now_ms, Ordering::Relaxed);
         }
         if counts_changed {

@@ -887,7 +887,7 @@ fn a_binding_share_divides_by_the_demand_the_owners_sum_was_made_with() {
 fn through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sight() {
     let lim = [second(100)];
     // User 2 beside user 3, at `at`: 3's register reaches 2 in owner 1's sum, or directly.
-    let allowance = |healed: bool, through_owner: bool, at: u64| {
+    let user = |healed: bool, through_owner: bool, at: u64| {
         let owner = limiter_with(LimiterConfig::default(), 1);
         let c = limiter_with(LimiterConfig::default(), 3);
         let b = limiter_with(LimiterConfig::default(), 2);
@@ -916,10 +916,16 @@ fn through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sigh
         } else {
             b.merge(&changes, at - 3);
         }
-        b.inspect(b"k", &lim[0], at).unwrap().allowance
+        b
+    };
+    let allowance = |healed, through_owner, at| {
+        user(healed, through_owner, at)
+            .inspect(b"k", &lim[0], at)
+            .unwrap()
+            .allowance
     };
     let credit = admission::WHOLE_REQUEST_CREDIT_FROM_SUMS;
-    for at in [T0 + 500, T0 + 1_500] {
+    for at in [T0 + 500, T0 + 1_500, T0 + 2_005] {
         let (whole, healed) = (allowance(false, true, at), allowance(true, true, at));
         assert!(
             (whole - healed - credit).abs() < 1e-9,
@@ -927,6 +933,23 @@ fn through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sigh
             at - T0
         );
     }
+    // In the bucket where the hold ends (T0 + 2 020), checks admit what the exact allowance
+    // says, not what a bound stored for the rest of the bucket would.
+    let at = T0 + 2_005;
+    let b = user(true, true, at);
+    let exact = b.inspect(b"k", &lim[0], at).unwrap();
+    let local = |i: &crate::limiter::inspection::Inspection| {
+        i.origins
+            .iter()
+            .find(|o| o.is_local)
+            .map_or(0.0, |o| o.admitted)
+    };
+    let admitted = local(&exact) + admitted_in(&b, "k", &lim, 50, at) as f64;
+    assert!(
+        admitted <= exact.allowance,
+        "{admitted} admitted of an allowance of {}",
+        exact.allowance
+    );
     // Two windows after the heal, the credit is back.
     let at = T0 + 2_100;
     assert_eq!(allowance(true, true, at), allowance(false, true, at));
