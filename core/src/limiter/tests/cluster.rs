@@ -189,6 +189,13 @@ fn a_window_near_its_sides_part_is_contended_on_a_side_only() {
     l.set_members(9, at);
     assert_eq!(l.side_part(), None);
     assert!(!l.contended(id, at));
+    // Two of ten out of sight: a part of 80, and 50 of demand is not near it (under 0.7).
+    l.set_members(8, at);
+    assert_eq!(l.side_part(), Some(0.8));
+    assert!(!l.contended(id, at), "50 of a part of 80");
+    // Three: a part of 70, and 50 is near it.
+    l.set_members(7, at);
+    assert!(l.contended(id, at), "50 of a part of 70");
     // Four of ten out of sight: the side's part is 60, and 50 of demand is near it, though
     // nothing was refused.
     l.set_members(6, at);
