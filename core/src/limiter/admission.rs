@@ -202,7 +202,9 @@ pub fn out_of_sight(live: usize, expected: usize) -> bool {
 /// round, and the global cap catches the credits a round later.
 ///
 /// At most [`CREDIT_HOLD_MAX_MS`]: a day's window would otherwise lose its credit for two days,
-/// where a whole request is a sliver of its limit and the lockstep of a heal long gone.
+/// where a whole request is a sliver of its limit and the lockstep of a heal long gone. (The
+/// cap's effect on windows of 5 to 60 s is not measured.) A clock stepped back past the heal
+/// lengthens the hold by the step: cluster time does not step back.
 pub fn credit_settled(back_in_sight_ms: u64, at_ms: u64, window_ms: u64) -> bool {
     let hold = window_ms.saturating_mul(2).min(CREDIT_HOLD_MAX_MS);
     back_in_sight_ms == 0 || at_ms >= back_in_sight_ms.saturating_add(hold)

@@ -133,7 +133,9 @@ impl Limiter {
             // Before the counts and the generation: a check that sees the new generation (an
             // Acquire load, `check_one`) sees when the cluster became whole. One that reads
             // the counts alone may give the credit once, racing the heal.
-            self.back_in_sight_ms.store(now_ms, Ordering::Relaxed);
+            // 0 means never out of sight.
+            self.back_in_sight_ms
+                .store(now_ms.max(1), Ordering::Relaxed);
         }
         if counts_changed {
             self.live.store(live, Ordering::Relaxed);
