@@ -497,7 +497,7 @@ mod tests {
             n.announce_to_absent(&[seed], |_| true, t);
         }
         settle(&mut nodes, t);
-        run(&mut nodes, &[0..14], &mut t, 30);
+        run(&mut nodes, std::slice::from_ref(&(0..14)), &mut t, 30);
         assert!(nodes.iter().all(|n| n.num_members() == 13), "{nodes:?}");
 
         // Cut {0, 1} off from the other twelve until each side holds the other down.
