@@ -115,7 +115,10 @@ fn a_fleet_past_sixteen_members_shares_through_owners_and_holds_the_limits() {
 /// view still names an owner across the cut sends its registers to the member whose sums it
 /// gets. Before the first three, a window reached 1.32-1.56 x L (seeds 1-8); without the
 /// last, on this seed, 1.08 x L 8.5 s into the cut (until announcements followed most
-/// members' counts rather than the largest, which changed how long views differ here).
+/// members' counts rather than the largest, which changed how long views differ here). A
+/// member that renews its identity at the heal counts at once only if it was live here: one
+/// only suspected across this 10 s cut (not yet down) waits out its join grace, as one back
+/// from down does; without that, 1.058 x L across the heal.
 #[test]
 fn a_fleet_split_in_two_holds_its_limits_on_both_sides() {
     const SEED: u64 = 1;

@@ -296,13 +296,14 @@ impl<T: TimeSource> NodeCore<T> {
             }
             if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
                 // A member that comes up, or restarts, has admissions this node has not heard
-                // of yet. A member that renewed its identity while up here (declared down on
-                // the far side of a partition) is the same process, heard all along: after a
-                // heal every node renews, and a grace for each held the whole cluster to
+                // of yet. A member that renewed its identity while live here (declared down
+                // on the far side of a partition) is the same process, heard all along: after
+                // a heal every node renews, and a grace for each held the whole cluster to
                 // this node's part of each limit for the grace's length.
                 let renewed_while_up = matches!(
                     event,
-                    MemberEvent::Renamed { old, new } if old.node == new.node
+                    MemberEvent::Renamed { old, new }
+                        if old.node == new.node && self.counted_live_before(old, now.at)
                 );
                 if !renewed_while_up {
                     self.liveness.joined(id.node.as_u128(), now.at);
@@ -367,6 +368,21 @@ impl<T: TimeSource> NodeCore<T> {
             let j = self.rng.random_range(i..order.len());
             order.swap(i, j);
             self.membership.announce(members[order[i]].addr, now.at);
+        }
+    }
+
+    /// Whether `member` counted as live just before a change of its identity: not suspected
+    /// by SWIM at the last round (a large cluster, where a node hears only the members it
+    /// shares windows with), or heard lately (the full mesh). A member only suspected here,
+    /// silent across a partition, is renamed without going down first when it renews.
+    fn counted_live_before(&self, member: &NodeId, at: Instant) -> bool {
+        let id = member.node.as_u128();
+        if self.ownership.is_some() {
+            !self.suspects.contains(&id)
+        } else {
+            self.liveness
+                .silent(std::slice::from_ref(member), self.clock_sync.fences(), at)
+                .is_empty()
         }
     }
 
