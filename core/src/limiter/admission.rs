@@ -189,7 +189,10 @@ pub fn out_of_sight(live: usize, expected: usize) -> bool {
 
 /// Whether the whole-request credit may be given at `at_ms` to a window of `window_ms` whose
 /// others' demand comes in an owner's sum, members having last come back in sight at
-/// `back_in_sight_ms` (0: never out of sight).
+/// `back_in_sight_ms` (0: never out of sight), at a size this node had seen whole before: a
+/// cluster forming or growing (members in their join grace) is not a heal, and at 1 000 nodes,
+/// where forming lasts past the first seconds, holding the credit then cost `fleet` 0.1 point
+/// of utilization.
 ///
 /// After a heal every user of a window starts over at the same moment: what each side held
 /// leaves the window at once, and each user takes its share back with the credit on top

@@ -126,9 +126,17 @@ impl Limiter {
         let live = live.clamp(1, expected);
         let (was_live, was_expected) = self.member_counts();
         let counts_changed = (live, expected) != (was_live, was_expected);
+        // Updated under the replication lock, as every call here is.
+        let whole_before = self.whole_expected.load(Ordering::Relaxed);
+        let in_sight = !admission::out_of_sight(live, expected);
+        if in_sight {
+            self.whole_expected
+                .store(whole_before.max(expected), Ordering::Relaxed);
+        }
         if counts_changed
+            && in_sight
             && admission::out_of_sight(was_live, was_expected)
-            && !admission::out_of_sight(live, expected)
+            && expected <= whole_before
         {
             // Before the counts and the generation: a check that sees the new generation (an
             // Acquire load, `check_one`) sees when the cluster became whole. One that reads

@@ -89,6 +89,10 @@ pub struct Limiter {
     /// When members last came back in sight (ms; 0: never out of sight): a heal. For a window
     /// after it no whole-request credit is given (see [`admission::credit_settled`]).
     back_in_sight_ms: AtomicU64,
+    /// The largest `N_e` at which this node has seen every expected member live: coming back
+    /// in sight at a size seen whole before is a heal; reaching a new size is a cluster
+    /// forming or growing, where nobody held a side's part.
+    whole_expected: AtomicUsize,
     /// Until this time (ms) the node does not hold the cluster's state yet and admits nothing;
     /// 0 once it does (see [`Limiter::set_warming_until`]).
     warming_until_ms: AtomicU64,
@@ -122,6 +126,7 @@ impl Limiter {
             blind_windows: arc_swap::ArcSwapOption::empty(),
             liveness_generation: AtomicU32::new(0),
             back_in_sight_ms: AtomicU64::new(0),
+            whole_expected: AtomicUsize::new(1),
             warming_until_ms: AtomicU64::new(0),
             observing_since_ms: AtomicU64::new(0),
             dirty: dirty::DirtyQueue::default(),

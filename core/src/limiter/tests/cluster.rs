@@ -898,6 +898,10 @@ fn through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sigh
         let owner = limiter_with(LimiterConfig::default(), 1);
         let c = limiter_with(LimiterConfig::default(), 3);
         let b = limiter_with(LimiterConfig::default(), 2);
+        // Forming: ten members known, six of them still silent (in their join grace), then all
+        // live. A size never seen whole before is no heal.
+        let joining: Vec<OriginId> = (11..17).map(OriginId).collect();
+        b.set_liveness(4, &joining, 0, T0 - 100);
         b.set_members(10, T0);
         if healed {
             // Six of ten out of sight (a partition's side), then all back at T0 + 20.
