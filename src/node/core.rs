@@ -300,12 +300,12 @@ impl<T: TimeSource> NodeCore<T> {
                 // on the far side of a partition) is the same process, heard all along: after
                 // a heal every node renews, and a grace for each held the whole cluster to
                 // this node's part of each limit for the grace's length.
-                let renewed_while_up = matches!(
+                let renewed_while_live = matches!(
                     event,
                     MemberEvent::Renamed { old, new }
                         if old.node == new.node && self.counted_live_before(old, now.at)
                 );
-                if !renewed_while_up {
+                if !renewed_while_live {
                     self.liveness.joined(id.node.as_u128(), now.at);
                 }
                 if let Some(w) = &mut self.warmup {

@@ -182,9 +182,10 @@ pub fn members_out_of_sight(scale: f64, live: usize, expected: usize) -> bool {
 }
 
 /// Whether members are out of sight (as [`members_out_of_sight`]) by the counts alone, the
-/// partition policy aside: `live` of `expected` members.
+/// partition policy aside: `live` of `expected` members, scaled as `strict` scales them.
 pub fn out_of_sight(live: usize, expected: usize) -> bool {
-    expected > live && members_out_of_sight(live.max(1) as f64 / expected as f64, live, expected)
+    let scale = side_scale(PartitionPolicy::Strict, live, expected, false);
+    members_out_of_sight(scale, live, expected)
 }
 
 /// Whether the whole-request credit may be given at `at_ms` to a window of `window_ms` whose

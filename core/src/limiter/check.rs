@@ -269,11 +269,11 @@ impl Limiter {
         // The credit relies on the others' shares being current. Without a register or sum
         // for the window in the last quarter of a window (a node that stopped hearing from the
         // window's owner: a partition starting), none; through an owner, none for two windows
-        // (at most 10 s) after a heal either (`admission::credit_settled`).
-        // The hold ends as time passes, where currency lapses: a bound stored for the rest of
-        // the bucket takes the hold as it is now, or it would give the credit the exact path
-        // still withholds. (The hold begins with new member counts, which bump the liveness
-        // generation and so drop every stored bound.)
+        // (at most 10 s) after a heal either (`admission::credit_settled`). Currency lapses as
+        // time passes and the hold ends, so a bound stored for the rest of the bucket takes
+        // currency at the bucket's end and the hold as it is now: either way no more credit
+        // than the exact path gives. (A hold begins with new member counts, which bump the
+        // liveness generation and so drop every stored bound.)
         let from_sum = remote.sum_emission_ms.is_some();
         let settled = !from_sum
             || admission::credit_settled(

@@ -129,9 +129,8 @@ impl Limiter {
         // Updated under the replication lock, as every call here is.
         let whole_before = self.whole_expected.load(Ordering::Relaxed);
         let in_sight = !admission::out_of_sight(live, expected);
-        if in_sight {
-            self.whole_expected
-                .store(whole_before.max(expected), Ordering::Relaxed);
+        if in_sight && expected > whole_before {
+            self.whole_expected.store(expected, Ordering::Relaxed);
         }
         if counts_changed
             && in_sight
