@@ -108,12 +108,17 @@ impl TempDir {
     }
 
     /// Writes and stamps a distinct modification time, so a change is seen whatever the
-    /// file system's timestamp resolution.
+    /// file system's timestamp resolution. The text is written and stamped under a hidden name
+    /// and renamed into place, so a watcher polling meanwhile sees the old file or the new one,
+    /// never a half-written one or the new text under the clock's time (a second change).
     pub(super) fn write_stamped(&self, name: &str, text: &str, stamp_secs: u64) -> PathBuf {
-        let path = self.write(name, text);
-        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        let staged = self.write(&format!(".{name}.staged"), text);
+        let file = std::fs::File::options().write(true).open(&staged).unwrap();
         file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(stamp_secs))
             .unwrap();
+        drop(file);
+        let path = self.path.join(name);
+        std::fs::rename(&staged, &path).unwrap();
         path
     }
 }
