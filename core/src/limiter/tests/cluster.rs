@@ -177,31 +177,31 @@ fn a_blind_window_whose_other_users_are_known_keeps_its_demand_share() {
 fn a_window_near_its_sides_part_is_contended_on_a_side_only() {
     let l = limiter();
     l.set_members(10, T0);
-    let lim = [second(100)];
+    let lim = [second(130)];
     let id = l.key_id(b"k", &lim[0].window);
-    // A request every 20 ms, all admitted: nothing refused, and half the limit.
+    // A request every 20 ms, all admitted: nothing refused, and 50 of a limit of 130.
     let steady = |from: u64, to: u64| every_20_ms(&l, &lim, from, to);
     steady(0, 2_000);
     let at = T0 + 2_000;
-    assert!(!l.contended(id, at), "half the whole limit is calm");
+    assert!(!l.contended(id, at), "50 of the whole limit is calm");
     assert_eq!(l.side_part(), None);
     // A member gone (a crash): still not a side.
     l.set_members(9, at);
     assert_eq!(l.side_part(), None);
     assert!(!l.contended(id, at));
-    // Two of ten out of sight: a part of 80, and 50 of demand is not near it (under 0.7).
+    // Two of ten out of sight: a part of 104, and 50 of demand is not near it (under half).
     l.set_members(8, at);
     assert_eq!(l.side_part(), Some(0.8));
-    assert!(!l.contended(id, at), "50 of a part of 80");
-    // Three: a part of 70, and 50 is near it.
+    assert!(!l.contended(id, at), "50 of a part of 104");
+    // Three: a part of 91, and 50 is near it.
     l.set_members(7, at);
-    assert!(l.contended(id, at), "50 of a part of 70");
-    // Four of ten out of sight: the side's part is 60, and 50 of demand is near it, though
+    assert!(l.contended(id, at), "50 of a part of 91");
+    // Four of ten out of sight: the side's part is 78, and 50 of demand is near it, though
     // nothing was refused.
     l.set_members(6, at);
     assert_eq!(l.side_part(), Some(0.6));
-    assert!(l.contended(id, at), "50 of a part of 60");
-    // Seven out of sight: a part of 30, which the demand passes.
+    assert!(l.contended(id, at), "50 of a part of 78");
+    // Seven out of sight: a part of 39, which the demand passes.
     l.set_members(3, at);
     assert!(l.contended(id, at));
     // A window never checked here (its limit unknown) is not near anything, though a peer's
