@@ -894,19 +894,41 @@ fn a_binding_share_divides_by_the_demand_the_owners_sum_was_made_with() {
 fn through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sight() {
     let lim = [second(100)];
     // User 2 beside user 3, at `at`: 3's register reaches 2 in owner 1's sum, or directly.
-    let user = |healed: bool, through_owner: bool, at: u64| {
+    let user = |past: Past, through_owner: bool, at: u64| {
         let owner = limiter_with(LimiterConfig::default(), 1);
         let c = limiter_with(LimiterConfig::default(), 3);
         let b = limiter_with(LimiterConfig::default(), 2);
         // Forming: ten members known, six of them still silent (in their join grace), then all
         // live. A size never seen whole before is no heal.
+        let formed = match past {
+            Past::Whole | Past::Cut => T0,
+            Past::LongCut | Past::Regrown => T0 - 70_000,
+        };
         let joining: Vec<OriginId> = (11..17).map(OriginId).collect();
-        b.set_liveness(4, &joining, 0, T0 - 100);
-        b.set_members(10, T0);
-        if healed {
-            // Six of ten out of sight (a partition's side), then all back at T0 + 20.
-            b.set_members(4, T0 + 10);
-            b.set_members(10, T0 + 20);
+        b.set_liveness(4, &joining, 0, formed - 100);
+        b.set_members(10, formed);
+        match past {
+            Past::Whole => {}
+            Past::Cut => {
+                // Six of ten out of sight (a partition's side), then all back at T0 + 20.
+                b.set_members(4, T0 + 10);
+                b.set_members(10, T0 + 20);
+            }
+            Past::LongCut | Past::Regrown => {
+                // Six of ten out of sight for longer than `expected_hold_ms`: the side then
+                // counts as whole at four.
+                b.set_members(4, formed + 10);
+                b.set_members(4, T0 - 5_000);
+                assert_eq!(b.member_counts(), (4, 4), "the hold lapsed");
+                if past == Past::LongCut {
+                    b.set_members(10, T0 + 20);
+                } else {
+                    // One member at a time (a scale-out, a rolling deploy): no heal.
+                    for live in 5..=10 {
+                        b.set_members(live, T0 + 2 * live as u64);
+                    }
+                }
+            }
         }
         assert_eq!(b.member_counts(), (10, 10));
         admitted_in(&c, "k", &lim, 30, at - 5);
@@ -929,25 +951,33 @@ fn through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sigh
         }
         b
     };
-    let allowance = |healed, through_owner, at| {
-        user(healed, through_owner, at)
+    let allowance = |past, through_owner, at| {
+        user(past, through_owner, at)
             .inspect(b"k", &lim[0], at)
             .unwrap()
             .allowance
     };
     let credit = admission::WHOLE_REQUEST_CREDIT_FROM_SUMS;
     for at in [T0 + 500, T0 + 1_500, T0 + 2_005] {
-        let (whole, healed) = (allowance(false, true, at), allowance(true, true, at));
-        assert!(
-            (whole - healed - credit).abs() < 1e-9,
-            "at +{} ms: {whole} never cut off, {healed} healed",
-            at - T0
+        let whole = allowance(Past::Whole, true, at);
+        for past in [Past::Cut, Past::LongCut] {
+            let healed = allowance(past, true, at);
+            assert!(
+                (whole - healed - credit).abs() < 1e-9,
+                "at +{} ms: {whole} never cut off, {healed} healed after {past:?}",
+                at - T0
+            );
+        }
+        assert_eq!(
+            allowance(Past::Regrown, true, at),
+            whole,
+            "members back one at a time are no heal"
         );
     }
     // In the bucket where the hold ends (T0 + 2 020), checks admit what the exact allowance
     // says, not what a bound stored for the rest of the bucket would.
     let at = T0 + 2_005;
-    let b = user(true, true, at);
+    let b = user(Past::Cut, true, at);
     let exact = b.inspect(b"k", &lim[0], at).unwrap();
     let local = |i: &crate::limiter::inspection::Inspection| {
         i.origins
@@ -963,8 +993,27 @@ fn through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sigh
     );
     // Two windows after the heal, the credit is back.
     let at = T0 + 2_100;
-    assert_eq!(allowance(true, true, at), allowance(false, true, at));
+    for past in [Past::Cut, Past::LongCut] {
+        assert_eq!(allowance(past, true, at), allowance(Past::Whole, true, at));
+    }
     // Registers straight from the other user (the full mesh): the credit stays.
     let at = T0 + 500;
-    assert_eq!(allowance(true, false, at), allowance(false, false, at));
+    assert_eq!(
+        allowance(Past::Cut, false, at),
+        allowance(Past::Whole, false, at)
+    );
+}
+
+/// What a user of `through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sight`
+/// went through before its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Past {
+    /// Formed, and never cut off since.
+    Whole,
+    /// Six of ten members out of sight briefly, then back at once.
+    Cut,
+    /// Out of sight for longer than `expected_hold_ms`, then back at once.
+    LongCut,
+    /// Out of sight for longer than `expected_hold_ms`, then back one at a time.
+    Regrown,
 }
