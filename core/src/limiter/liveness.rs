@@ -132,18 +132,12 @@ impl Limiter {
         if in_sight && expected > whole_before {
             self.whole_expected.store(expected, Ordering::Relaxed);
         }
-        // Back in sight: from a side of a partition to whole again. Or, after a partition
-        // longer than `expected_hold_ms` (the side then counts as whole at its own size), more
-        // than a member or two at once back to a size this node had seen whole: `N_expected`
-        // only shrinks when the hold lapses or members leave, and a cluster forming only grows
-        // it, so forming is neither; a scale-out back to an earlier size, several members in
-        // one step, is the one that can look like a heal and pays two windows of credit.
-        let came_back = if admission::out_of_sight(was_live, was_expected) {
-            true
-        } else {
-            was_expected < whole_before
-                && live > was_live.saturating_add(admission::CREDIT_MAX_MISSING)
-        };
+        // Back in sight: from a side of a partition to whole again, with members back (not
+        // `N_expected` lapsing to the side's size after `expected_hold_ms`: nobody came back).
+        // After a partition longer than that hold, the members back are silent in their join
+        // grace first, which raises `N_expected` before they count as live: out of sight, then
+        // back in sight, as after a short one.
+        let came_back = live > was_live && admission::out_of_sight(was_live, was_expected);
         if counts_changed && in_sight && came_back && expected <= whole_before {
             // Before the counts and the generation: a check that sees the new generation (an
             // Acquire load, `check_one`) sees when the cluster became whole. One that reads

@@ -920,7 +920,17 @@ fn through_an_owner_the_credit_waits_two_windows_after_members_come_back_in_sigh
                 b.set_members(4, formed + 10);
                 b.set_members(4, T0 - 5_000);
                 assert_eq!(b.member_counts(), (4, 4), "the hold lapsed");
+                assert_eq!(
+                    b.back_in_sight_ms
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    0,
+                    "a lapse of the hold brings nobody back"
+                );
                 if past == Past::LongCut {
+                    // As a node sees a heal: the six back, silent in their join grace, then
+                    // live.
+                    let back: Vec<OriginId> = (21..27).map(OriginId).collect();
+                    b.set_liveness(4, &back, 0, T0 + 10);
                     b.set_members(10, T0 + 20);
                 } else {
                     // One member at a time (a scale-out, a rolling deploy): no heal.
@@ -1012,7 +1022,8 @@ enum Past {
     Whole,
     /// Six of ten members out of sight briefly, then back at once.
     Cut,
-    /// Out of sight for longer than `expected_hold_ms`, then back at once.
+    /// Out of sight for longer than `expected_hold_ms`, then back as a node sees it: silent
+    /// in their join grace, then live.
     LongCut,
     /// Out of sight for longer than `expected_hold_ms`, then back one at a time.
     Regrown,
