@@ -136,9 +136,9 @@ impl Limiter {
         // `N_expected` lapsing to the side's size after `expected_hold_ms`: nobody came back).
         // After a partition longer than that hold, the members back are silent in their join
         // grace first, which raises `N_expected` before they count as live: out of sight, then
-        // back in sight, as after a short one.
+        // back in sight, as after a short one. (Members back are a change of the counts.)
         let came_back = live > was_live && admission::out_of_sight(was_live, was_expected);
-        if counts_changed && in_sight && came_back && expected <= whole_before {
+        if came_back && in_sight && expected <= whole_before {
             // Before the counts and the generation: a check that sees the new generation (an
             // Acquire load, `check_one`) sees when the cluster became whole. One that reads
             // the counts alone may give the credit once, racing the heal.
