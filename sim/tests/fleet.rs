@@ -85,6 +85,24 @@ fn a_fleet_in_owner_mode_uses_its_limits_within_the_over_admission_bars() {
     assert!(r.utilization >= 0.97, "seed {SEED}: {r:?}");
     assert!(r.over_admission_p99 <= 0.05, "seed {SEED}: {r:?}");
     assert!(r.over_admission_mean <= 0.01, "seed {SEED}: {r:?}");
+
+    // The credit is what buys that utilization, and what the over-admission is made of: with
+    // half of it, each node's share rounds down more often, and the limits are used less and
+    // passed less (`--credit`, README's trade-off table).
+    let half = fleet::FleetConfig {
+        credit_from_sums: cfg.credit_from_sums / 2.0,
+        ..cfg.clone()
+    };
+    let h = fleet::run("fleet", "share", &half);
+    eprintln!(
+        "seed {SEED}, credit {}: utilization {:.4}, mean {:.5}",
+        half.credit_from_sums, h.utilization, h.over_admission_mean
+    );
+    assert!(h.utilization < r.utilization - 0.01, "seed {SEED}: {h:?}");
+    assert!(
+        h.over_admission_mean < r.over_admission_mean / 2.0,
+        "seed {SEED}: {h:?}"
+    );
 }
 
 /// Owner mode (past 16 members) through a rolling deploy: owners' sums flow, and replacing

@@ -302,10 +302,15 @@ pub const WHOLE_REQUEST_CREDIT: f64 = 0.65;
 pub const WHOLE_REQUEST_CREDIT_FROM_SUMS: f64 = 1.05;
 
 /// The whole-request credit for a window whose others' demand comes in an owner's sum
-/// (`from_sum`) or in their registers.
-pub fn whole_request_credit(from_sum: bool) -> f64 {
+/// (`from_sum`: `from_sums`, as configured, `LimiterConfig::credit_from_sums`) or in their
+/// registers. A configured credit that is not a finite number of at least 0 counts as 0.
+pub fn whole_request_credit(from_sum: bool, from_sums: f64) -> f64 {
     if from_sum {
-        WHOLE_REQUEST_CREDIT_FROM_SUMS
+        if from_sums.is_finite() && from_sums > 0.0 {
+            from_sums
+        } else {
+            0.0
+        }
     } else {
         WHOLE_REQUEST_CREDIT
     }
@@ -345,6 +350,19 @@ mod tests {
         let day = 86_400_000;
         assert!(!credit_settled(back, back + CREDIT_HOLD_MAX_MS - 1, day));
         assert!(credit_settled(back, back + CREDIT_HOLD_MAX_MS, day));
+    }
+
+    #[test]
+    fn a_configured_credit_applies_through_sums_and_counts_as_0_unless_a_number_of_at_least_0() {
+        assert_eq!(whole_request_credit(true, 0.5), 0.5);
+        assert_eq!(
+            whole_request_credit(false, 0.5),
+            WHOLE_REQUEST_CREDIT,
+            "registers keep theirs"
+        );
+        for bad in [f64::NAN, f64::INFINITY, -1.0, 0.0] {
+            assert_eq!(whole_request_credit(true, bad), 0.0, "{bad}");
+        }
     }
 
     const STRICT: Policy = Policy::DemandShare(PartitionPolicy::Strict);

@@ -285,7 +285,7 @@ impl Limiter {
             if settled
                 && admission::remote_current(remote.newest_emission_ms, at_ms, spec.window_ms())
             {
-                admission::whole_request_credit(from_sum)
+                admission::whole_request_credit(from_sum, self.config.credit_from_sums)
             } else {
                 0.0
             }

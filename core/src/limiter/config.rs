@@ -28,6 +28,15 @@ pub struct LimiterConfig {
     /// its limit is one load and one CAS. Decisions are the same either way (a check the cached
     /// bound cannot admit takes the exact path); off only for comparison.
     pub admission_cache: bool,
+    /// How far past its share (in requests) a node may hold where the others' demand comes in
+    /// an owner's sum (a large cluster): [`WHOLE_REQUEST_CREDIT_FROM_SUMS`], 1.05. Less
+    /// lowers the over-admission (its mean, p99 and worst window) and the utilization of
+    /// overloaded limits together; README's "Fleets of hundreds" measures the trade-off.
+    /// Not an operator setting: for the simulator (`--credit`) and for comparison. A value
+    /// that is not a finite number of at least 0 counts as 0.
+    ///
+    /// [`WHOLE_REQUEST_CREDIT_FROM_SUMS`]: super::admission::WHOLE_REQUEST_CREDIT_FROM_SUMS
+    pub credit_from_sums: f64,
 }
 
 impl Default for LimiterConfig {
@@ -41,6 +50,7 @@ impl Default for LimiterConfig {
             expected_hold_ms: 60_000,
             max_clock_drift_ms: 10_000,
             admission_cache: true,
+            credit_from_sums: super::admission::WHOLE_REQUEST_CREDIT_FROM_SUMS,
             when_full: TableFullPolicy::default(),
         }
     }

@@ -1,6 +1,6 @@
 //! What a fleet run is: how many nodes, their network, their traffic and the faults.
 
-use limitmesh::limiter::Policy;
+use limitmesh::limiter::{LimiterConfig, Policy};
 use limitmesh::node::Dissemination;
 
 use super::traffic::Traffic;
@@ -46,6 +46,9 @@ pub struct FleetConfig {
     pub seeds: usize,
     /// Nodes that watch node 0's probe admissions, for staleness.
     pub observers: usize,
+    /// Every node's `LimiterConfig::credit_from_sums` (`--credit`): the whole-request credit
+    /// where the others' demand comes in an owner's sum.
+    pub credit_from_sums: f64,
 }
 
 impl FleetConfig {
@@ -67,6 +70,7 @@ impl FleetConfig {
             faults: Vec::new(),
             seeds: 3,
             observers: 10,
+            credit_from_sums: LimiterConfig::default().credit_from_sums,
         }
     }
 

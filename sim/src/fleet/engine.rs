@@ -185,6 +185,7 @@ impl<'c> Engine<'c> {
         };
         let limiter = LimiterConfig {
             policy: self.cfg.policy,
+            credit_from_sums: self.cfg.credit_from_sums,
             ..LimiterConfig::default()
         };
         let time = NodeTime::new(self.clock.clone(), self.slots[slot].skew_ms.clone());
