@@ -75,8 +75,11 @@ pub struct Membership {
     /// Where the next capped announce round starts in the absent list.
     announce_cursor: usize,
     /// Set when an absent address comes back up, or this node renews its identity (it was told
-    /// it is held down): the next announce round goes to every absent address.
+    /// it is held down): the next announce round goes to every absent address, once
+    /// [`FULL_ROUND_EVERY`] has passed since the last such round (it stays set until then).
     heal_seen: bool,
+    /// When an announce round last went to every absent address because of a heal.
+    last_full_round: Option<Instant>,
 }
 
 impl std::fmt::Debug for Membership {
@@ -141,6 +144,7 @@ impl Membership {
             // so that their capped rounds reach different members.
             announce_cursor: usize::try_from(seed % 65_536).unwrap_or(0),
             heal_seen: false,
+            last_full_round: None,
         }
     }
 
@@ -250,7 +254,7 @@ impl Membership {
     /// comes back, a round goes to [`ANNOUNCE_AT_A_TIME`] of them, in turn; the first answer
     /// across a heal (an absent address back up, or this node told to renew its identity)
     /// makes the next round go to all of them, so that the two sides' views merge as fast as
-    /// they did when every round went to all. A node with no members at all announces to every
+    /// they did when every round went to all; at most once every [`FULL_ROUND_EVERY`]. A node with no members at all announces to every
     /// absent address, seeds and down members alike: it is joining, or cut off alone, and it
     /// is one node.
     pub fn announce_to_absent(
@@ -274,9 +278,15 @@ impl Membership {
                 .map(|m| m.id().addr)
                 .filter(|a| *a != me && !present.contains(a) && down_ok(*a)),
         );
-        let all = std::mem::take(&mut self.heal_seen)
-            || present.is_empty()
-            || absent.len() <= ANNOUNCE_AT_A_TIME;
+        let heal_round = self.heal_seen
+            && self
+                .last_full_round
+                .is_none_or(|last| now.saturating_duration_since(last) >= FULL_ROUND_EVERY);
+        if heal_round {
+            self.heal_seen = false;
+            self.last_full_round = Some(now);
+        }
+        let all = heal_round || present.is_empty() || absent.len() <= ANNOUNCE_AT_A_TIME;
         let to: Vec<SocketAddr> = if all {
             absent.iter().copied().collect()
         } else {
@@ -368,6 +378,15 @@ impl Membership {
 pub const REJOIN_INTERVAL: Duration = Duration::from_millis(500);
 /// How many absent addresses a rejoin round announces to while none of them answers.
 pub const ANNOUNCE_AT_A_TIME: usize = 8;
+/// The least time between two announce rounds that go to every absent address because of a
+/// heal. A member back up, or this node told to renew its identity, is a sign of a heal; a
+/// member that lies (or anyone, in a cluster without keys) can send such signs at will, and
+/// each made the next round announce to every address held down: hundreds in a large
+/// cluster's partition, for one datagram. A sign within this time of the last full round waits
+/// for its end. A real heal is acted on at once (its first sign), and its later signs come
+/// while the two sides' views are merging anyway (`fleet-partition` at 200 nodes, seed 1,
+/// reads the same to the byte with and without this).
+pub const FULL_ROUND_EVERY: Duration = Duration::from_secs(5);
 /// How long a member declared down is remembered (and announced to).
 pub const FORGET_DOWN_AFTER: Duration = Duration::from_secs(120);
 
@@ -531,6 +550,8 @@ mod tests {
             99,
         );
         let _ = nodes[0].take_events();
+        // Returns the events, and whether the sign of the heal came within FULL_ROUND_EVERY
+        // of the last full round (and so had to wait for it).
         let all_once_heard = |nodes: &mut [Membership], t: &mut Instant, group: usize| {
             let mut rounds = 0;
             while !nodes[0].heal_seen {
@@ -539,26 +560,43 @@ mod tests {
                 nodes[0].announce_to_absent(&[], |_| true, *t);
                 run(nodes, &[0..group, group..14], t, 1);
             }
-            let _ = nodes[0].take_outbox();
+            let waited = nodes[0]
+                .last_full_round
+                .filter(|last| t.saturating_duration_since(*last) < FULL_ROUND_EVERY);
+            if let Some(last) = waited {
+                let _ = nodes[0].take_outbox();
+                assert!(
+                    nodes[0].announce_to_absent(&[], |_| true, *t) <= ANNOUNCE_AT_A_TIME,
+                    "a sign within FULL_ROUND_EVERY of the last full round waits"
+                );
+                assert!(nodes[0].heal_seen, "and is kept for the round after it");
+                *t = last + FULL_ROUND_EVERY;
+            }
             let sent = nodes[0].announce_to_absent(&[], |_| true, *t);
             let absent = nodes[0].absent.clone();
             assert!(absent.len() > ANNOUNCE_AT_A_TIME, "{absent:?}");
             assert_eq!(sent, absent.len());
             assert_eq!(recipients(&mut nodes[0]), absent);
             assert!(nodes[0].announce_to_absent(&[], |_| true, *t) <= ANNOUNCE_AT_A_TIME);
-            nodes[0].take_events()
+            (nodes[0].take_events(), waited.is_some())
         };
-        let events = all_once_heard(&mut nodes, &mut t, 3);
+        let (events, waited) = all_once_heard(&mut nodes, &mut t, 3);
+        assert!(!waited, "the first sign of a heal is acted on at once");
         assert!(
             !events.iter().any(|e| matches!(e, MemberEvent::Rejoined(_))),
             "{events:?}"
         );
         // Node 3, which holds node 0 down, answers by telling it so: node 0 renews its
-        // identity, and that is a heal too.
-        let events = all_once_heard(&mut nodes, &mut t, 4);
+        // identity, and that is a heal too; it comes within a few rounds of the first, and
+        // its full round waits until FULL_ROUND_EVERY has passed.
+        let (events, waited) = all_once_heard(&mut nodes, &mut t, 4);
         assert!(
             events.iter().any(|e| matches!(e, MemberEvent::Rejoined(_))),
             "{events:?}"
+        );
+        assert!(
+            waited,
+            "the second sign came within FULL_ROUND_EVERY of the first round"
         );
     }
 }
