@@ -5,7 +5,7 @@
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use limitmesh::limiter::{PartitionPolicy, Policy};
+use limitmesh::limiter::{MAX_CREDIT_FROM_SUMS, PartitionPolicy, Policy};
 use limitmesh::node::{Dissemination, FULL_MESH_UP_TO};
 use limitmesh_sim::fleet::{FLEET_SCENARIOS, fleet_scenario};
 use limitmesh_sim::scenario::{SCENARIOS, scenario};
@@ -50,9 +50,6 @@ struct Args {
     credit: Option<f64>,
 }
 
-/// The most `--credit` takes: past a few requests a share is no longer what binds.
-const MAX_CREDIT: f64 = 10.0;
-
 fn fmt_pct(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{:.2}%", v * 100.0))
 }
@@ -65,6 +62,9 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if args.scenario.starts_with("fleet") {
         return fleet(&args);
+    }
+    if args.credit.is_some() {
+        bail!("--credit goes with the fleet scenarios (fleet, fleet-partition, ...) only");
     }
     let from_file = if args.scenario == "run" {
         let Some(file) = &args.file else {
@@ -233,9 +233,9 @@ const FULL_MESH_SIMULATED_UP_TO: usize = 200;
 /// naive admission.
 fn fleet(args: &Args) -> anyhow::Result<()> {
     if let Some(c) = args.credit
-        && !(c.is_finite() && (0.0..=MAX_CREDIT).contains(&c))
+        && !(c.is_finite() && (0.0..=MAX_CREDIT_FROM_SUMS).contains(&c))
     {
-        bail!("--credit {c}: expected a number of requests from 0 to {MAX_CREDIT}");
+        bail!("--credit {c}: expected a number of requests from 0 to {MAX_CREDIT_FROM_SUMS}");
     }
     let names: Vec<&str> = if args.scenario == "fleet-all" {
         FLEET_SCENARIOS.to_vec()

@@ -301,13 +301,18 @@ pub const WHOLE_REQUEST_CREDIT: f64 = 0.65;
 /// [`WHOLE_REQUEST_CREDIT`].
 pub const WHOLE_REQUEST_CREDIT_FROM_SUMS: f64 = 1.05;
 
+/// The most `LimiterConfig::credit_from_sums` counts for: past a few requests a share no
+/// longer binds, and the limiter admits as the naive rule does (the global cap alone).
+pub const MAX_CREDIT_FROM_SUMS: f64 = 10.0;
+
 /// The whole-request credit for a window whose others' demand comes in an owner's sum
 /// (`from_sum`: `from_sums`, as configured, `LimiterConfig::credit_from_sums`) or in their
-/// registers. A configured credit that is not a finite number of at least 0 counts as 0.
+/// registers. A configured credit that is not a finite number of at least 0 counts as 0, and
+/// one past [`MAX_CREDIT_FROM_SUMS`] as that.
 pub fn whole_request_credit(from_sum: bool, from_sums: f64) -> f64 {
     if from_sum {
         if from_sums.is_finite() && from_sums > 0.0 {
-            from_sums
+            from_sums.min(MAX_CREDIT_FROM_SUMS)
         } else {
             0.0
         }
@@ -353,16 +358,17 @@ mod tests {
     }
 
     #[test]
-    fn a_configured_credit_applies_through_sums_and_counts_as_0_unless_a_number_of_at_least_0() {
+    fn a_configured_credit_applies_through_sums_within_0_and_its_maximum() {
         assert_eq!(whole_request_credit(true, 0.5), 0.5);
         assert_eq!(
             whole_request_credit(false, 0.5),
             WHOLE_REQUEST_CREDIT,
             "registers keep theirs"
         );
-        for bad in [f64::NAN, f64::INFINITY, -1.0, 0.0] {
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -1.0, -0.0, 0.0] {
             assert_eq!(whole_request_credit(true, bad), 0.0, "{bad}");
         }
+        assert_eq!(whole_request_credit(true, 1e6), MAX_CREDIT_FROM_SUMS);
     }
 
     const STRICT: Policy = Policy::DemandShare(PartitionPolicy::Strict);

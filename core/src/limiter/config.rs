@@ -29,13 +29,13 @@ pub struct LimiterConfig {
     /// bound cannot admit takes the exact path); off only for comparison.
     pub admission_cache: bool,
     /// How far past its share (in requests) a node may hold where the others' demand comes in
-    /// an owner's sum (a large cluster): [`WHOLE_REQUEST_CREDIT_FROM_SUMS`], 1.05. Less
-    /// lowers the over-admission (its mean, p99 and worst window) and the utilization of
-    /// overloaded limits together; README's "Fleets of hundreds" measures the trade-off.
-    /// Not an operator setting: for the simulator (`--credit`) and for comparison. A value
-    /// that is not a finite number of at least 0 counts as 0.
+    /// an owner's sum (a large cluster): 1.05 (`WHOLE_REQUEST_CREDIT_FROM_SUMS`). Less lowers
+    /// the utilization of overloaded limits and the over-admission's mean and p99 together;
+    /// README's "Fleets of hundreds" measures the trade. Not an operator setting: for the
+    /// simulator (`--credit`) and for comparison. A value that is not a finite number of at
+    /// least 0 counts as 0, and one past [`MAX_CREDIT_FROM_SUMS`] as that.
     ///
-    /// [`WHOLE_REQUEST_CREDIT_FROM_SUMS`]: super::admission::WHOLE_REQUEST_CREDIT_FROM_SUMS
+    /// [`MAX_CREDIT_FROM_SUMS`]: super::MAX_CREDIT_FROM_SUMS
     pub credit_from_sums: f64,
 }
 

@@ -39,7 +39,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 pub use admission::{
-    Inputs as AdmissionInputs, PartitionPolicy, Policy, RecentLoad, allowance, lasting_allowance,
+    Inputs as AdmissionInputs, MAX_CREDIT_FROM_SUMS, PartitionPolicy, Policy, RecentLoad,
+    allowance, lasting_allowance,
 };
 pub use aggregation::AggregateStamp;
 pub use config::{LimiterConfig, LimiterStats, TableFullPolicy};
