@@ -2,7 +2,7 @@
 //! node's allowance (the `Inspect` RPC, `limitmesh inspect`).
 
 use super::origin::OriginId;
-use super::state::{AGGREGATE, WindowState, is_aggregate};
+use super::state::{AGGREGATE, WindowState, is_aggregate, is_held_as_sum_alone};
 use super::{KeyId, Limit, Limiter};
 use crate::window::WindowSpec;
 
@@ -54,6 +54,25 @@ impl Limiter {
         let sync = self.lock_sync();
         let mut origins = vec![self.local_usage(state, spec, now_ms, sync.version())];
         if let Some(replica) = state.remote.load_full() {
+            // As `WindowState::remote_scalars` counts them: the sums of departed owners (held
+            // as sums alone) keep the demand they said until another owner's sum is newer than
+            // the newest of them, and then lapse as any old sum does.
+            let held = self.held_origins.load();
+            let departed = |idx| {
+                held.as_deref()
+                    .is_some_and(|h| is_held_as_sum_alone(h, idx))
+            };
+            let newest = |of_departed: bool| {
+                replica
+                    .iter()
+                    .filter(|(idx, _)| is_aggregate(*idx) && departed(*idx) == of_departed)
+                    .map(|(_, reg)| reg.hlc.physical_ms())
+                    .max()
+            };
+            let superseded = match (newest(true), newest(false)) {
+                (Some(held_sum), Some(other)) => other >= held_sum,
+                _ => false,
+            };
             for (idx, reg) in replica.iter() {
                 let aggregate = is_aggregate(idx);
                 let Some(origin) = sync.origin_of(idx & !AGGREGATE) else {
@@ -65,7 +84,7 @@ impl Limiter {
                     aggregate,
                     admitted: crate::window::sliding_sum(spec, now_ms, reg.buckets()),
                     // A held origin keeps the demand it last reported (`Limiter::set_held`).
-                    demand: if self.is_held(idx) {
+                    demand: if self.is_held(idx) && !(superseded && departed(idx)) {
                         u64::from(reg.demand)
                     } else {
                         u64::from(reg.live_demand(spec, now_ms))

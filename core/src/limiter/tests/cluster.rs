@@ -569,6 +569,8 @@ fn a_departed_owners_sum_is_held_without_holding_its_own_register() {
     let new_sum = i.origins.iter().find(|o| o.origin == OriginId(4)).unwrap();
     assert!(new_sum.aggregate && new_sum.demand < 70, "{new_sum:?}");
     assert!(i.allowance > held * 2.0, "{} vs {held}", i.allowance);
+    // And `inspect` shows the departed sum as it now counts: lapsed, as any old sum.
+    assert_eq!(demands(later + 5).0, Some(0), "superseded");
 
     // A node that now owns the window gets no other owner's sum: it lets the old one go.
     let d = limiter_with(LimiterConfig::default(), 5);
