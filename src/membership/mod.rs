@@ -605,4 +605,49 @@ mod tests {
             "the second sign came within FULL_ROUND_EVERY of the first round"
         );
     }
+
+    /// foca tells a rename before a member comes back up, and a rename may be of one down
+    /// identity by another (a member renewed its identity on the far side of a partition and
+    /// was declared down there again): that is no sign of a heal. Its coming up is.
+    #[tokio::test(start_paused = true)]
+    async fn a_down_member_renamed_by_another_down_identity_is_no_heal() {
+        use foca::Identity;
+        let mut m = node(1);
+        let t = crate::clock::monotonic_now();
+        let addr: SocketAddr = "10.0.0.2:7946".parse().unwrap();
+        let first = NodeId::new(uuid::Uuid::from_u128(2), addr, 1_000);
+        let apply = |m: &mut Membership, member: foca::Member<NodeId>| {
+            m.foca
+                .apply_many(std::iter::once(member), true, &mut m.runtime)
+                .expect("foca takes the update");
+            m.drain(t);
+        };
+        apply(&mut m, foca::Member::alive(first.clone()));
+        apply(&mut m, foca::Member::down(first.clone()));
+        assert_eq!(m.num_members(), 0, "the member went down");
+        assert_eq!(m.announce_to_absent(&[], |_| true, t), 1, "and is absent");
+        let _ = m.take_events();
+        let _ = m.take_outbox();
+
+        let renewed = first.renew().expect("a renewal");
+        apply(&mut m, foca::Member::down(renewed.clone()));
+        let events = m.take_events();
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, MemberEvent::Renamed { old, new } if *old == first && *new == renewed)),
+            "the rename happened: {events:?}"
+        );
+        assert!(
+            !m.heal_seen,
+            "a rename from down to down is no heal: {events:?}"
+        );
+
+        // The same address up under a newer identity is.
+        apply(
+            &mut m,
+            foca::Member::alive(renewed.renew().expect("a renewal")),
+        );
+        assert!(m.heal_seen, "{:?}", m.take_events());
+    }
 }
