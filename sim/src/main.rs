@@ -63,8 +63,14 @@ fn main() -> anyhow::Result<()> {
     if args.scenario.starts_with("fleet") {
         return fleet(&args);
     }
-    if args.credit.is_some() {
-        bail!("--credit goes with the fleet scenarios (fleet, fleet-partition, ...) only");
+    for (flag, given) in [
+        ("--credit", args.credit.is_some()),
+        ("--seconds", args.seconds.is_some()),
+        ("--only", args.only.is_some()),
+    ] {
+        if given {
+            bail!("{flag} goes with the fleet scenarios (fleet, fleet-partition, ...) only");
+        }
     }
     let from_file = if args.scenario == "run" {
         let Some(file) = &args.file else {

@@ -76,7 +76,8 @@ pub struct Membership {
     announce_cursor: usize,
     /// Set when an absent address comes back up, or this node renews its identity (it was told
     /// it is held down): the next announce round goes to every absent address, once
-    /// [`FULL_ROUND_EVERY`] has passed since the last such round (it stays set until then).
+    /// [`FULL_ROUND_EVERY`] has passed since the last such round (it stays set until then, or
+    /// until a round goes to every absent address anyway).
     heal_seen: bool,
     /// When an announce round last went to every absent address because of a heal.
     last_full_round: Option<Instant>,

@@ -2,7 +2,7 @@
 //! node's allowance (the `Inspect` RPC, `limitmesh inspect`).
 
 use super::origin::OriginId;
-use super::state::{AGGREGATE, WindowState, is_aggregate, is_held_as_sum_alone};
+use super::state::{AGGREGATE, WindowState, is_aggregate, is_held_as_sum_alone, is_held_in};
 use super::{KeyId, Limit, Limiter};
 use crate::window::WindowSpec;
 
@@ -84,7 +84,9 @@ impl Limiter {
                     aggregate,
                     admitted: crate::window::sliding_sum(spec, now_ms, reg.buckets()),
                     // A held origin keeps the demand it last reported (`Limiter::set_held`).
-                    demand: if self.is_held(idx) && !(superseded && departed(idx)) {
+                    demand: if held.as_deref().is_some_and(|h| is_held_in(h, idx))
+                        && !(superseded && departed(idx))
+                    {
                         u64::from(reg.demand)
                     } else {
                         u64::from(reg.live_demand(spec, now_ms))
