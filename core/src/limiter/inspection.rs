@@ -54,24 +54,20 @@ impl Limiter {
         let sync = self.lock_sync();
         let mut origins = vec![self.local_usage(state, spec, now_ms, sync.version())];
         if let Some(replica) = state.remote.load_full() {
-            // As `WindowState::remote_scalars` counts them: the sums of departed owners (held
-            // as sums alone) keep the demand they said until another owner's sum is newer than
-            // the newest of them, and then lapse as any old sum does.
-            let held = self.held_origins.load();
+            // As admission counts them: the sums of departed owners (held as sums alone) keep
+            // the demand they said until another owner's sum is as new (`remote_scalars`).
+            let (silent, held) = (self.silent_origins.load(), self.held_origins.load());
+            let superseded = state
+                .remote_scalars(
+                    spec,
+                    now_ms,
+                    silent.as_deref().map(Vec::as_slice),
+                    held.as_deref().map(Vec::as_slice),
+                )
+                .departed_sums_superseded;
             let departed = |idx| {
                 held.as_deref()
                     .is_some_and(|h| is_held_as_sum_alone(h, idx))
-            };
-            let newest = |of_departed: bool| {
-                replica
-                    .iter()
-                    .filter(|(idx, _)| is_aggregate(*idx) && departed(*idx) == of_departed)
-                    .map(|(_, reg)| reg.hlc.physical_ms())
-                    .max()
-            };
-            let superseded = match (newest(true), newest(false)) {
-                (Some(held_sum), Some(other)) => other >= held_sum,
-                _ => false,
             };
             for (idx, reg) in replica.iter() {
                 let aggregate = is_aggregate(idx);

@@ -97,6 +97,10 @@ pub(crate) struct RemoteScalars {
     /// it says more than the registers held (an owner holds those) or there are none: the
     /// others' demand is then a sum's. By what was said, lapsed or not.
     pub sum_emission_ms: Option<u64>,
+    /// Whether the sums of departed owners (held as sums alone) are superseded: another
+    /// owner's sum is at least as new as the newest of them, so they count as any old sum
+    /// does (their demand lapses) rather than with the demand they said.
+    pub departed_sums_superseded: bool,
 }
 
 impl RemoteScalars {
@@ -111,6 +115,8 @@ impl RemoteScalars {
             },
             newest_emission_ms: self.newest_emission_ms.max(other.newest_emission_ms),
             sum_emission_ms: self.sum_emission_ms.max(other.sum_emission_ms),
+            departed_sums_superseded: self.departed_sums_superseded
+                || other.departed_sums_superseded,
         }
     }
 }
@@ -347,12 +353,15 @@ impl WindowState {
                 }
             }
         }
-        if let Some((emitted, held_sum)) = departed
-            && newest_other_sum.is_none_or(|n| n < emitted)
+        let superseded =
+            departed.is_some_and(|(emitted, _)| newest_other_sum.is_some_and(|n| n >= emitted));
+        if let Some((_, held_sum)) = departed
+            && !superseded
         {
             best = best.max(held_sum);
         }
         out = out.max(best);
+        out.departed_sums_superseded = superseded;
         out.sum_emission_ms = source
             .filter(|(said, _)| registers_said == 0 || u64::from(*said) > registers_said)
             .map(|(_, emitted)| emitted);
