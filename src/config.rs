@@ -148,6 +148,14 @@ pub struct ClusterConfig {
     /// Alternative to `keys`: a file with one base64 key per line (blank lines and `#`
     /// comments ignored). Default: empty.
     pub key_file: String,
+    /// The secret that names windows (base64 of 32 bytes), kept apart from the sealing keys so
+    /// that a key rotation never renames a window: every node of a cluster must have the same.
+    /// Without it (and without `naming_key_file`) windows are named under a secret derived
+    /// from `cluster_id`, which is stable but not secret. Default: empty.
+    pub naming_key: String,
+    /// Alternative to `naming_key`: a file holding it (one base64 line; blank lines and `#`
+    /// comments ignored). Default: empty.
+    pub naming_key_file: String,
     /// Allows seeds or DNS discovery without keys: datagrams are then neither authenticated
     /// nor encrypted. Default: false.
     pub insecure: bool,
@@ -173,6 +181,8 @@ impl Default for ClusterConfig {
             cluster_id: "limitmesh".to_owned(),
             keys: Vec::new(),
             key_file: String::new(),
+            naming_key: String::new(),
+            naming_key_file: String::new(),
             insecure: false,
             gossip_interval_ms: 200,
             anti_entropy_interval_ms: 5_000,
@@ -238,10 +248,14 @@ pub struct LimiterSettings {
     /// Buckets per window when a rule or request does not say; must divide 1000 (so that
     /// every unit's window divides). Default: 10.
     pub default_buckets: u16,
-    /// A file where a graceful stop saves every live register the node holds, and a start
-    /// loads those still inside their windows: day and month quotas survive a restart of the
-    /// whole fleet. Default: empty (nothing saved).
+    /// A file where the node saves every live register it holds (periodically and at a
+    /// graceful stop), and a start loads those still inside their windows: day and month
+    /// quotas survive a restart of the whole fleet. Its directory must exist and be writable
+    /// (checked at start). Default: empty (nothing saved).
     pub state_path: String,
+    /// How often a serving node saves to `state_path`, besides at a graceful stop: what a
+    /// crash can lose is what was admitted since. At least 1000. Default: 30000.
+    pub state_save_interval_ms: u64,
 }
 
 impl Default for LimiterSettings {
@@ -257,6 +271,7 @@ impl Default for LimiterSettings {
             max_clock_drift_ms: core.max_clock_drift_ms,
             default_buckets: crate::window::DEFAULT_BUCKETS,
             state_path: String::new(),
+            state_save_interval_ms: 30_000,
         }
     }
 }
@@ -415,5 +430,12 @@ impl Config {
     /// Empty when neither is set.
     pub fn cluster_keys(&self) -> Result<Vec<[u8; CLUSTER_KEY_BYTES]>, ConfigError> {
         validate::cluster_keys(self, &provenance::Provenance::default())
+    }
+
+    /// The secret windows are named under: `cluster.naming_key`, the key in
+    /// `cluster.naming_key_file`, or one derived from `cluster.cluster_id`. Never one of the
+    /// sealing keys, which rotate.
+    pub fn naming_secret(&self) -> Result<[u8; CLUSTER_KEY_BYTES], ConfigError> {
+        validate::naming_secret(self, &provenance::Provenance::default())
     }
 }

@@ -126,6 +126,9 @@ fn unspecified() -> SocketAddr {
 /// and gossip sockets the configuration names.
 pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
     config.validate()?;
+    if !config.limiter.state_path.is_empty() {
+        crate::snapshot::check_writable(std::path::Path::new(&config.limiter.state_path))?;
+    }
     let clock_offset_ms = clock_offset_from_env()?;
     let keys = keys(config)?;
     let rules = RulesHandle::load(config.rules_source(), config.rules_load_options())?;
@@ -156,9 +159,11 @@ pub async fn bind(config: &Config) -> Result<Bound, ServiceError> {
 /// The datagram keyring and the window-naming secret ([`NodeKeys::from_secrets`]).
 ///
 /// Without configured keys, a node with peers must have been allowed `insecure` (its keys
-/// derive from the cluster id, which is not a secret), and a node without peers draws a random
-/// key no one else needs to know.
+/// derive from the cluster id, which is not a secret), and a node without peers seals with a
+/// random key no one else needs to know. Windows are named under the naming secret either way
+/// (`Config::naming_secret`), never under a sealing key.
 fn keys(config: &Config) -> Result<NodeKeys, ServiceError> {
+    let naming = config.naming_secret()?;
     let mut secrets = config.cluster_keys()?;
     if secrets.is_empty() {
         let secret = if config.cluster.has_peers() {
@@ -178,7 +183,44 @@ fn keys(config: &Config) -> Result<NodeKeys, ServiceError> {
         };
         secrets.push(secret);
     }
-    Ok(NodeKeys::from_secrets(&secrets)?)
+    Ok(NodeKeys::from_secrets(&secrets, &naming)?)
+}
+
+/// Saves the registers to `path` every `every` while the node is ready (before then, the
+/// file holds what the node has not finished merging), until `stop`.
+async fn save_periodically(
+    path: std::path::PathBuf,
+    every: Duration,
+    (limiter, clock, view): (
+        Arc<crate::limiter::Limiter>,
+        Arc<dyn Clock>,
+        Arc<crate::node::ClusterView>,
+    ),
+    stop: impl Future<Output = ()>,
+) {
+    tokio::pin!(stop);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            _ = ticks.tick() => {}
+        }
+        if !view.is_ready() {
+            continue;
+        }
+        let (limiter, clock, path) = (limiter.clone(), clock.clone(), path.clone());
+        let saved = tokio::task::spawn_blocking(move || {
+            crate::snapshot::save(&limiter, &path, clock.now_ms())
+        })
+        .await;
+        match saved {
+            Ok(Ok(registers)) => tracing::debug!(registers, "saved the registers"),
+            Ok(Err(e)) => tracing::error!(error = %e, "cannot save the registers"),
+            Err(e) => tracing::error!(error = %e, "the save of the registers failed"),
+        }
+    }
 }
 
 /// Serves until `shutdown` resolves, then shuts down gracefully.
@@ -210,6 +252,7 @@ pub async fn run(
         }
     }
     let state_path = params.state_path.clone();
+    let save_every = Duration::from_millis(config.limiter.state_save_interval_ms);
     let core = NodeBuilder::new(
         params,
         config.limiter_config(),
@@ -312,6 +355,20 @@ pub async fn run(
         stopped(stop_rx.clone()),
     ));
 
+    // Periodic snapshots, so that a crash loses only what was admitted since the last.
+    let saver = state_path.clone().map(|path| {
+        tokio::spawn(save_periodically(
+            path,
+            save_every,
+            (
+                limiter.clone(),
+                clock.clone() as Arc<dyn Clock>,
+                view.clone(),
+            ),
+            stopped(stop_rx.clone()),
+        ))
+    });
+
     let readiness = tokio::spawn({
         let (view, health, ready, stop) =
             (view.clone(), health.clone(), ready.clone(), stop_rx.clone());
@@ -349,6 +406,10 @@ pub async fn run(
     // snapshot below hold every admission.
     grpc_abort.abort();
     admin_abort.abort();
+    if let Some(saver) = saver {
+        // It stops at the signal; a save it had begun finishes before the last one starts.
+        let _ = saver.await;
+    }
     limiter.set_warming_until(u64::MAX);
     let _ = node_stop_tx.send(true);
     let _ = tokio::time::timeout(DRAIN, node_task).await;

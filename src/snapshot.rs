@@ -1,20 +1,24 @@
 //! The on-disk snapshot of a node's registers (`limiter.state_path`), so that a whole-fleet
 //! restart keeps day and month quotas: no peer holds them while every node is down.
 //!
-//! A graceful stop writes every live register the node holds, its own and its peers' (under
-//! their origins), after its last summary round. A start reads the file back through the same
-//! path as a peer's registers ([`Limiter::merge`]): registers whose windows have passed, whose
-//! clock stamps are in the future, or whose shapes are impossible are dropped and counted,
-//! exactly as from the network. The node's own registers come back under its previous origin,
-//! which is no longer a member, so the node relays them to every peer that joins it.
+//! The node writes every live register it holds, its own and its peers' (under their
+//! origins), periodically while it serves and once more after its last summary round. A start
+//! reads the file back through the same path as a peer's registers ([`Limiter::merge`]):
+//! registers whose windows have passed, whose clock stamps are in the future, or whose shapes
+//! are impossible are dropped and counted, exactly as from the network. The node's own
+//! registers come back under its previous origin, which is no longer a member, so the node
+//! relays them to every peer that joins it.
 //!
 //! ```text
-//! "LMSTATE" 0x01 | ( u32 LE length | register body )*
+//! "LMSTATE" 0x02 | ( u32 LE length | 8-byte blake3 of the body | register body )*
 //! ```
 //!
-//! A body is the datagram body format (`gossip::message`), each naming its origin. A length is
-//! checked against the bytes that follow before anything is read; a file that does not parse
-//! is refused whole with the byte offset at fault.
+//! A body is the datagram body format (`gossip::message`), each naming its origin, and each
+//! record stands on its own: a record whose checksum or body is wrong is skipped (a bit flip
+//! must not turn a count into a smaller one), and a file cut short (a crash mid-write of an
+//! older build, a full disk) keeps every record before the cut. A length is checked against
+//! the bytes that follow before anything is read. Files of the first format (`0x01`, no
+//! checksums) are still read.
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +27,10 @@ use thiserror::Error;
 use crate::gossip::message::{MessageError, decode_batch, encode_batch};
 use crate::limiter::{Batch, Limiter, MergeReport, OriginId};
 
-const MAGIC: &[u8; 8] = b"LMSTATE\x01";
+const MAGIC_V1: &[u8; 8] = b"LMSTATE\x01";
+const MAGIC: &[u8; 8] = b"LMSTATE\x02";
+/// Bytes of a record's checksum.
+const CHECKSUM: usize = 8;
 /// Largest body written; bodies are read under the message decoder's own limit.
 const MAX_BODY: usize = 16 * 1024;
 
@@ -36,12 +43,8 @@ pub enum SnapshotError {
     },
     #[error("{path}: not a limitmesh state file (bad magic or version)")]
     BadMagic { path: PathBuf },
-    #[error("{path}: byte {offset}: {what}")]
-    Corrupt {
-        path: PathBuf,
-        offset: usize,
-        what: String,
-    },
+    #[error("{path}: {what}")]
+    NotWritable { path: PathBuf, what: String },
     #[error("encoding registers: {0}")]
     Encode(#[from] MessageError),
 }
@@ -54,27 +57,90 @@ pub struct LoadReport {
     pub merge: MergeReport,
 }
 
+/// What was wrong with a snapshot that was read all the same.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// Records skipped: a checksum that does not match, or a body that does not decode.
+    pub skipped: u64,
+    /// Where the file was cut short, if it was: the records from there on are lost.
+    pub torn_at: Option<usize>,
+    /// The first problem found, for the log.
+    pub first: Option<String>,
+}
+
+impl Damage {
+    fn note(&mut self, offset: usize, what: impl std::fmt::Display) {
+        if self.first.is_none() {
+            self.first = Some(format!("byte {offset}: {what}"));
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.skipped == 0 && self.torn_at.is_none()
+    }
+}
+
 /// Moves a snapshot that could not be loaded aside (`<path>.corrupt`), so that the next stop
 /// can write a good one and nobody loses the bad one's bytes. Returns where it went.
 pub fn set_aside(path: &Path) -> std::io::Result<PathBuf> {
-    let mut aside = path.as_os_str().to_owned();
-    aside.push(".corrupt");
-    let aside = PathBuf::from(aside);
+    let aside = with_suffix(path, ".corrupt");
     std::fs::rename(path, &aside)?;
     Ok(aside)
 }
 
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+fn checksum(body: &[u8]) -> [u8; CHECKSUM] {
+    let hash = blake3::hash(body);
+    let mut out = [0; CHECKSUM];
+    out.copy_from_slice(&hash.as_bytes()[..CHECKSUM]);
+    out
+}
+
+/// Checks, before a node starts, that it will be able to save to `path`: its directory exists
+/// and a file can be written beside it (the temporary file [`save`] writes first). A node that
+/// found out only at its first save would lose what it admitted at the next restart.
+pub fn check_writable(path: &Path) -> Result<(), SnapshotError> {
+    let not_writable = |what: String| SnapshotError::NotWritable {
+        path: path.to_owned(),
+        what,
+    };
+    if path.is_dir() {
+        return Err(not_writable("is a directory; name a file in it".to_owned()));
+    }
+    let dir = match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Some(dir) => dir,
+        None => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(not_writable(format!(
+            "the directory {} does not exist",
+            dir.display()
+        )));
+    }
+    let probe = with_suffix(path, ".tmp");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| not_writable(format!("cannot write {}: {e}", probe.display())))
+}
+
 /// Writes every live register `limiter` holds to `path` (through a temporary file, synced,
-/// and a rename, so a crash mid-write leaves the previous snapshot). Returns how many were written.
+/// and a rename, so a crash mid-write leaves the previous snapshot). Returns how many were
+/// written. Saving publishes nothing: it can run while the node serves.
 pub fn save(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<usize, SnapshotError> {
     let mut out = MAGIC.to_vec();
     let mut written = 0;
-    let own = limiter.snapshot_local(now_ms);
+    let own = limiter.saved_registers(now_ms);
     for batch in std::iter::once(own).chain(limiter.relay(now_ms, |_| true)) {
         written += batch.updates.len();
         // Sender 0 is nobody: every body names its origin.
         for body in encode_batch(&batch, OriginId(0), MAX_BODY)? {
             out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            out.extend_from_slice(&checksum(&body));
             out.extend_from_slice(&body);
         }
     }
@@ -82,9 +148,7 @@ pub fn save(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<usize, Snapsh
         path: path.to_owned(),
         source,
     };
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    let tmp = with_suffix(path, ".tmp");
     {
         use std::io::Write as _;
         let mut file = std::fs::File::create(&tmp).map_err(io)?;
@@ -103,19 +167,25 @@ pub fn save(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<usize, Snapsh
     Ok(written)
 }
 
-/// Registers read from a snapshot file and not merged yet: a node reads its file when it
-/// starts and merges it once it runs on cluster time, so that what is expired or from the
-/// future is judged on the cluster's clock rather than on a wall clock that may be off.
+/// Registers read from a snapshot file: merged when the node is built, and merged again
+/// once it runs on cluster time, so that what a clock that was behind refused as stamped in
+/// the future is judged again on the cluster's clock.
 #[derive(Debug, Default)]
 pub struct Saved {
     path: PathBuf,
     batches: Vec<Batch>,
+    damage: Damage,
 }
 
 impl Saved {
     /// How many registers the file held.
     pub fn registers(&self) -> u64 {
         self.batches.iter().map(|b| b.updates.len() as u64).sum()
+    }
+
+    /// What was wrong with the file.
+    pub fn damage(&self) -> &Damage {
+        &self.damage
     }
 
     /// Merges the registers into `limiter` through the same checks as a peer's.
@@ -141,24 +211,55 @@ impl Saved {
             "loaded the registers saved at the last stop"
         );
     }
+
+    /// The second merge, on cluster time: logged only if it kept something the first did not.
+    pub fn restore_again(&self, limiter: &Limiter, now_ms: u64) {
+        let report = self.merge_into(limiter, now_ms);
+        if report.merge.changed() > 0 {
+            tracing::info!(
+                path = %self.path.display(),
+                kept = report.merge.changed(),
+                "merged saved registers that the clock at start refused"
+            );
+        }
+    }
 }
 
-/// Reads the saved registers, logging what is wrong. A file that cannot be read is set aside
-/// (`<path>.corrupt`) and the node starts without it: a node that cannot start is worse than
-/// one whose peers' state arrives before it serves (warm-up).
+/// Reads the saved registers, logging what is wrong. A file that cannot be read at all is set
+/// aside (`<path>.corrupt`) and the node starts without it: a node that cannot start is worse
+/// than one whose peers' state arrives before it serves (warm-up). A damaged file keeps its
+/// good records, and a copy is set aside for a person to look at.
 pub fn read_or_set_aside(path: &Path) -> Saved {
-    read(path).unwrap_or_else(|e| {
-        let aside = set_aside(path);
-        tracing::error!(
-            error = %e,
-            moved_to = ?aside.as_ref().map(|p| p.display().to_string()),
-            "cannot load the saved registers; starting without them"
-        );
-        Saved {
-            path: path.to_owned(),
-            batches: Vec::new(),
+    match read(path) {
+        Ok(saved) => {
+            if !saved.damage.is_empty() {
+                let copy = with_suffix(path, ".corrupt");
+                let copied = std::fs::copy(path, &copy).is_ok();
+                tracing::error!(
+                    path = %path.display(),
+                    skipped = saved.damage.skipped,
+                    torn_at = ?saved.damage.torn_at,
+                    first = saved.damage.first.as_deref().unwrap_or(""),
+                    kept = saved.registers(),
+                    copy = ?copied.then(|| copy.display().to_string()),
+                    "the saved registers are damaged; loading the records that are whole"
+                );
+            }
+            saved
         }
-    })
+        Err(e) => {
+            let aside = set_aside(path);
+            tracing::error!(
+                error = %e,
+                moved_to = ?aside.as_ref().map(|p| p.display().to_string()),
+                "cannot load the saved registers; starting without them"
+            );
+            Saved {
+                path: path.to_owned(),
+                ..Saved::default()
+            }
+        }
+    }
 }
 
 /// Merges the registers saved in `path` into `limiter`: [`read`], then [`Saved::merge_into`].
@@ -168,15 +269,16 @@ fn load(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<LoadReport, Snaps
 }
 
 /// Reads the registers saved in `path`. A missing file is an empty snapshot (the first start);
-/// anything else that is wrong with it is an error naming it, and nothing is read.
+/// a file that is not a snapshot at all is an error naming it; a damaged one is read as far as
+/// its records are whole ([`Saved::damage`] says what was lost).
 pub fn read(path: &Path) -> Result<Saved, SnapshotError> {
-    let empty = || Saved {
+    let mut saved = Saved {
         path: path.to_owned(),
-        batches: Vec::new(),
+        ..Saved::default()
     };
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(empty()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(saved),
         Err(source) => {
             return Err(SnapshotError::Io {
                 path: path.to_owned(),
@@ -184,34 +286,49 @@ pub fn read(path: &Path) -> Result<Saved, SnapshotError> {
             });
         }
     };
-    let corrupt = |offset: usize, what: String| SnapshotError::Corrupt {
-        path: path.to_owned(),
-        offset,
-        what,
-    };
-    let Some(mut rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
+    let (mut rest, checked) = if let Some(rest) = bytes.strip_prefix(MAGIC.as_slice()) {
+        (rest, true)
+    } else if let Some(rest) = bytes.strip_prefix(MAGIC_V1.as_slice()) {
+        (rest, false)
+    } else {
         return Err(SnapshotError::BadMagic {
             path: path.to_owned(),
         });
     };
-    let mut saved = empty();
+    let head = 4 + if checked { CHECKSUM } else { 0 };
     while !rest.is_empty() {
         let offset = bytes.len() - rest.len();
-        let Some((len, tail)) = rest.split_first_chunk::<4>() else {
-            return Err(corrupt(offset, "truncated length".to_owned()));
-        };
-        let len = u32::from_le_bytes(*len) as usize;
+        let damage = &mut saved.damage;
+        if rest.len() < head {
+            damage.torn_at = Some(offset);
+            damage.note(offset, "the file ends inside a record's header");
+            break;
+        }
+        let (header, tail) = rest.split_at(head);
+        let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
         if len > tail.len() {
-            return Err(corrupt(
+            // Past the end: the file was cut here (a length is never trusted further).
+            damage.torn_at = Some(offset);
+            damage.note(
                 offset,
                 format!("a body of {len} bytes is announced; {} remain", tail.len()),
-            ));
+            );
+            break;
         }
         let (body, tail) = tail.split_at(len);
-        let (batch, _rejects) =
-            decode_batch(body, OriginId(0)).map_err(|e| corrupt(offset + 4, e.to_string()))?;
-        saved.batches.push(batch);
         rest = tail;
+        if checked && header[4..] != checksum(body) {
+            damage.skipped += 1;
+            damage.note(offset, "the checksum does not match the body");
+            continue;
+        }
+        match decode_batch(body, OriginId(0)) {
+            Ok((batch, _rejects)) => saved.batches.push(batch),
+            Err(e) => {
+                damage.skipped += 1;
+                damage.note(offset + head, e);
+            }
+        }
     }
     Ok(saved)
 }
@@ -296,7 +413,7 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_file_is_empty_and_a_bad_one_is_refused_whole() {
+    fn a_missing_file_is_empty_and_a_file_of_something_else_is_refused() {
         let l = limiter(1);
         assert_eq!(
             load(&l, &scratch("missing-never-written").1, T0).unwrap(),
@@ -308,26 +425,139 @@ mod tests {
             load(&l, &path, T0),
             Err(SnapshotError::BadMagic { .. })
         ));
-        // A length that claims more than the file holds: refused, nothing allocated for it.
-        let mut lying = MAGIC.to_vec();
-        lying.extend_from_slice(&u32::MAX.to_le_bytes());
-        lying.extend_from_slice(b"xyz");
-        std::fs::write(&path, &lying).unwrap();
-        let err = load(&l, &path, T0).unwrap_err().to_string();
-        assert!(err.contains("byte 8") && err.contains("announced"), "{err}");
-        // A good body followed by garbage: nothing is merged.
+        assert_eq!(
+            l.stats().keys,
+            0,
+            "a file of something else changes nothing"
+        );
+    }
+
+    /// A snapshot of `tenants` windows of node 1 (one record each: every window is its own
+    /// batch of one origin) and the offsets at which its records start.
+    fn saved_with_records(path: &Path, tenants: usize) -> Vec<usize> {
+        let a = limiter(1);
+        let day = day(10);
+        for t in 0..tenants {
+            let key = format!("tenant-{t}");
+            let item = [CheckItem {
+                key: key.as_bytes(),
+                limit: day,
+                cost: 1,
+            }];
+            let req = CheckRequest {
+                items: &item,
+                dry_run: false,
+            };
+            for _ in 0..=t {
+                assert!(a.check(&req, T0).unwrap().allowed);
+            }
+        }
+        // One record per body: a body holds as many registers as fit, so save them one by one.
+        let mut out = MAGIC.to_vec();
+        let mut starts = Vec::new();
+        for update in a.saved_registers(T0).updates {
+            let batch = Batch {
+                origin: OriginId(1),
+                updates: vec![update],
+            };
+            for body in encode_batch(&batch, OriginId(0), MAX_BODY).unwrap() {
+                starts.push(out.len());
+                out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+                out.extend_from_slice(&checksum(&body));
+                out.extend_from_slice(&body);
+            }
+        }
+        std::fs::write(path, &out).unwrap();
+        starts
+    }
+
+    #[test]
+    fn a_file_cut_short_keeps_every_record_before_the_cut() {
+        let (_dir, path) = scratch("torn");
+        let starts = saved_with_records(&path, 3);
+        assert_eq!(starts.len(), 3);
+        let whole = std::fs::read(&path).unwrap();
+        // Cut inside the last record's body, then inside its header.
+        for cut in [whole.len() - 3, starts[2] + 2] {
+            std::fs::write(&path, &whole[..cut]).unwrap();
+            let saved = read(&path).unwrap();
+            assert_eq!(saved.registers(), 2, "cut at {cut}");
+            assert_eq!(saved.damage().torn_at, Some(starts[2]), "cut at {cut}");
+            assert_eq!(saved.damage().skipped, 0);
+            let l = limiter(3);
+            assert_eq!(saved.merge_into(&l, T0 + 1).merge.inserted, 2);
+        }
+    }
+
+    #[test]
+    fn a_flipped_bit_loses_its_record_and_no_other() {
+        let (_dir, path) = scratch("flipped");
+        let starts = saved_with_records(&path, 3);
+        let mut bytes = std::fs::read(&path).unwrap();
+        // A bit of the middle record's body: it could decode as a register with a smaller
+        // count, handing quota out again; the checksum refuses it.
+        let in_body = starts[1] + 4 + CHECKSUM + 3;
+        bytes[in_body] ^= 0x10;
+        std::fs::write(&path, &bytes).unwrap();
+        let saved = read(&path).unwrap();
+        assert_eq!(saved.registers(), 2);
+        assert_eq!(saved.damage().skipped, 1);
+        assert_eq!(saved.damage().torn_at, None);
+        assert!(
+            saved
+                .damage()
+                .first
+                .as_deref()
+                .unwrap()
+                .contains("checksum"),
+            "{:?}",
+            saved.damage()
+        );
+    }
+
+    #[test]
+    fn files_of_the_first_format_are_still_read() {
         let a = limiter(2);
         admitted(&a, 3, T0);
-        save(&a, &path, T0).unwrap();
-        let mut bytes = std::fs::read(&path).unwrap();
-        bytes.extend_from_slice(&5u32.to_le_bytes());
-        bytes.extend_from_slice(b"\xFF\xFF\xFF\xFF\xFF");
-        std::fs::write(&path, &bytes).unwrap();
-        assert!(matches!(
-            load(&l, &path, T0),
-            Err(SnapshotError::Corrupt { .. })
-        ));
-        assert_eq!(l.stats().keys, 0, "a corrupt file changes nothing");
-        let _ = std::fs::remove_file(&path);
+        let mut v1 = MAGIC_V1.to_vec();
+        for body in encode_batch(&a.saved_registers(T0), OriginId(0), MAX_BODY).unwrap() {
+            v1.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            v1.extend_from_slice(&body);
+        }
+        let (_dir, path) = scratch("v1");
+        std::fs::write(&path, &v1).unwrap();
+        let restarted = limiter(3);
+        assert_eq!(load(&restarted, &path, T0 + 1).unwrap().merge.inserted, 1);
+        assert_eq!(admitted(&restarted, 10, T0 + 1), 7, "3 of 10 were used");
+        // A length that claims more than the file holds: the tail is lost, nothing is
+        // allocated for it.
+        v1.extend_from_slice(&u32::MAX.to_le_bytes());
+        v1.extend_from_slice(b"xyz");
+        std::fs::write(&path, &v1).unwrap();
+        let saved = read(&path).unwrap();
+        assert_eq!(saved.registers(), 1);
+        let torn = saved.damage().first.clone().unwrap();
+        assert!(torn.contains("announced"), "{torn}");
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_written_is_refused_before_the_node_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("state");
+        check_writable(&ok).unwrap();
+        assert!(
+            !ok.exists() && !with_suffix(&ok, ".tmp").exists(),
+            "the probe is gone"
+        );
+        let missing = dir.path().join("no-such-dir").join("state");
+        let err = check_writable(&missing).unwrap_err().to_string();
+        assert!(err.contains("does not exist"), "{err}");
+        let err = check_writable(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("is a directory"), "{err}");
+        // A parent that is a file cannot hold the snapshot (nor can anything under it).
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let err = check_writable(&file.join("state")).unwrap_err().to_string();
+        assert!(err.contains("does not exist"), "{err}");
     }
 }

@@ -320,9 +320,12 @@ pub fn validate(args: &ValidateArgs) -> ExitCode {
     let mut ok = true;
     let mut options = LoadOptions::default();
     if let Some(path) = &args.config {
-        // The key file too: a node reads it before it starts, so a missing or malformed one
+        // The key files too: a node reads them before it starts, so a missing or malformed one
         // is a deployment error like any other.
-        match Config::load(Some(path)).and_then(|c| c.cluster_keys().map(|_| c)) {
+        let checked = Config::load(Some(path))
+            .and_then(|c| c.cluster_keys().map(|_| c))
+            .and_then(|c| c.naming_secret().map(|_| c));
+        match checked {
             Ok(config) => {
                 println!("{}: ok", path.display());
                 options = config.rules_load_options();

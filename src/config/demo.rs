@@ -42,6 +42,7 @@ expected_hold_ms = 60000
 max_clock_drift_ms = 10000
 default_buckets = 10
 state_path = ""                      # e.g. "/var/lib/limitmesh/state": keeps quotas across restarts
+state_save_interval_ms = 30000       # besides at a graceful stop
 
 [rules]
 path = ""                          # empty: the embedded demo rules

@@ -130,6 +130,16 @@ pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigErro
     for (i, key) in cluster.keys.iter().enumerate() {
         decode_key(key).map_err(|m| invalid("cluster.keys", p, format!("key {}: {m}", i + 1)))?;
     }
+    if !cluster.naming_key.is_empty() && !cluster.naming_key_file.is_empty() {
+        return Err(invalid(
+            "cluster.naming_key_file",
+            p,
+            "set cluster.naming_key or cluster.naming_key_file, not both",
+        ));
+    }
+    if !cluster.naming_key.is_empty() {
+        decode_key(&cluster.naming_key).map_err(|m| invalid("cluster.naming_key", p, m))?;
+    }
     if cluster.has_peers()
         && cluster.keys.is_empty()
         && cluster.key_file.is_empty()
@@ -171,6 +181,13 @@ pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigErro
 
     let limiter = &config.limiter;
     at_least("limiter.max_keys", limiter.max_keys as u64, 1, p)?;
+    // Each save writes every live register: more often than a second is disk work for little.
+    at_least(
+        "limiter.state_save_interval_ms",
+        limiter.state_save_interval_ms,
+        1_000,
+        p,
+    )?;
     // Below a second, ordinary estimation error (a network latency) would cut members off for
     // their clocks and leave the whole cluster on strict shares.
     at_least(
@@ -275,9 +292,14 @@ pub(crate) fn cluster_keys(
             })
             .collect();
     }
-    let file = cluster.key_file.clone();
-    let text = std::fs::read_to_string(&file).map_err(|source| ConfigError::Read {
-        file: file.clone(),
+    read_key_file(&cluster.key_file)
+}
+
+/// The keys of a key file, one base64 key a line (blank lines and `#` comments ignored): at
+/// least one, or an error naming the file and line.
+fn read_key_file(file: &str) -> Result<Vec<[u8; CLUSTER_KEY_BYTES]>, ConfigError> {
+    let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+        file: file.to_owned(),
         source,
     })?;
     let mut keys = Vec::new();
@@ -288,7 +310,7 @@ pub(crate) fn cluster_keys(
         }
         keys.push(
             decode_key(line_text).map_err(|message| ConfigError::KeyFile {
-                file: file.clone(),
+                file: file.to_owned(),
                 line: i + 1,
                 message,
             })?,
@@ -296,10 +318,43 @@ pub(crate) fn cluster_keys(
     }
     if keys.is_empty() {
         return Err(ConfigError::KeyFile {
-            file,
+            file: file.to_owned(),
             line: 1,
             message: "no keys".to_owned(),
         });
     }
     Ok(keys)
+}
+
+/// What names windows when no naming key is configured: stable for the cluster's life
+/// (nothing rotates it), and a keyed hash all the same, so ids cannot be matched across
+/// clusters with other ids.
+const NAMING_FROM_CLUSTER_ID: &str = "limitmesh 2026-11 window naming secret from cluster id";
+
+pub(crate) fn naming_secret(
+    config: &Config,
+    p: &Provenance,
+) -> Result<[u8; CLUSTER_KEY_BYTES], ConfigError> {
+    let cluster = &config.cluster;
+    if !cluster.naming_key.is_empty() {
+        return decode_key(&cluster.naming_key).map_err(|m| invalid("cluster.naming_key", p, m));
+    }
+    if !cluster.naming_key_file.is_empty() {
+        let keys = read_key_file(&cluster.naming_key_file)?;
+        if keys.len() > 1 {
+            return Err(ConfigError::KeyFile {
+                file: cluster.naming_key_file.clone(),
+                line: 1,
+                message: format!(
+                    "{} keys; a naming key file holds one (the naming key never rotates)",
+                    keys.len()
+                ),
+            });
+        }
+        return Ok(keys[0]);
+    }
+    Ok(blake3::derive_key(
+        NAMING_FROM_CLUSTER_ID,
+        cluster.cluster_id.as_bytes(),
+    ))
 }

@@ -21,15 +21,15 @@ pub struct NodeKeys {
 }
 
 impl NodeKeys {
-    /// The keyring of `secrets` (the first seals, any opens), with windows named by a secret
-    /// derived from the *last* one: adding a new key in front (rotation) keeps every window's
-    /// name, so counts survive a rolling key change; retiring the last key renames the windows
-    /// once.
-    pub fn from_secrets(secrets: &[[u8; 32]]) -> Result<Self, WireError> {
-        let hasher = KeyHasher::from_secret(secrets.last().map_or(&[][..], |k| &k[..]));
+    /// The keyring of `secrets` (the first seals, any opens), with windows named under
+    /// `naming`, a secret of its own: the sealing keys rotate, and a window's name must not
+    /// move with them, or every quota would start over at each step of a rotation (and nodes
+    /// a step apart would not see each other's counts), and registers saved to disk would
+    /// name windows no later process knows.
+    pub fn from_secrets(secrets: &[[u8; 32]], naming: &[u8; 32]) -> Result<Self, WireError> {
         Ok(Self {
             keyring: Keyring::new(secrets)?,
-            hasher,
+            hasher: KeyHasher::from_secret(naming),
         })
     }
 }

@@ -61,6 +61,8 @@ pub struct NodeCore<T> {
     pub(super) boot_ms: u64,
     /// Where the next periodic anti-entropy page starts in the local snapshot.
     pub(super) anti_entropy_cursor: usize,
+    /// The same, in the registers of departed origins this node relays.
+    pub(super) relay_cursor: usize,
     /// New keys refused for a full table, as of the last GC pass (logged when it grows).
     pub(super) table_full_seen: u64,
     /// Until the node holds the cluster's state.
@@ -68,7 +70,9 @@ pub struct NodeCore<T> {
     /// This node has cut itself off: senders whose clocks are a minute from its own outnumber
     /// its live members (see `liveness.rs`).
     pub(super) far_fenced: bool,
-    /// Registers saved at the last stop, merged once the node runs on cluster time.
+    /// Registers saved at the last stop, merged when the node is built and merged again (the
+    /// merge is idempotent) once it runs on cluster time: a register refused then as stamped
+    /// in the future by a clock that was behind gets its second look.
     pub(super) saved: Option<Saved>,
     /// In a large cluster: each window's owners, and the windows this node owns.
     pub(super) ownership: Option<Ownership>,
@@ -156,6 +160,7 @@ impl<T: TimeSource> NodeCore<T> {
             discovered: Vec::new(),
             boot_ms: now.cluster_ms,
             anti_entropy_cursor: 0,
+            relay_cursor: 0,
             table_full_seen: 0,
             warmup,
             far_fenced: false,
@@ -171,11 +176,14 @@ impl<T: TimeSource> NodeCore<T> {
             keyring,
             view,
         };
+        // The saved registers go in before anything is pushed or answered: a member that
+        // comes up is pushed what this node holds at once, restored registers included.
+        if let Some(saved) = &core.saved {
+            saved.restore(&core.limiter, now.cluster_ms);
+        }
         if core.warmup.is_none() {
             // No peers to wait for: this node's clock is cluster time already.
-            if let Some(saved) = core.saved.take() {
-                saved.restore(&core.limiter, now.cluster_ms);
-            }
+            core.saved = None;
             core.view.set_ready();
         }
         core.publish();

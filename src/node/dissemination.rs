@@ -129,10 +129,15 @@ impl<T: TimeSource> NodeCore<T> {
         prefix
     }
 
-    /// This node's registers to one member picked at random, a page at a time.
+    /// This node's registers to one member picked at random, a page at a time, and a page of
+    /// the registers it holds of origins that are no longer members: a departed origin cannot
+    /// push its own, and after a whole-fleet restart those (restored from snapshots) are all
+    /// that remembers what was admitted, so a member that missed its bootstrap push (or joined
+    /// before this node restored them) still gets them.
     pub(super) fn periodic_anti_entropy(&mut self, now: Now) {
         if let Some(ownership) = &mut self.ownership {
-            // In a large cluster, every register goes to its owners again.
+            // In a large cluster, every register goes to its owners again (departed origins'
+            // with them: `owner_round`).
             ownership.resend_all();
             return;
         }
@@ -144,15 +149,27 @@ impl<T: TimeSource> NodeCore<T> {
         if !self.may_push_to(to.addr) {
             return;
         }
-        let mut own = self.limiter.snapshot_local(now.cluster_ms);
         let page = self.params.anti_entropy_page.max(1);
-        if own.updates.len() > page {
-            let start = self.anti_entropy_cursor % own.updates.len();
-            own.updates.rotate_left(start);
-            own.updates.truncate(page);
-            self.anti_entropy_cursor = start + page;
+        let own = self.limiter.snapshot_local(now.cluster_ms);
+        let own = page_of(vec![own], page, &mut self.anti_entropy_cursor);
+        let departed = self.departed_registers(now);
+        let departed = page_of(departed, page, &mut self.relay_cursor);
+        for batch in own.iter().chain(&departed) {
+            self.send_batch(now, Kind::AntiEntropy, batch, &[to]);
         }
-        self.send_batch(now, Kind::AntiEntropy, &own, &[to]);
+    }
+
+    /// The live registers this node holds of origins that are neither members nor itself,
+    /// one batch per origin.
+    pub(super) fn departed_registers(&self, now: Now) -> Vec<Batch> {
+        let mut live: BTreeSet<OriginId> = self
+            .membership
+            .members()
+            .iter()
+            .map(|m| OriginId(m.node.as_u128()))
+            .collect();
+        live.insert(self.limiter.origin());
+        self.limiter.relay(now.cluster_ms, |o| !live.contains(&o))
     }
 
     /// Queues for `to` this node's live registers and those of origins that are no longer
@@ -179,15 +196,8 @@ impl<T: TimeSource> NodeCore<T> {
     /// Pushes `to` this node's live registers and those of origins that are no longer
     /// members; in a large cluster, of the windows `to` owns.
     pub(super) fn push_bootstrap(&mut self, now: Now, to: Destination) {
-        let mut live: BTreeSet<OriginId> = self
-            .membership
-            .members()
-            .iter()
-            .map(|m| OriginId(m.node.as_u128()))
-            .collect();
-        live.insert(self.limiter.origin());
         let mut own = self.limiter.snapshot_local(now.cluster_ms);
-        let mut relayed = self.limiter.relay(now.cluster_ms, |o| !live.contains(&o));
+        let mut relayed = self.departed_registers(now);
         if self.ownership.is_some()
             && let Some(newcomer) = to.node
         {
@@ -352,5 +362,100 @@ impl<T: TimeSource> NodeCore<T> {
             body.extend_from_slice(batch_body);
             self.outbox.seal(kind, now.wall_ms, &body, to, compact);
         }
+    }
+}
+
+/// At most `page` of the registers of `batches`, from `cursor` on (wrapping), in their
+/// batches; `cursor` moves past them, so that successive pages cover everything in turn.
+fn page_of(batches: Vec<Batch>, page: usize, cursor: &mut usize) -> Vec<Batch> {
+    let total: usize = batches.iter().map(|b| b.updates.len()).sum();
+    if total <= page {
+        return batches;
+    }
+    let start = *cursor % total;
+    *cursor = start + page;
+    let (mut seen, end) = (0, start + page);
+    let mut out = Vec::new();
+    for Batch { origin, updates } in batches {
+        let n = updates.len();
+        // Positions `seen..seen + n` in the sequence, and again `total` further on (wrapped).
+        let picked: Vec<_> = updates
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                let at = seen + i;
+                (start..end).contains(&at) || (start..end).contains(&(at + total))
+            })
+            .map(|(_, u)| u)
+            .collect();
+        seen += n;
+        if !picked.is_empty() {
+            out.push(Batch {
+                origin,
+                updates: picked,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::{KeyId, RegisterUpdate};
+
+    fn batch(origin: u128, keys: std::ops::Range<u128>) -> Batch {
+        Batch {
+            origin: OriginId(origin),
+            updates: keys
+                .map(|k| RegisterUpdate {
+                    key: KeyId(k),
+                    window_ms: 1_000,
+                    buckets: 10,
+                    register: crate::crdt::Register {
+                        version: 1,
+                        hlc: Default::default(),
+                        newest_epoch: 0,
+                        demand: 0,
+                        admitted: Vec::new(),
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn pages_cover_every_register_of_every_origin_in_turn() {
+        let all = || vec![batch(1, 0..3), batch(2, 3..5), batch(3, 5..10)];
+        let mut cursor = 0;
+        let mut seen = Vec::new();
+        for _ in 0..5 {
+            let page = page_of(all(), 4, &mut cursor);
+            assert_eq!(page.iter().map(|b| b.updates.len()).sum::<usize>(), 4);
+            for b in page {
+                for u in b.updates {
+                    // Each register stays in its own origin's batch.
+                    assert_eq!(
+                        b.origin,
+                        OriginId(match u.key.0 {
+                            0..3 => 1,
+                            3..5 => 2,
+                            _ => 3,
+                        })
+                    );
+                    seen.push(u.key.0);
+                }
+            }
+        }
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(
+            seen,
+            (0..10).collect::<Vec<_>>(),
+            "five pages of four cover ten"
+        );
+        let mut cursor = 7;
+        assert_eq!(page_of(vec![batch(1, 0..3)], 4, &mut cursor).len(), 1);
+        assert_eq!(cursor, 7, "a page that holds everything moves nothing");
     }
 }

@@ -559,6 +559,36 @@ impl<T: TimeSource> NodeCore<T> {
         for (to, updates) in to_users {
             self.send_batch(now, Kind::Aggregate, &Batch { origin, updates }, &[to]);
         }
+        if resend_all {
+            self.relay_departed_to_owners(now);
+        }
+    }
+
+    /// The registers this node holds of departed origins, each to its window's owners: when
+    /// the owners move (a restart of every node moves them all) the old owners' registers,
+    /// restored from snapshots or kept since, are what the new owners' sums must count.
+    fn relay_departed_to_owners(&mut self, now: Now) {
+        let me = self.params.node_id.as_u128();
+        let departed = self.departed_registers(now);
+        let Some(ownership) = self.ownership.as_mut() else {
+            return;
+        };
+        let mut by_owner: BTreeMap<(Destination, OriginId), Vec<RegisterUpdate>> = BTreeMap::new();
+        for Batch { origin, updates } in departed {
+            for update in updates {
+                for to in ownership.destinations(update.key, me) {
+                    by_owner
+                        .entry((to, origin))
+                        .or_default()
+                        .push(update.clone());
+                }
+            }
+        }
+        for ((to, origin), updates) in by_owner {
+            if self.may_send_state(now, to) {
+                self.send_batch(now, Kind::AntiEntropy, &Batch { origin, updates }, &[to]);
+            }
+        }
     }
 
     /// The boot ids of `key`'s two owners in this node's view, in owner mode.

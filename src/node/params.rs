@@ -44,9 +44,9 @@ pub struct NodeParams {
     /// `return_route.rs`): for clusters whose datagrams anyone can forge (`cluster.insecure`).
     /// Every node of a cluster must agree: it adds 16 bytes to register and heartbeat bodies.
     pub verify_return_route: bool,
-    /// Registers saved at the last stop (`limiter.state_path`): read when the node is built,
-    /// merged once it runs on cluster time (at once without peers, at the end of the warm-up
-    /// with them).
+    /// Registers saved at the last stop (`limiter.state_path`): read and merged when the node
+    /// is built, before it pushes or answers anything, and merged again at the end of the
+    /// warm-up, on cluster time.
     pub state_path: Option<std::path::PathBuf>,
     /// How registers spread: by cluster size (the default), or one way whatever the size.
     pub dissemination: super::Dissemination,

@@ -144,7 +144,7 @@ impl<T: TimeSource> NodeCore<T> {
         }
         self.warmup = None;
         if let Some(saved) = self.saved.take() {
-            saved.restore(&self.limiter, now.cluster_ms);
+            saved.restore_again(&self.limiter, now.cluster_ms);
         }
         self.limiter.start_observing(now.cluster_ms);
         self.limiter.set_warming_until(0);

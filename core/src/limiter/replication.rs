@@ -343,15 +343,15 @@ impl Limiter {
 
     /// This node's register of one window, as emitted now: its demand is the one peers will
     /// count it by (`demand_out_of_hearing`; smoothed where its share binds, `own_demand.rs`),
-    /// and recorded as published.
+    /// and, with `publish`, recorded as published.
     fn emit_register(
         &self,
         state: &WindowState,
         snap: &RingSnapshot,
         spec: &WindowSpec,
         now_ms: u64,
-        version: u64,
-        hlc: crate::crdt::HlcTimestamp,
+        (version, hlc): (u64, crate::crdt::HlcTimestamp),
+        publish: bool,
     ) -> Register {
         let mut register = register_of(snap, spec, now_ms, version, hlc);
         let counted_ms = span_counted_ms(snap, spec, now_ms, self.observed_ms(now_ms));
@@ -378,7 +378,9 @@ impl Limiter {
             let elapsed = state.last_emission().elapsed_ms(now_ms);
             register.demand = smoothed_demand(published, register.demand, elapsed, scale);
         }
-        state.publish_demand(register.demand, now_ms, binding);
+        if publish {
+            state.publish_demand(register.demand, now_ms, binding);
+        }
         register
     }
 
@@ -413,7 +415,7 @@ impl Limiter {
             // window that refused nothing lately goes to its owner only on a calm round, so
             // they may count an older one; but such a window's share does not bind, and the
             // round it refuses, its register goes out.
-            let register = self.emit_register(state, &snap, &spec, now_ms, version, hlc);
+            let register = self.emit_register(state, &snap, &spec, now_ms, (version, hlc), true);
             updates.push(RegisterUpdate {
                 key: id,
                 window_ms: spec.window_ms(),
@@ -428,8 +430,20 @@ impl Limiter {
         })
     }
 
-    /// Every live local register, with a fresh version: what a new peer needs from this node.
+    /// Every live register of this node, with a fresh version: what it publishes as its
+    /// demand moves with it (see `emit_register`).
     pub fn snapshot_local(&self, now_ms: u64) -> Batch {
+        self.own_registers(now_ms, true)
+    }
+
+    /// Every live register of this node, with a fresh version, for a snapshot on disk: the
+    /// demand it would publish is written but not published, so that saving (periodically,
+    /// while serving) changes no admission.
+    pub fn saved_registers(&self, now_ms: u64) -> Batch {
+        self.own_registers(now_ms, false)
+    }
+
+    fn own_registers(&self, now_ms: u64, publish: bool) -> Batch {
         let mut sync = self.lock_sync();
         sync.version += 1;
         let version = sync.version;
@@ -447,7 +461,7 @@ impl Limiter {
             }
             // A newer version than any this node sent: where it goes (an owner on a calm
             // round, a newcomer, anti-entropy) it supersedes what was sent before.
-            let register = self.emit_register(state, &snap, &spec, now_ms, version, hlc);
+            let register = self.emit_register(state, &snap, &spec, now_ms, (version, hlc), publish);
             updates.push(RegisterUpdate {
                 key: id,
                 window_ms: spec.window_ms(),

@@ -108,6 +108,68 @@ fn key_file_lines_are_read_and_a_bad_line_is_named() {
     assert!(Config::default().cluster_keys().unwrap().is_empty());
 }
 
+/// Windows are named under a secret no rotation moves: the naming key when one is set, else
+/// one derived from the cluster id; never a sealing key.
+#[test]
+fn the_naming_secret_is_the_naming_key_or_comes_from_the_cluster_id_never_from_the_keys() {
+    let with = |cluster: ClusterConfig| Config {
+        cluster,
+        ..Config::default()
+    };
+    let by_id = with(ClusterConfig {
+        cluster_id: "payments".to_owned(),
+        ..ClusterConfig::default()
+    });
+    let rotated = with(ClusterConfig {
+        cluster_id: "payments".to_owned(),
+        keys: vec![KEY_ONES.to_owned(), KEY_SEQ.to_owned()],
+        ..ClusterConfig::default()
+    });
+    let secret = by_id.naming_secret().unwrap();
+    assert_eq!(
+        rotated.naming_secret().unwrap(),
+        secret,
+        "keys name nothing"
+    );
+    let other_cluster = with(ClusterConfig {
+        cluster_id: "search".to_owned(),
+        ..ClusterConfig::default()
+    });
+    assert_ne!(other_cluster.naming_secret().unwrap(), secret);
+    let named = with(ClusterConfig {
+        naming_key: KEY_SEQ.to_owned(),
+        keys: vec![KEY_ONES.to_owned()],
+        ..ClusterConfig::default()
+    });
+    assert_eq!(
+        named.naming_secret().unwrap(),
+        core::array::from_fn::<u8, 32, _>(|i| i as u8)
+    );
+
+    let scratch = tempfile::tempdir().unwrap();
+    let file = scratch.path().join("naming");
+    std::fs::write(&file, format!("# never rotated\n{KEY_SEQ}\n")).unwrap();
+    let from_file = with(ClusterConfig {
+        naming_key_file: file.display().to_string(),
+        ..ClusterConfig::default()
+    });
+    assert_eq!(
+        from_file.naming_secret().unwrap(),
+        named.naming_secret().unwrap()
+    );
+    std::fs::write(&file, format!("{KEY_SEQ}\n{KEY_ONES}\n")).unwrap();
+    let two = from_file.naming_secret().unwrap_err().to_string();
+    assert!(two.contains("holds one"), "{two}");
+
+    let err = parse_err(&format!("[cluster]\nnaming_key = \"{KEY_SHORT}\"\n"), &[]);
+    assert_invalid(&err, "cluster.naming_key", &at_line(2));
+    let err = parse_err(
+        &format!("[cluster]\nnaming_key = \"{KEY_SEQ}\"\nnaming_key_file = \"/k\"\n"),
+        &[],
+    );
+    assert_invalid(&err, "cluster.naming_key_file", &at_line(3));
+}
+
 #[test]
 fn ranges_are_checked_and_errors_point_where_the_value_was_set() {
     let cases: &[(&str, &str, usize)] = &[
