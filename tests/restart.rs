@@ -200,8 +200,65 @@ async fn without_state_path_a_whole_fleet_restart_forgets_the_quota() {
     assert!(admitted(&nodes, 20).await > 0);
 }
 
-/// A state file that does not parse does not keep a node from starting: it is moved aside for
-/// a person to look at, and the node starts without it.
+/// A whole-fleet restart in which one node's file is gone (a new disk, a crash before its
+/// first save): the others restore their files before they push anything, and push what they
+/// restored, so the node without a file learns the quota is used before it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_fleet_restart_with_one_state_file_missing_re_admits_nothing() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scratch = Scratch::new("fleet-missing");
+    let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
+    let extra = |i: usize| {
+        let path = scratch.path().join(format!("n{i}.state"));
+        format!("[limiter]\nstate_path = \"{}\"\n", path.display())
+    };
+    let (mut nodes, ports) = form(&scratch, &rules_path, extra);
+    wait_formed(&nodes);
+    exhaust(&nodes).await;
+    for n in &mut nodes {
+        stop(n);
+    }
+    std::fs::remove_file(scratch.path().join("n1.state")).expect("n1 saved a file");
+    let nodes = start_all(&scratch, &rules_path, &ports, extra);
+    let leaked = admitted(&nodes, 20).await;
+    assert_eq!(
+        leaked, 0,
+        "{leaked} admitted on a used day quota after a fleet restart with a file missing"
+    );
+}
+
+/// A node that crashes (no graceful stop, so no save at the end) keeps what its last periodic
+/// save held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_node_keeps_what_its_last_periodic_save_held() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scratch = Scratch::new("crash-save");
+    let rules_path = scratch.write("rules.yaml", &rules(5, "day"));
+    let state = scratch.path().join("n.state");
+    let extra = format!(
+        "[limiter]\nstate_path = \"{}\"\nstate_save_interval_ms = 1000\n",
+        state.display()
+    );
+    let node = spawn(&scratch, "n", &rules_path, &[], Ports::default(), &extra);
+    wait_ready(&node, "n");
+    assert_eq!(admitted(std::slice::from_ref(&node), 5).await, 5);
+    // Two saves' time, then SIGKILL: nothing runs at the end.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    kill(&node, rustix::process::Signal::KILL);
+    drop(node);
+    assert!(state.exists(), "no periodic save");
+    let node = spawn(&scratch, "n", &rules_path, &[], Ports::default(), &extra);
+    wait_ready(&node, "n");
+    assert_eq!(
+        admitted(std::slice::from_ref(&node), 5).await,
+        0,
+        "the day quota was used before the crash"
+    );
+}
+
+/// A state file whose records are all unreadable does not keep a node from starting: a copy is
+/// set aside for a person to look at, the node starts without it, and its next save writes a
+/// good file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_state_file_is_set_aside() {
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -211,10 +268,38 @@ async fn a_corrupt_state_file_is_set_aside() {
     let extra = format!("[limiter]\nstate_path = \"{}\"\n", state.display());
     let mut node = spawn(&scratch, "n", &rules_path, &[], Ports::default(), &extra);
     wait_ready(&node, "n");
-    assert!(!state.exists(), "the bad file is still where it was");
     assert!(scratch.path().join("n.state.corrupt").exists());
     assert_eq!(admitted(std::slice::from_ref(&node), 3).await, 3);
-    // The next graceful stop writes a good file.
+    // The next graceful stop writes a good file: read back whole, with the 3 admitted.
     stop(&mut node);
-    assert!(state.exists());
+    let saved = limitmesh::snapshot::read(&state).expect("a good file");
+    assert!(saved.damage().is_empty(), "{:?}", saved.damage());
+    assert_eq!(saved.registers(), 1);
+}
+
+/// A `state_path` the node cannot write is refused before it starts, with the reason.
+#[test]
+fn a_state_path_that_cannot_be_written_keeps_the_node_from_starting() {
+    let scratch = Scratch::new("unwritable");
+    let rules_path = scratch.write("rules.yaml", &rules(DAY_LIMIT, "day"));
+    let state = scratch.path().join("no-such-dir").join("n.state");
+    let config = scratch.write(
+        "n.toml",
+        &format!(
+            "[rules]\npath = \"{}\"\n[limiter]\nstate_path = \"{}\"\n",
+            rules_path.display(),
+            state.display()
+        ),
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_limitmesh"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("limiter.state_path") && said.contains("does not exist"),
+        "{said}"
+    );
 }
