@@ -11,5 +11,6 @@
 //! The invariants it keeps are in `ALGORITHM.md` at the repository's root.
 
 pub mod crdt;
+pub mod ledger;
 pub mod limiter;
 pub mod window;

@@ -1,0 +1,273 @@
+//! The books' promise, tested as an adversary would: users that spend whenever they can,
+//! leases and reports delayed, reordered or lost, rounds and asks at any moment. Whatever
+//! happens, no sliding window holds more than `L` spends.
+
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::ledger::Holdings;
+
+const W: u64 = 1_000;
+const BUCKET: u64 = 100;
+
+fn params(limit: u64) -> LedgerParams {
+    LedgerParams {
+        limit,
+        window_ms: W,
+        lease_ms: 400,
+        margin_ms: 0,
+        start_step_ms: 25,
+        horizon_ms: 400,
+    }
+}
+
+/// A user: its tokens, every spend it made, and what its last emission said.
+#[derive(Default)]
+struct User {
+    holdings: Holdings,
+    spends: Vec<u64>,
+}
+
+/// The spans of `spends` (as of an emission at `at_ms`) the way a register reports them: by
+/// bucket, each until its bucket's end plus `W`.
+fn spans_of(spends: &[u64], at_ms: u64) -> Vec<Span> {
+    let mut by_bucket: std::collections::BTreeMap<u64, u64> = Default::default();
+    for t in spends.iter().filter(|t| **t <= at_ms) {
+        *by_bucket.entry(t / BUCKET).or_default() += 1;
+    }
+    by_bucket
+        .into_iter()
+        .map(|(b, count)| Span {
+            from_ms: 0,
+            until_ms: (b + 1) * BUCKET + W,
+            count,
+        })
+        .collect()
+}
+
+fn busiest_window(mut spends: Vec<u64>) -> usize {
+    spends.sort_unstable();
+    let mut worst = 0;
+    let mut j = 0;
+    for i in 0..spends.len() {
+        while spends[i] - spends[j] >= W {
+            j += 1;
+        }
+        worst = worst.max(i + 1 - j);
+    }
+    worst
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// Time passes.
+    Wait(u64),
+    /// User `u` tries to spend one token (or `cost`).
+    Spend(usize, u32),
+    /// The owner's round, wanting this many for each user.
+    Round(Vec<u64>),
+    /// User `u` asks for `want`, with a deadline this far ahead.
+    Ask(usize, u64, u64),
+    /// User `u` emits: its report and register go out.
+    Emit(usize),
+    /// The oldest message in flight to (true) or from (false) user `u` arrives, or is lost.
+    Deliver(usize, bool, bool),
+}
+
+fn step(users: usize) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (1u64..120).prop_map(Step::Wait),
+        6 => (0..users, 1u32..3).prop_map(|(u, c)| Step::Spend(u, c)),
+        1 => proptest::collection::vec(0u64..12, users).prop_map(Step::Round),
+        1 => (0..users, 1u64..6, 0u64..300).prop_map(|(u, w, d)| Step::Ask(u, w, d)),
+        2 => (0..users).prop_map(Step::Emit),
+        4 => (0..users, any::<bool>(), proptest::bool::weighted(0.85))
+            .prop_map(|(u, to, ok)| Step::Deliver(u, to, ok)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn no_sliding_window_holds_more_than_the_limit(
+        limit in 1u64..12,
+        users in 1usize..5,
+        steps in proptest::collection::vec(step(4), 1..400),
+    ) {
+        let p = params(limit);
+        let me = 99u128;
+        let mut books = Books::new(me, 0);
+        let mut now = 1_000_000u64;
+        let mut us: Vec<User> = (0..users).map(|_| User::default()).collect();
+        // In flight: leases to each user; (report, version, spends-as-of) from each user.
+        let mut to_user: Vec<VecDeque<Lease>> = vec![VecDeque::new(); users];
+        let mut from_user: Vec<VecDeque<(HoldingsReport, u64, u64)>> = vec![VecDeque::new(); users];
+        // What the owner knows of each user's spends: as of the emission time it last heard.
+        let mut known_at = vec![0u64; users];
+        let mut version = vec![0u64; users];
+        for s in steps {
+            match s {
+                Step::Wait(ms) => now += ms,
+                Step::Spend(u, cost) => {
+                    if let Some(u) = us.get_mut(u)
+                        && u.holdings.try_spend(now, cost, p.margin_ms).is_some()
+                    {
+                        u.spends.extend(std::iter::repeat_n(now, cost as usize));
+                    }
+                }
+                Step::Round(wants) => {
+                    let spends = owner_spends(&us, &known_at);
+                    let wants: Vec<(u128, u64)> =
+                        (0..users).map(|u| (u as u128, wants[u])).collect();
+                    for (u, lease) in books.grant_round(&wants, &spends, now, &p) {
+                        to_user[u as usize].push_back(lease);
+                    }
+                }
+                Step::Ask(u, want, ahead) => {
+                    if u < users {
+                        let spends = owner_spends(&us, &known_at);
+                        if let AskAnswer::Granted(lease) =
+                            books.ask(u as u128, want, &spends, now, now + ahead, &p)
+                        {
+                            to_user[u].push_back(lease);
+                        }
+                    }
+                }
+                Step::Emit(u) => {
+                    if u < users {
+                        // The report first, then the register: the order the limiter keeps.
+                        let report = us[u].holdings.report(now, p.margin_ms);
+                        version[u] += 1;
+                        from_user[u].push_back((report, version[u], now));
+                    }
+                }
+                Step::Deliver(u, to, arrives) => {
+                    if u >= users {
+                        continue;
+                    }
+                    if to {
+                        if let Some(lease) = to_user[u].pop_front() && arrives {
+                            us[u].holdings.accept(lease, now, p.margin_ms);
+                        }
+                    } else if let Some((report, v, at)) = from_user[u].pop_front() && arrives {
+                        known_at[u] = known_at[u].max(at);
+                        books.heard(u as u128, v, report, 0, now);
+                    }
+                }
+            }
+        }
+        let all: Vec<u64> = us.iter().flat_map(|u| u.spends.iter().copied()).collect();
+        let worst = busiest_window(all);
+        prop_assert!(worst as u64 <= limit, "{worst} spends in one window of limit {limit}");
+    }
+}
+
+/// What the owner's registers say was spent: each user's spends up to its last emission the
+/// owner heard. (A register and its report travel together; a lost one loses both.)
+fn owner_spends(us: &[User], known_at: &[u64]) -> Vec<Span> {
+    us.iter()
+        .zip(known_at)
+        .flat_map(|(u, at)| spans_of(&u.spends, *at))
+        .collect()
+}
+
+#[test]
+fn leases_are_sized_by_want_and_start_when_slots_free() {
+    let p = params(10);
+    let mut books = Books::new(1, 0);
+    let now = 10_000;
+    // 8 slots taken until 10 200 (spent in the bucket ending at 9 200), 2 free.
+    let spends = [Span {
+        from_ms: 0,
+        until_ms: now + 200,
+        count: 8,
+    }];
+    let leases = books.grant_round(&[(2, 6), (3, 2)], &spends, now, &p);
+    let now_granted: u32 = leases
+        .iter()
+        .filter(|(_, l)| l.valid_from_ms == now)
+        .map(|(_, l)| l.count)
+        .sum();
+    assert_eq!(now_granted, 2, "two free now");
+    let later: Vec<&Lease> = leases
+        .iter()
+        .map(|(_, l)| l)
+        .filter(|l| l.valid_from_ms > now)
+        .collect();
+    assert!(
+        later.iter().all(|l| l.valid_from_ms == now + 200),
+        "{later:?}"
+    );
+    let total: u32 = leases.iter().map(|(_, l)| l.count).sum();
+    assert_eq!(total, 8, "every want met, six of them post-dated");
+    // In proportion: 6 and 2.
+    let of = |u: u128| -> u32 {
+        leases
+            .iter()
+            .filter(|(w, _)| *w == u)
+            .map(|(_, l)| l.count)
+            .sum()
+    };
+    assert_eq!((of(2), of(3)), (6, 2));
+}
+
+#[test]
+fn an_ask_waits_for_the_next_free_slot_and_is_refused_past_its_deadline() {
+    let p = params(1);
+    let mut books = Books::new(1, 0);
+    let now = 10_000;
+    let spends = [Span {
+        from_ms: 0,
+        until_ms: now + 50,
+        count: 1,
+    }];
+    assert_eq!(
+        books.ask(2, 1, &spends, now, now + 20, &p),
+        AskAnswer::Refused { retry_after_ms: 50 }
+    );
+    let AskAnswer::Granted(lease) = books.ask(2, 1, &spends, now, now + 60, &p) else {
+        panic!("a slot frees at +50");
+    };
+    assert_eq!(lease.valid_from_ms, now + 50);
+    // The one slot is now leased: another user waits for the lease's whole span.
+    assert!(matches!(
+        books.ask(3, 1, &spends, now, now + 60, &p),
+        AskAnswer::Refused { .. }
+    ));
+}
+
+#[test]
+fn a_quiet_owner_leases_nothing_until_its_time() {
+    let p = params(10);
+    let mut books = Books::new(1, 5_000);
+    assert!(books.grant_round(&[(2, 5)], &[], 4_999, &p).is_empty());
+    assert!(matches!(
+        books.ask(2, 1, &[], 4_000, 4_500, &p),
+        AskAnswer::Refused { .. }
+    ));
+    assert!(!books.grant_round(&[(2, 5)], &[], 5_000, &p).is_empty());
+}
+
+#[test]
+fn a_closed_report_frees_what_it_hands_back_at_once() {
+    let p = params(4);
+    let mut books = Books::new(1, 0);
+    let leases = books.grant_round(&[(2, 4)], &[], 10_000, &p);
+    assert_eq!(leases.len(), 1);
+    assert_eq!(books.occupancy(&[], 10_000, &p).at(10_000), 4);
+    let h = Holdings::default();
+    h.accept(leases[0].1, 10_000, 0);
+    h.try_spend(10_010, 1, 0).unwrap();
+    books.heard(2, 1, h.close(), 0, 10_020);
+    // The one spent is in the user's register (here: the spends passed in); three are back.
+    let spent = [Span {
+        from_ms: 0,
+        until_ms: 10_100 + W,
+        count: 1,
+    }];
+    assert_eq!(books.occupancy(&spent, 10_020, &p).at(10_020), 1);
+    assert!(books.is_empty());
+}

@@ -1,0 +1,19 @@
+//! The ledger: a window's owner leases tokens, its users spend them.
+//!
+//! Every window has an owner (a member picked by consistent hashing). The owner's books
+//! (`books.rs`) count, at each moment from now on, the slots of the window that are taken: by
+//! spends the users' registers record, and by tokens leased and not known spent
+//! (`occupancy.rs`). It leases a token only where a slot stays free over the whole span that
+//! token could occupy a sliding window, so no window ever holds more than `L` spends, whatever
+//! the traffic, delays or losses. Users spend what they hold on the hot path without a lock
+//! (`holdings.rs`) and report what they still hold with their registers (`lease.rs`).
+
+mod books;
+mod holdings;
+mod lease;
+mod occupancy;
+
+pub use books::{AskAnswer, Books, LedgerParams};
+pub use holdings::{Charge, Holdings};
+pub use lease::{HeldLease, HoldingsReport, Lease};
+pub use occupancy::{Occupancy, Span};
