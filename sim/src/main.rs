@@ -140,6 +140,7 @@ fn run_both(
     let mut done = Vec::new();
     let share = match base.policy {
         p @ Policy::DemandShare(_) => p,
+        Policy::Ledger(partition) => Policy::DemandShare(partition),
         Policy::GlobalCount => Policy::DemandShare(PartitionPolicy::Strict),
     };
     for (label, policy) in [("share", share), ("naive", Policy::GlobalCount)] {

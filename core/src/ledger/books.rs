@@ -47,6 +47,16 @@ impl LedgerParams {
     }
 }
 
+/// What a user's emission tells the owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Heard {
+    pub report: HoldingsReport,
+    /// Requests per second the user is offered.
+    pub demand_per_s: u32,
+    /// The window's limit by the user's rules.
+    pub limit: u32,
+}
+
 /// What an owner answers a user that asked for tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AskAnswer {
@@ -67,6 +77,8 @@ struct UserBooks {
     report: Option<(u64, HoldingsReport)>,
     /// Requests per second the user last said it is offered.
     demand_per_s: u32,
+    /// The limit the user last said the window has (its rules).
+    limit: u32,
     last_heard_ms: u64,
 }
 
@@ -96,23 +108,27 @@ impl Books {
         self.quiet_until_ms
     }
 
-    /// A user's report, from its emission `version`, with the demand it is offered. An older
-    /// report than the one held changes nothing.
-    pub fn heard(
-        &mut self,
-        user: u128,
-        version: u64,
-        report: HoldingsReport,
-        demand_per_s: u32,
-        now_ms: u64,
-    ) {
+    /// A user's report, from its emission `version`, with the demand it is offered and the
+    /// limit its rules give the window. An older report than the one held changes nothing.
+    pub fn heard(&mut self, user: u128, version: u64, heard: Heard, now_ms: u64) {
         let books = self.users.entry(user).or_default();
         books.last_heard_ms = books.last_heard_ms.max(now_ms);
         if books.report.as_ref().is_some_and(|(v, _)| *v >= version) {
             return;
         }
-        books.demand_per_s = demand_per_s;
-        books.report = Some((version, report));
+        books.demand_per_s = heard.demand_per_s;
+        books.limit = heard.limit;
+        books.report = Some((version, heard.report));
+    }
+
+    /// The window's limit: the least any user heard from since `since_ms` says (users whose
+    /// rules differ get the smaller limit). `None` if none was heard.
+    pub fn limit(&self, since_ms: u64) -> Option<u32> {
+        self.users
+            .values()
+            .filter(|b| b.last_heard_ms >= since_ms && b.report.is_some())
+            .map(|b| b.limit)
+            .min()
     }
 
     /// Users heard from since `since_ms`, with the demand each last said.

@@ -12,7 +12,7 @@
 //! one (it may count a spend twice, which only holds the window back).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use arc_swap::{ArcSwapOption, Guard};
 use smallvec::SmallVec;
@@ -47,6 +47,8 @@ struct Book {
 #[derive(Debug, Default)]
 pub struct Holdings {
     book: ArcSwapOption<Book>,
+    /// The owner refused an ask: none is sent again before this time (ms).
+    ask_again_at_ms: AtomicU64,
 }
 
 /// Tokens taken by [`Holdings::try_spend`], to give back if the request is not admitted after
@@ -116,6 +118,21 @@ impl Holdings {
             return None;
         }
         Some(charge)
+    }
+
+    /// Whether an ask may go to the owner at `now_ms` (it has not refused one lately).
+    pub fn may_ask(&self, now_ms: u64) -> bool {
+        now_ms >= self.ask_again_at_ms.load(Ordering::Relaxed)
+    }
+
+    /// The owner refused an ask: none until `at_ms`.
+    pub fn ask_again_at(&self, at_ms: u64) {
+        self.ask_again_at_ms.fetch_max(at_ms, Ordering::Relaxed);
+    }
+
+    /// A lease arrived: asking is open again.
+    fn may_ask_again(&self) {
+        self.ask_again_at_ms.store(0, Ordering::Relaxed);
     }
 
     /// Tokens spendable at `now_ms`.
@@ -189,6 +206,7 @@ impl Holdings {
             seen,
             closed: false,
         })));
+        self.may_ask_again();
         true
     }
 

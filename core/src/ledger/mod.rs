@@ -12,8 +12,9 @@ mod books;
 mod holdings;
 mod lease;
 mod occupancy;
+pub mod tuning;
 
-pub use books::{AskAnswer, Books, LedgerParams};
+pub use books::{AskAnswer, Books, Heard, LedgerParams};
 pub use holdings::{Charge, Holdings};
 pub use lease::{HeldLease, HoldingsReport, Lease};
 pub use occupancy::{Occupancy, Span};

@@ -28,6 +28,9 @@ pub enum Policy {
     /// The naive rule, kept as a baseline for the simulation: admit while the global estimate
     /// has room. It over-admits under load and under staleness.
     GlobalCount,
+    /// Owners lease tokens, nodes spend them (`crate::ledger`): admission never computes an
+    /// allowance, and the partition policy says which side may lease.
+    Ledger(PartitionPolicy),
 }
 
 impl Default for Policy {
@@ -221,7 +224,7 @@ pub const CREDIT_HOLD_MAX_MS: u64 = 10_000;
 fn caps(policy: Policy, i: &Inputs) -> (f64, f64) {
     let global_room = i.limit - i.remote_admitted;
     let local_cap = match policy {
-        Policy::GlobalCount => global_room,
+        Policy::GlobalCount | Policy::Ledger(_) => global_room,
         Policy::DemandShare(partition) => {
             let live = i.live.max(1) as f64;
             let scale = side_scale(partition, i.live, i.expected, i.force_strict);

@@ -54,6 +54,7 @@ impl Limiter {
         }
         let guard = self.table.guard();
         let result = match req.items {
+            items if self.is_ledger() => self.check_ledger(items, req.dry_run, now_ms, &guard),
             [item] => self.check_one(item, req.dry_run, now_ms, &guard),
             items => self.check_many(items, req.dry_run, now_ms, &guard),
         };
@@ -107,7 +108,11 @@ impl Limiter {
             .zip(&fits)
             .map(|(e, fits)| self.status(e, allowed, *fits, now_ms))
             .collect();
-        Ok(Decision { allowed, limits })
+        Ok(Decision {
+            allowed,
+            limits,
+            needs: SmallVec::new(),
+        })
     }
 
     /// The common case, one item, without the bookkeeping of several.
@@ -147,6 +152,7 @@ impl Limiter {
                 return Ok(Decision {
                     allowed: true,
                     limits: smallvec::smallvec![status],
+                    needs: SmallVec::new(),
                 });
             }
         }
@@ -175,6 +181,7 @@ impl Limiter {
         Ok(Decision {
             allowed,
             limits: smallvec::smallvec![status],
+            needs: SmallVec::new(),
         })
     }
 
@@ -427,5 +434,6 @@ fn refused_whole(req: &CheckRequest<'_>, retry_after_ms: u64) -> Decision {
     Decision {
         allowed: false,
         limits,
+        needs: SmallVec::new(),
     }
 }

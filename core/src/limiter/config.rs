@@ -37,6 +37,36 @@ pub struct LimiterConfig {
     ///
     /// [`MAX_CREDIT_FROM_SUMS`]: super::MAX_CREDIT_FROM_SUMS
     pub credit_from_sums: f64,
+    /// Lease timing, under [`Policy::Ledger`](super::Policy::Ledger).
+    pub ledger: LedgerTiming,
+}
+
+/// How leases are timed (`crate::ledger`). The values and their reasons are listed in
+/// `crate::ledger::tuning`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LedgerTiming {
+    /// How long a lease can be spent from its start.
+    pub lease_ms: u64,
+    /// How far cluster clocks may disagree: users stop this long before a lease ends, and a
+    /// spend counts this long past its bucket.
+    pub margin_ms: u64,
+    /// Post-dated leases start on multiples of this.
+    pub start_step_ms: u64,
+    /// How long a request without a token may wait for the owner's answer (and for a token
+    /// that becomes valid).
+    pub ask_wait_ms: u64,
+}
+
+impl Default for LedgerTiming {
+    fn default() -> Self {
+        use crate::ledger::tuning;
+        Self {
+            lease_ms: tuning::LEASE_MS,
+            margin_ms: tuning::CLOCK_MARGIN_MS,
+            start_step_ms: tuning::START_STEP_MS,
+            ask_wait_ms: tuning::ASK_WAIT_MS,
+        }
+    }
 }
 
 impl Default for LimiterConfig {
@@ -51,6 +81,7 @@ impl Default for LimiterConfig {
             max_clock_drift_ms: 10_000,
             admission_cache: true,
             credit_from_sums: super::admission::WHOLE_REQUEST_CREDIT_FROM_SUMS,
+            ledger: LedgerTiming::default(),
             when_full: TableFullPolicy::default(),
         }
     }

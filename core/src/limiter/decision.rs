@@ -48,6 +48,9 @@ pub struct Decision {
     pub allowed: bool,
     /// One status per item, in the request's order.
     pub limits: SmallVec<[LimitStatus; 2]>,
+    /// Under the ledger, a refused request's windows without a token: what the caller may do
+    /// to get one (wait, or ask the owner). Empty otherwise.
+    pub needs: SmallVec<[super::TokenNeed; 1]>,
 }
 
 impl Decision {

@@ -25,6 +25,9 @@ mod dirty;
 mod expected_size;
 mod inspection;
 mod key;
+mod ledger_emission;
+mod ledger_owner;
+mod ledger_user;
 mod liveness;
 mod origin;
 mod own_demand;
@@ -43,13 +46,15 @@ pub use admission::{
     allowance, lasting_allowance,
 };
 pub use aggregation::AggregateStamp;
-pub use config::{LimiterConfig, LimiterStats, TableFullPolicy};
+pub use config::{LedgerTiming, LimiterConfig, LimiterStats, TableFullPolicy};
 pub use decision::{
     CheckError, CheckItem, CheckRequest, Decision, LimitStatus, MAX_ITEMS_PER_CHECK, MAX_KEY_BYTES,
 };
 pub use expected_size::ExpectedSize;
 pub use inspection::{Inspection, OriginUsage};
 pub use key::{IdHashBuilder, KeyHasher, KeyId, KeyIdHashBuilder, Limit, seed_id_hashes};
+pub use ledger_owner::{LeaseGrant, LedgerReport, OwnerOf, OwnerView};
+pub use ledger_user::TokenNeed;
 pub use origin::OriginId;
 pub use replication::{Batch, MergeReport, RegisterUpdate};
 pub use table::GcReport;
@@ -102,6 +107,12 @@ pub struct Limiter {
     observing_since_ms: AtomicU64,
     dirty: dirty::DirtyQueue,
     sync: Mutex<ReplicationState>,
+    /// Under the ledger: the books of the windows this node leases.
+    owned: Mutex<ledger_owner::OwnedWindows>,
+    /// Under the ledger: who owns which window, in the node's view (none: this node alone).
+    owner_view: arc_swap::ArcSwapOption<ledger_owner::OwnerViewBox>,
+    /// Serialises the writers of every window's holdings (grants, reports, asks answered here).
+    holdings_write: Mutex<()>,
 }
 
 impl Limiter {
@@ -132,6 +143,9 @@ impl Limiter {
             observing_since_ms: AtomicU64::new(0),
             dirty: dirty::DirtyQueue::default(),
             sync: Mutex::new(sync),
+            owned: Mutex::default(),
+            owner_view: arc_swap::ArcSwapOption::empty(),
+            holdings_write: Mutex::new(()),
         }
     }
 
@@ -202,6 +216,17 @@ impl Limiter {
     /// How long this process has counted what it is offered, at `now_ms`.
     fn observed_ms(&self, now_ms: u64) -> u64 {
         now_ms.saturating_sub(self.observing_since_ms.load(Ordering::Relaxed))
+    }
+
+    /// Whether decisions are made under the ledger ([`Policy::Ledger`]).
+    pub fn is_ledger(&self) -> bool {
+        matches!(self.config.policy, Policy::Ledger(_))
+    }
+
+    fn lock_holdings(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.holdings_write
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock_sync(&self) -> std::sync::MutexGuard<'_, ReplicationState> {

@@ -208,7 +208,7 @@ enum Held {
     Aggregates,
 }
 
-fn register_of(
+pub(super) fn register_of(
     snap: &RingSnapshot,
     spec: &WindowSpec,
     now_ms: u64,

@@ -7,6 +7,7 @@ use arc_swap::ArcSwapOption;
 use super::bound_cache::BoundCache;
 use super::own_demand::{EMISSION_BITS, LastEmission};
 use crate::crdt::Replica;
+use crate::ledger::Holdings;
 use crate::window::{AgeProfile, LocalRing, RingSnapshot, WindowSpec};
 
 pub(crate) use crate::crdt::OriginIdx;
@@ -65,6 +66,8 @@ pub(crate) struct WindowState {
     /// The current bucket's admission bound, cached for the rest of the bucket under exactly
     /// the inputs it was computed from (see `bound_cache.rs`).
     pub bound: BoundCache,
+    /// The tokens this node holds for the window, under the ledger (`crate::ledger`).
+    pub holdings: Holdings,
 }
 
 const DIRTY: u64 = 1 << 63;
@@ -166,6 +169,7 @@ impl WindowState {
             shape: AtomicU64::new(shape_bits(&spec)),
             remote: ArcSwapOption::empty(),
             bound: BoundCache::default(),
+            holdings: Holdings::default(),
         }
     }
 
@@ -526,9 +530,10 @@ mod tests {
             state.published_demand(true),
             Some(crate::window::MAX_PUBLISHED)
         );
+        // 128 bytes, and the ledger's holdings (a pointer and the time to ask again).
         assert!(
-            std::mem::size_of::<WindowState>() <= 128,
-            "a window stays 128 bytes"
+            std::mem::size_of::<WindowState>() <= 144,
+            "a window stays 144 bytes"
         );
     }
 

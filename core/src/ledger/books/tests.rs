@@ -154,7 +154,7 @@ proptest! {
                         }
                     } else if let Some((report, v, at)) = from_user[u].pop_front() && arrives {
                         known_at[u] = known_at[u].max(at);
-                        books.heard(u as u128, v, report, 0, now);
+                        books.heard(u as u128, v, Heard { report, demand_per_s: 0, limit: limit as u32 }, now);
                     }
                 }
             }
@@ -261,7 +261,16 @@ fn a_closed_report_frees_what_it_hands_back_at_once() {
     let h = Holdings::default();
     h.accept(leases[0].1, 10_000, 0);
     h.try_spend(10_010, 1, 0).unwrap();
-    books.heard(2, 1, h.close(), 0, 10_020);
+    books.heard(
+        2,
+        1,
+        Heard {
+            report: h.close(),
+            demand_per_s: 0,
+            limit: 4,
+        },
+        10_020,
+    );
     // The one spent is in the user's register (here: the spends passed in); three are back.
     let spent = [Span {
         from_ms: 0,

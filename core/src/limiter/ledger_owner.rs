@@ -1,0 +1,328 @@
+//! The owner's side of the ledger in the limiter: the books of the windows this node owns,
+//! fed by its users' reports, granting leases at each round and answering asks.
+//!
+//! Which windows this node owns, and since when it may lease for them, is the node's to say
+//! (it holds the ring of members): through [`OwnerView`] for checks that find no token, and
+//! through the `owns` argument of the methods the node calls.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::replication::{Batch, RegisterUpdate};
+use super::state::{WindowState, is_aggregate};
+use super::{KeyId, Limiter};
+use crate::ledger::{AskAnswer, Books, Heard, HoldingsReport, Lease, LedgerParams, Span};
+use crate::window::{EstimateMode, WindowSpec};
+
+/// Who owns a window in this node's view of the members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnerOf {
+    /// The owner's boot id.
+    pub owner: u128,
+    /// It leases nothing before this (ms): it took the window over from another owner whose
+    /// leases may still be spent.
+    pub quiet_until_ms: u64,
+}
+
+/// The node's view of which member owns which window (its ring).
+pub trait OwnerView: Send + Sync + std::fmt::Debug {
+    /// The owner of `key`; `None` if no member can lease it in this node's view.
+    fn owner_of(&self, key: KeyId) -> Option<OwnerOf>;
+    /// Whether this node may lease at all (under `strict`, only a side holding a majority of
+    /// the cluster may).
+    fn may_lease(&self) -> bool;
+}
+
+/// What a user's emission carries for its window's owner besides the register.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerReport {
+    /// The window's limit by this node's rules.
+    pub limit: u32,
+    pub holdings: HoldingsReport,
+}
+
+/// A lease for a user, to send it (or, for this node, to take at once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseGrant {
+    pub user: u128,
+    pub key: KeyId,
+    pub window_ms: u64,
+    pub buckets: u16,
+    pub lease: Lease,
+}
+
+/// The books of the windows this node owns.
+#[derive(Debug, Default)]
+pub(crate) struct OwnedWindows {
+    windows: BTreeMap<KeyId, Owned>,
+}
+
+#[derive(Debug)]
+struct Owned {
+    books: Books,
+    spec: WindowSpec,
+}
+
+impl Limiter {
+    /// The parameters of `spec`'s ledger under `limit`.
+    pub(super) fn ledger_params(&self, spec: &WindowSpec, limit: u32) -> LedgerParams {
+        let timing = &self.config.ledger;
+        LedgerParams {
+            limit: u64::from(limit),
+            window_ms: spec.window_ms(),
+            lease_ms: timing.lease_ms,
+            margin_ms: timing.margin_ms,
+            start_step_ms: timing.start_step_ms,
+            horizon_ms: timing.lease_ms,
+        }
+    }
+
+    /// Every spend the window's registers record (this node's ring and every origin's
+    /// register), each until the latest moment it can occupy a sliding window: its bucket's
+    /// end, plus the window, plus the clock margin.
+    pub(super) fn spends_of(
+        &self,
+        state: &WindowState,
+        spec: &WindowSpec,
+        now_ms: u64,
+    ) -> Vec<Span> {
+        let mut by_epoch: BTreeMap<u64, u64> = BTreeMap::new();
+        for (epoch, count) in state.ring.snapshot(spec, now_ms).admitted_buckets() {
+            *by_epoch.entry(epoch).or_default() += count;
+        }
+        if let Some(replica) = state.remote.load_full() {
+            for (idx, reg) in replica.iter() {
+                if is_aggregate(idx) {
+                    continue;
+                }
+                for (epoch, count) in reg.buckets() {
+                    *by_epoch.entry(epoch).or_default() += count;
+                }
+            }
+        }
+        let tail = spec.window_ms() + self.config.ledger.margin_ms;
+        by_epoch
+            .into_iter()
+            .map(|(epoch, count)| Span {
+                from_ms: 0,
+                until_ms: spec.epoch_start_ms(epoch + 1).saturating_add(tail),
+                count,
+            })
+            .filter(|s| s.until_ms > now_ms)
+            .collect()
+    }
+
+    fn lock_owned(&self) -> std::sync::MutexGuard<'_, OwnedWindows> {
+        self.owned.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this node leases `key` now, and since when it may (its view of the owners).
+    pub(super) fn leases_here(&self, key: KeyId) -> Option<u64> {
+        match self.owner_view.load().as_ref() {
+            // No view: a node alone owns every window.
+            None => Some(0),
+            Some(view) => {
+                let view = &view.0;
+                view.owner_of(key)
+                    .filter(|o| o.owner == self.origin.0 && view.may_lease())
+                    .map(|o| o.quiet_until_ms)
+            }
+        }
+    }
+
+    /// Sets the node's view of the owners (its ring); see [`OwnerView`].
+    pub fn set_owner_view(&self, view: Box<dyn OwnerView>) {
+        self.owner_view.store(Some(Arc::new(OwnerViewBox(view))));
+    }
+
+    /// The owner of `key` in this node's view (this node, without a view).
+    pub fn owner_of(&self, key: KeyId) -> Option<OwnerOf> {
+        match self.owner_view.load().as_ref() {
+            None => Some(OwnerOf {
+                owner: self.origin.0,
+                quiet_until_ms: 0,
+            }),
+            Some(view) => view.0.owner_of(key),
+        }
+    }
+
+    /// `user`'s reports of an emission (`batch`, and `reports` by the same index), for the
+    /// windows this node leases (`owns`). A report counts only with a register of its
+    /// emission or a later one held here: what it does not list as unspent, the register
+    /// must show spent.
+    pub fn owner_heard(
+        &self,
+        batch: &Batch,
+        reports: &[Option<LedgerReport>],
+        now_ms: u64,
+        owns: impl Fn(KeyId) -> Option<u64>,
+    ) {
+        let user = batch.origin;
+        let guard = self.table.guard();
+        let idx = if user == self.origin {
+            None
+        } else {
+            match self.lock_sync().lookup_origin(user) {
+                Some(idx) => Some(idx),
+                None => return,
+            }
+        };
+        let mut owned = self.lock_owned();
+        for (update, report) in batch.updates.iter().zip(reports) {
+            let (Some(report), Some(quiet)) = (report, owns(update.key)) else {
+                continue;
+            };
+            let Some(state) = self.table.get(&update.key, &guard) else {
+                continue;
+            };
+            let backed = match idx {
+                None => true,
+                Some(idx) => state
+                    .remote
+                    .load()
+                    .as_ref()
+                    .and_then(|r| r.get(idx).map(|reg| reg.version))
+                    .is_some_and(|v| v >= update.register.version),
+            };
+            if !backed {
+                continue;
+            }
+            let spec = state.spec();
+            let entry = owned.windows.entry(update.key).or_insert_with(|| Owned {
+                books: Books::new(self.origin.0, quiet),
+                spec,
+            });
+            let demand_per_s = demand_per_s(update, &spec);
+            entry.books.heard(
+                user.0,
+                update.register.version,
+                Heard {
+                    report: report.holdings.clone(),
+                    demand_per_s,
+                    limit: report.limit,
+                },
+                now_ms,
+            );
+        }
+    }
+
+    /// A round's leases for every window this node leases: each user heard from within the
+    /// last two leases wants what it is offered over a lease (less what it holds).
+    pub fn owner_round(&self, now_ms: u64, owns: impl Fn(KeyId) -> bool) -> Vec<LeaseGrant> {
+        let guard = self.table.guard();
+        let mut owned = self.lock_owned();
+        let lease_ms = self.config.ledger.lease_ms;
+        let since = now_ms.saturating_sub(2 * lease_ms);
+        let mut out = Vec::new();
+        owned.windows.retain(|key, w| {
+            if !owns(*key) {
+                return false;
+            }
+            w.books.forget_idle(since);
+            let Some(state) = self.table.get(key, &guard) else {
+                return !w.books.is_empty();
+            };
+            let Some(limit) = w.books.limit(since) else {
+                return !w.books.is_empty();
+            };
+            let params = self.ledger_params(&w.spec, limit);
+            let wants: Vec<(u128, u64)> = w
+                .books
+                .demands(since)
+                .map(|(user, per_s)| {
+                    let need = (u64::from(per_s) * lease_ms).div_ceil(1_000);
+                    (
+                        user,
+                        need.saturating_sub(w.books.held_by(user, now_ms, &params)),
+                    )
+                })
+                .collect();
+            let spends = self.spends_of(state, &w.spec, now_ms);
+            for (user, lease) in w.books.grant_round(&wants, &spends, now_ms, &params) {
+                out.push(LeaseGrant {
+                    user,
+                    key: *key,
+                    window_ms: w.spec.window_ms(),
+                    buckets: w.spec.buckets(),
+                    lease,
+                });
+            }
+            true
+        });
+        out
+    }
+
+    /// `user` asks for `want` tokens of window `key` (shape `spec`, limit `limit` by its
+    /// rules), to be spendable before `deadline_ms`. `quiet_until_ms`: see [`OwnerOf`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn owner_ask(
+        &self,
+        user: u128,
+        key: KeyId,
+        spec: &WindowSpec,
+        limit: u32,
+        want: u32,
+        deadline_ms: u64,
+        now_ms: u64,
+        quiet_until_ms: u64,
+    ) -> AskAnswer {
+        let guard = self.table.guard();
+        let Ok(state) = self.table.get_or_insert(key, spec, now_ms, &guard) else {
+            return AskAnswer::Refused {
+                retry_after_ms: self.config.gossip_interval_ms,
+            };
+        };
+        if !state.has_shape(spec) {
+            return AskAnswer::Refused {
+                retry_after_ms: spec.window_ms(),
+            };
+        }
+        let mut owned = self.lock_owned();
+        let entry = owned.windows.entry(key).or_insert_with(|| Owned {
+            books: Books::new(self.origin.0, quiet_until_ms),
+            spec: *spec,
+        });
+        let since = now_ms.saturating_sub(2 * self.config.ledger.lease_ms);
+        let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
+        let params = self.ledger_params(spec, limit);
+        let spends = self.spends_of(state, spec, now_ms);
+        entry
+            .books
+            .ask(user, u64::from(want), &spends, now_ms, deadline_ms, &params)
+    }
+
+    /// A lease from a window's owner: this node may spend it. `false` if it was refused (an
+    /// older lease than one already taken, or a window of another shape).
+    pub fn accept_lease(&self, grant: &LeaseGrant, now_ms: u64) -> bool {
+        let Ok(spec) = WindowSpec::new(grant.window_ms, grant.buckets, EstimateMode::Interpolated)
+        else {
+            return false;
+        };
+        let guard = self.table.guard();
+        let Ok(state) = self.table.get_or_insert(grant.key, &spec, now_ms, &guard) else {
+            return false;
+        };
+        if !state.has_shape(&spec) {
+            return false;
+        }
+        let _writer = self.lock_holdings();
+        state
+            .holdings
+            .accept(grant.lease, now_ms, self.config.ledger.margin_ms)
+    }
+
+    /// The windows this node holds books for.
+    pub fn owned_windows(&self) -> usize {
+        self.lock_owned().windows.len()
+    }
+}
+
+/// A register's demand (offered over its window) per second.
+fn demand_per_s(update: &RegisterUpdate, spec: &WindowSpec) -> u32 {
+    let per_s = u64::from(update.register.demand) * 1_000 / spec.window_ms().max(1);
+    u32::try_from(per_s).unwrap_or(u32::MAX)
+}
+
+/// An [`OwnerView`] behind a pointer the limiter can swap.
+#[derive(Debug)]
+pub(crate) struct OwnerViewBox(pub Box<dyn OwnerView>);

@@ -1,0 +1,192 @@
+//! A check under the ledger: a request is admitted with tokens this node holds for each of its
+//! windows, spent without a lock. A window with no token is asked of its owner: at once where
+//! this node is the owner, by the caller otherwise ([`TokenNeed`]).
+
+use smallvec::SmallVec;
+
+use super::decision::{CheckError, CheckItem, Decision, LimitStatus};
+use super::state::WindowState;
+use super::{KeyId, Limiter};
+use crate::ledger::AskAnswer;
+
+/// A window a refused request found no token for, and what to do about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenNeed {
+    /// The item of the request.
+    pub index: usize,
+    pub key: KeyId,
+    pub window_ms: u64,
+    pub buckets: u16,
+    /// The limit the request names for the window.
+    pub limit: u32,
+    /// Tokens to ask for.
+    pub want: u32,
+    /// This node holds tokens of the window that become spendable then (ms): wait for them.
+    pub valid_at_ms: Option<u64>,
+    /// Ask the window's owner (it is another member, and it has not refused lately).
+    pub ask: bool,
+}
+
+struct Item<'g> {
+    id: KeyId,
+    state: &'g WindowState,
+    cost: u32,
+}
+
+impl Limiter {
+    /// Decides a request from the tokens held (see the module documentation).
+    pub(super) fn check_ledger(
+        &self,
+        items: &[CheckItem<'_>],
+        dry_run: bool,
+        now_ms: u64,
+        guard: &impl papaya::Guard,
+    ) -> Result<Decision, CheckError> {
+        let margin = self.config.ledger.margin_ms;
+        let mut held: SmallVec<[Item<'_>; 2]> = SmallVec::new();
+        for item in items {
+            let spec = &item.limit.window;
+            let id = self.hasher.key_id(item.key, spec);
+            let state = self.table.get_or_insert(id, spec, now_ms, guard)?;
+            if !dry_run {
+                state.bound.note_limit(item.limit.max);
+            }
+            if state.holdings.available(now_ms, margin) < u64::from(item.cost) {
+                self.ask_here(id, state, item, now_ms);
+            }
+            held.push(Item {
+                id,
+                state,
+                cost: item.cost,
+            });
+        }
+        let fits: SmallVec<[bool; 2]> = held
+            .iter()
+            .map(|h| h.state.holdings.available(now_ms, margin) >= u64::from(h.cost))
+            .collect();
+        let allowed = if dry_run {
+            fits.iter().all(|f| *f)
+        } else {
+            self.spend_all(&held, items, now_ms)
+        };
+        let mut limits = SmallVec::new();
+        let mut needs = SmallVec::new();
+        for (index, (h, item)) in held.iter().zip(items).enumerate() {
+            let spec = &item.limit.window;
+            let available = h.state.holdings.available(now_ms, margin);
+            let lacks = !allowed && available < u64::from(h.cost);
+            let valid_at = h.state.holdings.next_valid_after(now_ms);
+            let retry_after_ms = if !lacks {
+                0
+            } else {
+                valid_at
+                    .map(|t| t - now_ms)
+                    .unwrap_or(self.config.gossip_interval_ms)
+                    .max(1)
+            };
+            let newest = h.state.ring.snapshot(spec, now_ms).newest_active_epoch();
+            limits.push(LimitStatus {
+                allowed: if allowed { true } else { fits[index] },
+                limit: item.limit.max,
+                remaining: available,
+                reset_after_ms: newest.map_or(0, |e| spec.expiry_ms(e).saturating_sub(now_ms)),
+                retry_after_ms,
+            });
+            if lacks {
+                let ask = self.leases_here(h.id).is_none() && h.state.holdings.may_ask(now_ms);
+                needs.push(TokenNeed {
+                    index,
+                    key: h.id,
+                    window_ms: spec.window_ms(),
+                    buckets: spec.buckets(),
+                    limit: item.limit.max,
+                    want: h.cost,
+                    valid_at_ms: valid_at.filter(|t| *t <= now_ms + self.config.ledger.ask_wait_ms),
+                    ask,
+                });
+            }
+        }
+        Ok(Decision {
+            allowed,
+            limits,
+            needs,
+        })
+    }
+
+    /// Spends every item's tokens, or none: each spend is recorded in the ring before the
+    /// tokens are taken (see `ledger::holdings`), and undone if a later item has none.
+    fn spend_all(&self, held: &[Item<'_>], items: &[CheckItem<'_>], now_ms: u64) -> bool {
+        let margin = self.config.ledger.margin_ms;
+        let mut charges = SmallVec::<[_; 2]>::new();
+        let mut refused = false;
+        for (h, item) in held.iter().zip(items) {
+            let epoch = item.limit.window.epoch(now_ms);
+            let _ = h.state.ring.admit(epoch, h.cost, u64::MAX);
+            match h.state.holdings.try_spend(now_ms, h.cost, margin) {
+                Some(charge) => charges.push((h, epoch, charge)),
+                None => {
+                    h.state.ring.refund(epoch, h.cost);
+                    refused = true;
+                    break;
+                }
+            }
+        }
+        if refused {
+            for (h, epoch, charge) in charges {
+                h.state.ring.refund(epoch, h.cost);
+                charge.refund();
+            }
+        }
+        for (h, item) in held.iter().zip(items) {
+            let epoch = item.limit.window.epoch(now_ms);
+            if refused {
+                h.state.ring.reject(epoch, h.cost);
+            }
+            if h.state.mark_dirty() {
+                self.dirty.push(h.id);
+            }
+        }
+        !refused
+    }
+
+    /// Where this node leases the window itself, it asks its own books for what `item` needs,
+    /// with the same wait any request gets.
+    fn ask_here(&self, id: KeyId, state: &WindowState, item: &CheckItem<'_>, now_ms: u64) {
+        let Some(quiet_until) = self.leases_here(id) else {
+            return;
+        };
+        if !state.holdings.may_ask(now_ms) {
+            return;
+        }
+        let deadline = now_ms + self.config.ledger.ask_wait_ms;
+        let spec = &item.limit.window;
+        match self.owner_ask(
+            self.origin.0,
+            id,
+            spec,
+            item.limit.max,
+            item.cost,
+            deadline,
+            now_ms,
+            quiet_until,
+        ) {
+            AskAnswer::Granted(lease) => {
+                let _writer = self.lock_holdings();
+                state
+                    .holdings
+                    .accept(lease, now_ms, self.config.ledger.margin_ms);
+            }
+            AskAnswer::Refused { retry_after_ms } => {
+                state.holdings.ask_again_at(now_ms + retry_after_ms);
+            }
+        }
+    }
+
+    /// The owner answered an ask of this node's for window `key`: refused until then.
+    pub fn ask_refused(&self, key: KeyId, retry_after_ms: u64, now_ms: u64) {
+        let guard = self.table.guard();
+        if let Some(state) = self.table.get(&key, &guard) {
+            state.holdings.ask_again_at(now_ms + retry_after_ms.max(1));
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The ledger end to end in the limiter: a window's owner and its users exchanging reports,
+//! leases and asks by hand, with time as a plain number.
+
+use super::*;
+use crate::ledger::AskAnswer;
+
+/// Every window is owned by `0`, leasing at once.
+#[derive(Debug)]
+struct OwnedBy(u128);
+
+impl OwnerView for OwnedBy {
+    fn owner_of(&self, _key: KeyId) -> Option<OwnerOf> {
+        Some(OwnerOf {
+            owner: self.0,
+            quiet_until_ms: 0,
+        })
+    }
+
+    fn may_lease(&self) -> bool {
+        true
+    }
+}
+
+/// Node 0 owns every window; nodes 1.. use them. Ids are `index + 1`.
+struct Cluster {
+    nodes: Vec<Limiter>,
+}
+
+impl Cluster {
+    fn new(n: usize) -> Self {
+        let config = LimiterConfig {
+            policy: Policy::Ledger(PartitionPolicy::Strict),
+            ..LimiterConfig::default()
+        };
+        let nodes: Vec<Limiter> = (0..n)
+            .map(|i| {
+                let l = limiter_with(config.clone(), i as u128 + 1);
+                l.set_owner_view(Box::new(OwnedBy(1)));
+                l
+            })
+            .collect();
+        Self { nodes }
+    }
+
+    fn owner(&self) -> &Limiter {
+        &self.nodes[0]
+    }
+
+    /// Every node's emission reaches the owner (node `skew[i]` ms late on its own clock);
+    /// then the owner's round reaches every node.
+    fn round(&self, now: u64) {
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some((batch, reports)) = node.collect_with_reports(now)
+                && i != 0
+            {
+                self.owner().merge(&batch, now);
+                self.owner().owner_heard(&batch, &reports, now, |_| Some(0));
+            }
+        }
+        for grant in self.owner().owner_round(now, |_| true) {
+            self.nodes[grant.user as usize - 1].accept_lease(&grant, now);
+        }
+    }
+
+    /// A check at node `i`; where it lacks a token it may ask for, the owner is asked and
+    /// the check made again.
+    fn check(&self, i: usize, key: &str, limit: Limit, now: u64) -> bool {
+        let node = &self.nodes[i];
+        let d = check(node, key, &[limit], 1, now);
+        if d.allowed {
+            return true;
+        }
+        let Some(need) = d.needs.first().filter(|n| n.ask) else {
+            return false;
+        };
+        let spec = limit.window;
+        match self.owner().owner_ask(
+            node.origin().0,
+            need.key,
+            &spec,
+            need.limit,
+            need.want,
+            now + node.config().ledger.ask_wait_ms,
+            now,
+            0,
+        ) {
+            AskAnswer::Granted(lease) => {
+                node.accept_lease(
+                    &LeaseGrant {
+                        user: node.origin().0,
+                        key: need.key,
+                        window_ms: spec.window_ms(),
+                        buckets: spec.buckets(),
+                        lease,
+                    },
+                    now,
+                );
+                // Waits for the token if it is post-dated within the wait.
+                let at = now.max(lease.valid_from_ms);
+                check(node, key, &[limit], 1, at).allowed
+            }
+            AskAnswer::Refused { retry_after_ms } => {
+                node.ask_refused(need.key, retry_after_ms, now);
+                false
+            }
+        }
+    }
+}
+
+fn day(limit: u32) -> Limit {
+    Limit {
+        max: limit,
+        window: WindowSpec::with_default_buckets(86_400_000).unwrap(),
+    }
+}
+
+fn busiest(mut at: Vec<u64>, window_ms: u64) -> usize {
+    at.sort_unstable();
+    let (mut j, mut worst) = (0, 0);
+    for i in 0..at.len() {
+        while at[i] - at[j] >= window_ms {
+            j += 1;
+        }
+        worst = worst.max(i + 1 - j);
+    }
+    worst
+}
+
+#[test]
+fn a_limit_of_one_a_day_admits_exactly_one_however_the_checks_are_spread() {
+    let c = Cluster::new(5);
+    let limit = day(1);
+    let admitted: usize = (0..5).filter(|i| c.check(*i, "tenant", limit, T0)).count();
+    assert_eq!(admitted, 1, "five nodes asked at once");
+    for r in 1..20 {
+        c.round(T0 + r * 200);
+        for i in 0..5 {
+            assert!(
+                !c.check(i, "tenant", limit, T0 + r * 200 + 7),
+                "round {r} node {i}"
+            );
+        }
+    }
+}
+
+/// Users offered well under the limit: once their demand is known, every round's lease covers
+/// them until the next, and no request is refused.
+#[test]
+fn steady_users_never_run_dry() {
+    let c = Cluster::new(6);
+    let limit = second(1_000);
+    let mut refused_after_warmup = 0;
+    for ms in 0..10_000u64 {
+        let now = T0 + ms;
+        if ms.is_multiple_of(200) {
+            c.round(now);
+        }
+        // Each user checks every 10 ms: 100 a second each, 500 in all, half the limit.
+        if ms.is_multiple_of(10) {
+            for i in 1..6 {
+                if !c.check(i, "tenant", limit, now + i as u64) && ms > 1_000 {
+                    refused_after_warmup += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(refused_after_warmup, 0);
+}
+
+/// Five users offered twice the limit: no sliding window passes it, and most of it is used.
+#[test]
+fn an_overloaded_window_never_passes_its_limit() {
+    let c = Cluster::new(6);
+    let limit = second(100);
+    let mut at = Vec::new();
+    for ms in 0..20_000u64 {
+        let now = T0 + ms;
+        if ms.is_multiple_of(200) {
+            c.round(now);
+        }
+        // Every 25 ms each user: 40 a second each, 200 in all.
+        if ms.is_multiple_of(25) {
+            for i in 1..6 {
+                if c.check(i, "tenant", limit, now + i as u64) {
+                    at.push(now + i as u64);
+                }
+            }
+        }
+    }
+    let worst = busiest(at.clone(), 1_000);
+    assert!(worst <= 100, "{worst} in one window");
+    let steady = at.iter().filter(|t| **t >= T0 + 5_000).count() as f64 / 15.0;
+    println!("steady {steady} a second, busiest {worst}");
+    assert!(steady > 80.0, "only {steady} a second used");
+}
+
+/// Users whose clocks are behind or ahead of the owner's by less than the margin: windows on
+/// the owner's clock (the truth here) still hold at most the limit. Checks come at uneven
+/// moments, so that spends land at every point of the buckets and of the leases.
+#[test]
+fn a_user_whose_clock_is_behind_stays_within_the_limit() {
+    let c = Cluster::new(4);
+    let limit = second(20);
+    let off = c.nodes[1].config().ledger.margin_ms as i64 - 1;
+    let skew = [0, -off, off, -off];
+    let mut at = Vec::new();
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    for ms in 0..20_000u64 {
+        let now = T0 + ms;
+        if ms.is_multiple_of(200) {
+            c.round(now);
+        }
+        for (i, skew) in skew.iter().enumerate().skip(1) {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            if seed.is_multiple_of(4) && c.check(i, "k", limit, now.saturating_add_signed(*skew)) {
+                at.push(now);
+            }
+        }
+    }
+    let worst = busiest(at, 1_000);
+    assert!(worst <= 20, "{worst} in one window of 20");
+}
