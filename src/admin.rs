@@ -1,5 +1,8 @@
 //! The admin HTTP endpoint (default 127.0.0.1:8080): Prometheus metrics, health, readiness, the
 //! member list, and a JSON check compatible with envoyproxy/ratelimit's `/json`.
+//!
+//! The JSON check consumes quota like any check, so it is served only where the configuration
+//! says so ([`JsonRoute`]); everything else is always served.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -35,19 +38,48 @@ pub trait JsonCheck: Send + Sync + 'static {
     ) -> std::pin::Pin<Box<dyn Future<Output = JsonOutcome> + Send + 'a>>;
 }
 
+/// What `POST /json` does on this listener.
+#[derive(Clone)]
+pub enum JsonRoute {
+    /// Checks the request.
+    Serve(Arc<dyn JsonCheck>),
+    /// Answers 404 with this reason, one line naming the setting that keeps it off.
+    Refuse(String),
+}
+
+impl JsonRoute {
+    /// Serves the check `check` makes if `served` says so, else refuses with its reason.
+    pub fn new(served: Result<(), String>, check: impl FnOnce() -> Arc<dyn JsonCheck>) -> Self {
+        match served {
+            Ok(()) => Self::Serve(check()),
+            Err(reason) => Self::Refuse(reason),
+        }
+    }
+}
+
+impl std::fmt::Debug for JsonRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Serve(_) => f.write_str("Serve(..)"),
+            Self::Refuse(reason) => f.debug_tuple("Refuse").field(reason).finish(),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct AdminState {
     pub metrics: Arc<Metrics>,
     pub view: Arc<ClusterView>,
     /// Set once the node serves; cleared when it starts shutting down.
     pub ready: Arc<AtomicBool>,
-    pub json: Option<Arc<dyn JsonCheck>>,
+    pub json: JsonRoute,
 }
 
 impl std::fmt::Debug for AdminState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AdminState")
             .field("ready", &self.ready.load(Ordering::Relaxed))
+            .field("json", &self.json)
             .finish_non_exhaustive()
     }
 }
@@ -126,8 +158,15 @@ async fn members(State(s): State<AdminState>) -> axum::Json<Vec<MemberJson>> {
 }
 
 async fn json_check(State(s): State<AdminState>, body: axum::body::Bytes) -> Response {
-    let Some(check) = &s.json else {
-        return (StatusCode::NOT_FOUND, "no rate limit service\n").into_response();
+    let check = match &s.json {
+        JsonRoute::Serve(check) => check,
+        JsonRoute::Refuse(reason) => {
+            return (
+                StatusCode::NOT_FOUND,
+                format!("POST /json is not served on this listener: {reason}\n"),
+            )
+                .into_response();
+        }
     };
     match check.check_json(&body).await {
         Ok((over, response)) => {
@@ -209,7 +248,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             view: Arc::new(ClusterView::default()),
             ready: Arc::new(AtomicBool::new(false)),
-            json: None,
+            json: JsonRoute::Refuse("http.json is \"off\"".to_owned()),
         }
     }
 
@@ -223,6 +262,72 @@ mod tests {
             .await
             .unwrap();
         (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Answers every check with 200 and `{}`.
+    struct AlwaysOk;
+
+    impl JsonCheck for AlwaysOk {
+        fn check_json<'a>(
+            &'a self,
+            _body: &'a [u8],
+        ) -> std::pin::Pin<Box<dyn Future<Output = JsonOutcome> + Send + 'a>> {
+            Box::pin(async { Ok((false, serde_json::json!({}))) })
+        }
+    }
+
+    async fn post_json(router: Router) -> (StatusCode, String) {
+        let resp = router
+            .oneshot(Request::post("/json").body(Body::from("{}")).unwrap())
+            .await
+            .unwrap();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// `POST /json` consumes quota: by default it is served only on a loopback listener, and
+    /// `http.json` says otherwise; the other routes are served whatever it says.
+    #[tokio::test]
+    async fn json_is_served_only_where_the_configuration_says() {
+        let cases = [
+            ("", true),
+            ("[http]\nlisten = \"[::1]:8080\"\n", true),
+            ("[http]\nlisten = \"0.0.0.0:8080\"\n", false),
+            ("[http]\nlisten = \"10.1.2.3:8080\"\n", false),
+            ("[http]\nlisten = \"[::]:8080\"\n", false),
+            ("[http]\nlisten = \"0.0.0.0:8080\"\njson = \"on\"\n", true),
+            ("[http]\njson = \"off\"\n", false),
+            (
+                "[http]\nlisten = \"127.0.0.2:8080\"\njson = \"auto\"\n",
+                true,
+            ),
+        ];
+        for (toml, served) in cases {
+            let config = crate::config::Config::from_toml("node.toml", toml, std::iter::empty())
+                .unwrap_or_else(|e| panic!("{toml}: {e}"));
+            let s = AdminState {
+                json: JsonRoute::new(config.json_check_served(), || Arc::new(AlwaysOk)),
+                ..state()
+            };
+            let (status, body) = post_json(router(s.clone())).await;
+            if served {
+                assert_eq!((status, body.as_str()), (StatusCode::OK, "{}"), "{toml}");
+            } else {
+                assert_eq!(status, StatusCode::NOT_FOUND, "{toml}");
+                assert!(body.contains("http.json"), "{toml}: {body}");
+                assert_eq!(body.lines().count(), 1, "{toml}: {body}");
+            }
+            for path in ["/metrics", "/healthz", "/v1/members"] {
+                assert_eq!(
+                    get(router(s.clone()), path).await.0,
+                    StatusCode::OK,
+                    "{path}"
+                );
+            }
+        }
     }
 
     #[tokio::test]

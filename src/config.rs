@@ -114,12 +114,27 @@ pub struct HttpConfig {
     /// Where the admin HTTP server (metrics, health, JSON checks) listens. Default:
     /// `127.0.0.1:8080`.
     pub listen: SocketAddr,
+    /// Whether `POST /json` is served there. It is a check like any other, so it consumes
+    /// quota and honours limit overrides: `auto` serves it only when `listen` is a loopback
+    /// address, so that a listener opened to the network for metrics and probes lets nobody
+    /// spend quota; `on` serves it wherever `listen` is; `off` never. Default: `auto`.
+    pub json: JsonCheckName,
+}
+
+/// See [`HttpConfig::json`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum JsonCheckName {
+    Auto,
+    On,
+    Off,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            json: JsonCheckName::Auto,
         }
     }
 }

@@ -1,6 +1,12 @@
 //! envoyproxy/ratelimit's `/json` endpoint: the same request as `ShouldRateLimit`, as JSON over
 //! HTTP, answered 200 when allowed and 429 when over the limit. Request fields may be spelled in
 //! snake_case or camelCase; the response is the RLS response in protobuf's JSON mapping.
+//!
+//! Body that does not map onto the request message (not JSON, a field of the wrong JSON type, a
+//! number out of its field's range) is refused whole with 400 naming the field, as a protobuf
+//! JSON parser would. Everything else is decided as on the gRPC service: a descriptor that is
+//! malformed (no entries, an entry without a key, a limit override in an unknown unit), too
+//! long or too costly is answered on its own, never failing the others.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,14 +14,12 @@ use std::pin::Pin;
 use serde_json::{Value, json};
 
 use crate::admin::{JsonCheck, JsonOutcome, JsonRefusal};
-use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use crate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
+use crate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use crate::proto::envoy::service::ratelimit::v3::RateLimitResponse;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
-use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use crate::proto::envoy_raw::server::rate_limit_service_server::RateLimitService;
+use crate::proto::envoy_raw::{RawDescriptor, RawEntry, RawRateLimitRequest};
 use crate::rpc::{RateLimitHeaders, RateLimitServiceImpl, RpcContext};
 
 /// Longest JSON body accepted.
@@ -64,6 +68,8 @@ fn number(v: &Value, path: &str) -> Result<u64, JsonRefusal> {
         .ok_or_else(|| bad(format!("{path}: expected a non-negative integer")))
 }
 
+/// A unit by number or name. A name no unit has is read as UNKNOWN (0): the override is then
+/// ignored for that descriptor, as an unknown unit number is on the gRPC service.
 fn unit(v: &Value, path: &str) -> Result<i32, JsonRefusal> {
     if let Some(n) = v.as_i64() {
         return i32::try_from(n).map_err(|_| bad(format!("{path}: not a unit")));
@@ -71,12 +77,10 @@ fn unit(v: &Value, path: &str) -> Result<i32, JsonRefusal> {
     let name = v
         .as_str()
         .ok_or_else(|| bad(format!("{path}: expected a unit name")))?;
-    Unit::from_str_name(&name.to_ascii_uppercase())
-        .map(|u| u as i32)
-        .ok_or_else(|| bad(format!("{path}: unknown unit {name:?}")))
+    Ok(Unit::from_str_name(&name.to_ascii_uppercase()).map_or(Unit::Unknown as i32, |u| u as i32))
 }
 
-pub(crate) fn parse(body: &[u8]) -> Result<RateLimitRequest, JsonRefusal> {
+pub(crate) fn parse(body: &[u8]) -> Result<RawRateLimitRequest, JsonRefusal> {
     if body.len() > MAX_BODY {
         return Err(bad(format!(
             "body: {} bytes; the maximum is {MAX_BODY}",
@@ -110,15 +114,17 @@ pub(crate) fn parse(body: &[u8]) -> Result<RateLimitRequest, JsonRefusal> {
             .transpose()?;
         for (j, e) in es.into_iter().flatten().enumerate() {
             let ep = format!("{at}.entries[{j}]");
-            entries.push(Entry {
+            entries.push(RawEntry {
                 key: field(e, "key", "key")
                     .map(|k| string(k, &format!("{ep}.key")))
                     .transpose()?
-                    .unwrap_or_default(),
+                    .unwrap_or_default()
+                    .into_bytes(),
                 value: field(e, "value", "value")
                     .map(|k| string(k, &format!("{ep}.value")))
                     .transpose()?
-                    .unwrap_or_default(),
+                    .unwrap_or_default()
+                    .into_bytes(),
             });
         }
         let limit = field(d, "limit", "limit")
@@ -139,14 +145,14 @@ pub(crate) fn parse(body: &[u8]) -> Result<RateLimitRequest, JsonRefusal> {
         let hits = field(d, "hits_addend", "hitsAddend")
             .map(|h| number(h, &format!("{at}.hits_addend")))
             .transpose()?;
-        descriptors.push(RateLimitDescriptor {
+        descriptors.push(RawDescriptor {
             entries,
             limit,
             hits_addend: hits,
         });
     }
-    Ok(RateLimitRequest {
-        domain,
+    Ok(RawRateLimitRequest {
+        domain: domain.into_bytes(),
         descriptors,
         hits_addend: u32::try_from(hits_addend).map_err(|_| bad("hits_addend: too large"))?,
     })
@@ -224,9 +230,9 @@ mod tests {
                 "limit":{"requests_per_unit":5,"unit":"minute"},"hits_addend":"3"}]}"#,
         )
         .unwrap();
-        assert_eq!(r.domain, "d");
+        assert_eq!(r.domain, b"d");
         assert_eq!(r.hits_addend, 2);
-        assert_eq!(r.descriptors[0].entries[0].key, "k");
+        assert_eq!(r.descriptors[0].entries[0].key, b"k");
         assert_eq!(r.descriptors[0].hits_addend, Some(3));
         assert_eq!(
             r.descriptors[0].limit.as_ref().unwrap().unit,
@@ -235,8 +241,15 @@ mod tests {
         let e = parse(br#"{"domain":"d","descriptors":[{"entries":[{"key":7}]}]}"#).unwrap_err();
         assert_eq!(e.status, 400);
         assert!(e.message.contains("descriptors[0].entries[0].key"), "{e:?}");
-        let e = parse(br#"{"descriptors":[{"limit":{"unit":"fortnight"}}]}"#).unwrap_err();
-        assert!(e.message.contains("unknown unit"), "{e:?}");
+        // An unknown unit name is the descriptor's problem, not the body's: read as UNKNOWN,
+        // so that the override is ignored for that descriptor alone.
+        let r = parse(br#"{"descriptors":[{"limit":{"unit":"fortnight"}}]}"#).unwrap();
+        assert_eq!(
+            r.descriptors[0].limit.as_ref().unwrap().unit,
+            Unit::Unknown as i32
+        );
+        let e = parse(br#"{"descriptors":[{"limit":{"unit":true}}]}"#).unwrap_err();
+        assert!(e.message.contains("descriptors[0].limit.unit"), "{e:?}");
         assert!(parse(b"not json").is_err());
     }
 }

@@ -35,7 +35,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let (grpc, http) = (bound.grpc_addr(), bound.http_addr());
     println!("limitmesh {} serving", env!("CARGO_PKG_VERSION"));
     println!("  gRPC (limitmesh.v1 + Envoy RLS v3): {grpc}");
-    println!("  admin HTTP (/metrics /healthz /readyz /v1/members /json): {http}");
+    let json = if config.json_check_served().is_ok() {
+        " /json"
+    } else {
+        ""
+    };
+    println!("  admin HTTP (/metrics /healthz /readyz /v1/members{json}): {http}");
     println!("  gossip (UDP): {}", bound.gossip_addr());
     if demo {
         println!("demo rules: domain \"demo\", 10 requests per second per client. Try:");

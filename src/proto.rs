@@ -2,7 +2,8 @@
 //!
 //! Modules follow the proto packages: [`limitmesh::v1`] is limitmesh's own API;
 //! `envoy::service::ratelimit::v3` and the packages it imports are a wire-compatible subset of
-//! Envoy's rate limit service. Only `rpc` converts between these and domain types.
+//! Envoy's rate limit service; [`envoy_raw`] is the request of that service as the server
+//! decodes it. Only `rpc` converts between these and domain types.
 
 /// The generated code, kept apart so that lint exceptions cover it and nothing else.
 #[allow(
@@ -16,6 +17,8 @@ mod generated {
 }
 
 pub use generated::*;
+
+pub mod envoy_raw;
 
 /// The encoded `FileDescriptorSet` of every proto above and its imports, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -17,7 +17,7 @@ use thiserror::Error;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::{mpsc, watch};
 
-use crate::admin::{self, AdminState};
+use crate::admin::{self, AdminState, JsonRoute};
 use crate::clock::{Clock, OffsetSystemClock};
 use crate::config::{Config, ConfigError};
 use crate::gossip::wire::WireError;
@@ -338,16 +338,22 @@ pub async fn run(
         stopped(stop_rx.clone()),
     ));
 
-    // Admin HTTP.
+    // Admin HTTP. `POST /json` consumes quota: served only where `http.json` allows.
     let ready = Arc::new(AtomicBool::new(false));
+    let json_served = config.json_check_served();
+    match &json_served {
+        Ok(()) => tracing::info!(http = %config.http.listen, "POST /json is served"),
+        Err(reason) => {
+            tracing::info!(http = %config.http.listen, "POST /json is not served: {reason}")
+        }
+    }
     let admin_state = AdminState {
         metrics: metrics.clone(),
         view: view.clone(),
         ready: ready.clone(),
-        json: Some(Arc::new(crate::envoy_json::JsonChecker::new(
-            ctx,
-            rate_limit_headers,
-        ))),
+        json: JsonRoute::new(json_served, || {
+            Arc::new(crate::envoy_json::JsonChecker::new(ctx, rate_limit_headers))
+        }),
     };
     let admin_task = tokio::spawn(admin::serve(
         bound.http,

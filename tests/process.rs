@@ -374,3 +374,61 @@ async fn rate_limit_headers_are_sent_when_configured() {
     assert!(header(&over, "x-ratelimit-reset").is_some());
     stop(&mut node);
 }
+
+/// `POST /json` on a real process, with the outside test's probes: a per-IP login limit of 3
+/// a minute next to a tenant value of 5 000 bytes gives 200 200 200 429 429 (the long value
+/// fails nothing), and a cost of 6 on a limit of 5 a day is 429. A node told `http.json =
+/// "off"` answers 404 naming the setting, and still serves its metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_checks_decide_each_descriptor_and_are_served_only_where_allowed() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scratch = Scratch::new("json");
+    let rules_path = scratch.write(
+        "rules.yaml",
+        "domain: edge\ndescriptors:\n  - key: route\n    value: /login\n    descriptors:\n      - key: remote_address\n        rate_limit: { unit: minute, requests_per_unit: 3 }\n  - key: tenant\n    rate_limit: { unit: minute, requests_per_unit: 100 }\n  - key: client\n    rate_limit: { unit: day, requests_per_unit: 5 }\n",
+    );
+    let mut node = start(&scratch, "json", &rules_path, &[]);
+    let long = "t".repeat(5_000);
+    let probe = format!(
+        r#"{{"domain":"edge","descriptors":[{{"entries":[{{"key":"route","value":"/login"}},{{"key":"remote_address","value":"9.9.9.9"}}]}},{{"entries":[{{"key":"tenant","value":"{long}"}}]}}]}}"#
+    );
+    let codes: Vec<u16> = (0..5)
+        .map(|_| http_post(node.http, "/json", &probe).expect("answered").0)
+        .collect();
+    assert_eq!(codes, [200, 200, 200, 429, 429]);
+
+    let request_level = r#"{"domain":"edge","hits_addend":6,"descriptors":[{"entries":[{"key":"client","value":"c1"}]}]}"#;
+    let (code, body) = http_post(node.http, "/json", request_level).expect("answered");
+    assert_eq!(code, 429, "{body}");
+    assert!(body.contains("OVER_LIMIT"), "{body}");
+    let descriptor_level = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"client","value":"c1"}],"hitsAddend":6}]}"#;
+    assert_eq!(
+        http_post(node.http, "/json", descriptor_level)
+            .expect("answered")
+            .0,
+        429
+    );
+    let five = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"client","value":"c1"}],"hits_addend":5}]}"#;
+    assert_eq!(
+        http_post(node.http, "/json", five).expect("answered").0,
+        200,
+        "the refused costs took nothing"
+    );
+    stop(&mut node);
+
+    let mut off = spawn_with_env(
+        &scratch,
+        "json-off",
+        &rules_path,
+        &[],
+        Ports::default(),
+        "",
+        &[("LIMITMESH__HTTP__JSON", "off")],
+    );
+    wait_ready(&off, "json-off");
+    let (code, body) = http_post(off.http, "/json", &probe).expect("answered");
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("http.json"), "{body}");
+    assert_eq!(http_get(off.http, "/metrics").map(|(c, _)| c), Some(200));
+    stop(&mut off);
+}

@@ -184,7 +184,9 @@ pub async fn check(args: CheckArgs) -> Result<ExitCode, CliError> {
         }
     );
     for (i, s) in response.statuses.iter().enumerate() {
-        if s.unlimited {
+        if !s.invalid.is_empty() {
+            println!("  [{i}] malformed, not limited: {}", s.invalid);
+        } else if s.unlimited {
             println!(
                 "  [{i}] unlimited{}",
                 if s.matched { "" } else { " (no rule)" }

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    ArbitrationName, Config, ConfigError, DEMO_RULES_NAME, DEMO_RULES_YAML, PartitionPolicyName,
-    RateLimitHeadersName, TableFullPolicyName,
+    ArbitrationName, Config, ConfigError, DEMO_RULES_NAME, DEMO_RULES_YAML, JsonCheckName,
+    PartitionPolicyName, RateLimitHeadersName, TableFullPolicyName,
 };
 use crate::crdt::Arbitration;
 use crate::limiter::{LimiterConfig, PartitionPolicy, Policy, TableFullPolicy};
@@ -102,6 +102,21 @@ impl Config {
                 RateLimitHeadersName::Draft03 => RateLimitHeaders::Draft03,
                 RateLimitHeadersName::Ietf => RateLimitHeaders::Ietf,
             },
+        }
+    }
+
+    /// Whether the admin listener serves `POST /json` (`http.json`); if not, why, in one line
+    /// naming the setting.
+    pub fn json_check_served(&self) -> Result<(), String> {
+        let listen = self.http.listen;
+        match self.http.json {
+            JsonCheckName::On => Ok(()),
+            JsonCheckName::Auto if listen.ip().to_canonical().is_loopback() => Ok(()),
+            JsonCheckName::Auto => Err(format!(
+                "http.json is \"auto\" and http.listen {listen} is not a loopback address \
+                 (set http.json = \"on\" to serve it there)"
+            )),
+            JsonCheckName::Off => Err("http.json is \"off\"".to_owned()),
         }
     }
 }

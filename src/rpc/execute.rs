@@ -12,6 +12,12 @@
 //!   descriptor is); once it is admitted, those that had room consume. So a refused request
 //!   still consumes nothing.
 //!
+//! A descriptor whose cost exceeds its limit can never be allowed: it is not asked to consume,
+//! only to report its window (a dry run of one unit, grouped with the others like it), and is
+//! answered over its limit with the whole window as its wait. It refuses the request as any
+//! descriptor over its limit does (unless it is a shadow one, or in quota mode and another
+//! quota descriptor has room), and consumes nothing.
+//!
 //! With the global shadow switch (`rules.shadow_mode`) a refused request is answered OK
 //! all the same; its descriptors report what the limits said.
 
@@ -55,6 +61,16 @@ fn peek_status(mut status: LimitStatus) -> LimitStatus {
     status
 }
 
+/// A descriptor whose cost exceeds its limit, from the dry run of one unit on its window: over
+/// the limit, with what room there is, and a wait of the whole window (no wait makes it fit).
+fn exceeding_status(status: LimitStatus, window_ms: u64) -> LimitStatus {
+    LimitStatus {
+        allowed: false,
+        retry_after_ms: window_ms,
+        ..peek_status(status)
+    }
+}
+
 /// Runs a plan against the limiter at `now_ms` (see the module docs for the grouping). With
 /// `global_shadow`, a refused request is answered OK (`Outcome::shadowed`).
 pub(crate) fn execute<'r, 'q>(
@@ -69,13 +85,22 @@ pub(crate) fn execute<'r, 'q>(
     let mut consuming: SmallVec<[usize; 4]> = SmallVec::new();
     let mut shadows: SmallVec<[usize; 4]> = SmallVec::new();
     let mut quotas: SmallVec<[usize; 4]> = SmallVec::new();
+    let mut exceeding: SmallVec<[usize; 4]> = SmallVec::new();
+    // A plain descriptor whose cost exceeds its limit refuses the request.
+    let mut allowed = true;
     for (i, p) in planned.iter().enumerate() {
         if let Planned::Limited(item) = p {
-            match (item.shadow, item.quota, item.peek) {
-                (true, _, _) => shadows.push(i),
-                (false, true, _) => quotas.push(i),
-                (false, false, true) => peeks.push(i),
-                (false, false, false) => consuming.push(i),
+            if item.exceeds_limit {
+                exceeding.push(i);
+            }
+            match (item.exceeds_limit, item.shadow, item.quota, item.peek) {
+                (true, true, _, _) => {}
+                (true, false, true, _) => quotas.push(i),
+                (true, false, false, _) => allowed = false,
+                (false, true, _, _) => shadows.push(i),
+                (false, false, true, _) => quotas.push(i),
+                (false, false, false, true) => peeks.push(i),
+                (false, false, false, false) => consuming.push(i),
             }
         }
     }
@@ -88,6 +113,7 @@ pub(crate) fn execute<'r, 'q>(
         _ => None,
     };
     let is_peek = |i: usize| matches!(&planned[i], Planned::Limited(l) if l.peek);
+    let exceeds = |i: usize| matches!(&planned[i], Planned::Limited(l) if l.exceeds_limit);
     let group = |indices: &[usize]| -> SmallVec<[CheckItem<'_>; 4]> {
         indices.iter().filter_map(|&i| item(i)).collect()
     };
@@ -106,7 +132,20 @@ pub(crate) fn execute<'r, 'q>(
             .map(|s| if is_peek(i) { peek_status(*s) } else { *s }))
     };
 
-    let mut allowed = true;
+    if !exceeding.is_empty() {
+        let decision = limiter.check(
+            &CheckRequest {
+                items: &group(&exceeding),
+                dry_run: true,
+            },
+            now_ms,
+        )?;
+        for (&i, status) in exceeding.iter().zip(decision.limits) {
+            if let Planned::Limited(item) = &planned[i] {
+                statuses[i] = Some(exceeding_status(status, item.limit.window.window_ms()));
+            }
+        }
+    }
     if !peeks.is_empty() {
         let items = group(&peeks);
         let decision = limiter.check(
@@ -125,7 +164,7 @@ pub(crate) fn execute<'r, 'q>(
         statuses[i] = check_one(i, dry_run || is_peek(i))?;
     }
     // Quota-mode descriptors: the request needs one of them with room, if it has any.
-    for &i in &quotas {
+    for &i in quotas.iter().filter(|&&i| !exceeds(i)) {
         statuses[i] = check_one(i, true)?;
     }
     let quota_room = quotas.is_empty()
@@ -243,6 +282,7 @@ mod tests {
             quota: true,
             peek: false,
             cost: 1,
+            exceeds_limit: false,
         })
     }
 

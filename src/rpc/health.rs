@@ -11,7 +11,7 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::{HealthReporter, HealthService};
 
 use super::{RateLimitServiceImpl, RateLimiterService};
-use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use crate::proto::envoy_raw::server::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::limitmesh::v1::rate_limiter_server::RateLimiterServer;
 
 /// The names health is reported under: the server as a whole (""), and each service.

@@ -1,9 +1,10 @@
-//! A malformed request, named by the field at fault (`descriptors[2].entries[0].key`), so that
-//! the client sees exactly what to fix.
+//! A malformed request (or one malformed descriptor of it), named by the field at fault
+//! (`descriptors[2].entries[0].key`), so that the client sees exactly what to fix.
 
 use std::fmt;
 
-/// A request refused before anything was consumed.
+/// What is malformed in a request: the request refused before anything was consumed, or one
+/// descriptor answered on its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidRequest {
     /// The field's path in the request message, e.g. `checks[3].limit.window_ms`.
@@ -17,14 +18,6 @@ impl InvalidRequest {
             field: field.into(),
             problem: problem.into(),
         }
-    }
-
-    /// The same error inside an enclosing message: `prefix` is the path to it, ending in `.`.
-    pub fn within(mut self, prefix: &str) -> Self {
-        if !prefix.is_empty() {
-            self.field.insert_str(0, prefix);
-        }
-        self
     }
 }
 

@@ -4,8 +4,11 @@
 //!
 //! Both APIs decide a request the same way, in four steps, each in one place:
 //!
-//! 1. `convert/`: protobuf → a `request::Request` in domain terms, checked in form;
-//! 2. `plan.rs`: resolved against the rules, keys built, costs checked, nothing consumed;
+//! 1. `convert/`: protobuf → a `request::Request` in domain terms, checked in form (only what
+//!    concerns the whole request fails it; a malformed descriptor is carried, and answered,
+//!    on its own);
+//! 2. `plan.rs`: resolved against the rules, keys built, costs set against their limits,
+//!    nothing consumed;
 //! 3. `execute.rs`: the limiter asked, at one reading of the context's clock;
 //! 4. `tally.rs`: every outcome counted (verdicts, invalid requests, refusals), then
 //!    `convert/` again for the response.
@@ -42,7 +45,7 @@ use self::tally::Tally;
 use crate::clock::Clock;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
-use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use crate::proto::envoy_raw::server::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::limitmesh::v1::rate_limiter_server::RateLimiterServer;
 use crate::rules::{RuleSet, RulesHandle};
 
@@ -78,7 +81,7 @@ impl RpcContext {
         req: &request::Request<'q>,
         tally: &Tally<'_>,
     ) -> Result<Outcome<'r, 'q>, Status> {
-        let planned = plan::plan(rules, req).map_err(|e| tally.invalid(e))?;
+        let planned = plan::plan(rules, req);
         let now_ms = self.clock.now_ms();
         let outcome = execute::execute(
             &self.limiter,

@@ -41,12 +41,15 @@ impl RateLimiter for RateLimiterService {
         let query =
             convert::own_check(&req, rules.default_buckets()).map_err(|e| tally.invalid(e))?;
         let outcome = self.ctx.decide(&rules, &query, &tally)?;
-        Ok(Response::new(convert::own_check_response(&outcome)))
+        Ok(Response::new(convert::own_check_response(&outcome, &query)))
     }
 
-    /// Every check is validated and planned before any runs, so an invalid check anywhere in
-    /// the batch consumes nothing. Checks then run in order, each on its own; a full key table
-    /// stops the batch with RESOURCE_EXHAUSTED, the checks before it having been decided.
+    /// Every check is decided on its own: one that a `Check` call would fail (malformed, or
+    /// refused by a full key table) gets that error in its own result, and the others run all
+    /// the same. Only the batch as a whole can fail the call: more than [`MAX_BATCH_CHECKS`]
+    /// checks, or checks that plan more than `MAX_BATCH_KEY_BYTES` (1 MiB) of keys (planning
+    /// stops at the check that passes it, before any check runs). Checks run in order, at one
+    /// reading of the clock.
     async fn check_batch(
         &self,
         request: Request<CheckBatchRequest>,
@@ -66,11 +69,15 @@ impl RateLimiter for RateLimiterService {
         let mut planned = Vec::with_capacity(req.checks.len());
         let mut key_bytes = 0usize;
         for (i, check) in req.checks.iter().enumerate() {
-            let prefix = format!("checks[{i}].");
             let tally = self.ctx.tally(&rules, &check.domain);
-            let query = convert::own_check(check, rules.default_buckets())
-                .map_err(|e| tally.invalid(e.within(&prefix)))?;
-            let plan = plan::plan(&rules, &query).map_err(|e| tally.invalid(e.within(&prefix)))?;
+            let query = match convert::own_check(check, rules.default_buckets()) {
+                Ok(query) => query,
+                Err(e) => {
+                    planned.push(Err(tally.invalid(e)));
+                    continue;
+                }
+            };
+            let plan = plan::plan(&rules, &query);
             key_bytes += plan::planned_key_bytes(&plan);
             if key_bytes > MAX_BATCH_KEY_BYTES {
                 let e = InvalidRequest::new(
@@ -82,26 +89,32 @@ impl RateLimiter for RateLimiterService {
                 );
                 return Err(tally.invalid(e));
             }
-            planned.push((query, plan));
+            planned.push(Ok((query, plan)));
         }
         let now_ms = self.ctx.clock.now_ms();
-        let mut results = Vec::with_capacity(planned.len());
-        for (i, (query, plan)) in planned.into_iter().enumerate() {
-            let tally = self.ctx.tally(&rules, query.domain);
-            let outcome = execute::execute(
-                &self.ctx.limiter,
-                plan,
-                query.dry_run,
-                rules.options().shadow_mode,
-                now_ms,
-            )
-            .map_err(|e| {
-                let status = tally.refused(e);
-                Status::new(status.code(), format!("checks[{i}]: {}", status.message()))
-            })?;
-            tally.decided(&outcome, &query);
-            results.push(convert::own_check_response(&outcome));
-        }
+        let results = planned
+            .into_iter()
+            .map(|check| {
+                let (query, plan) = match check {
+                    Ok(planned) => planned,
+                    Err(status) => return convert::own_check_error(&status),
+                };
+                let tally = self.ctx.tally(&rules, query.domain);
+                match execute::execute(
+                    &self.ctx.limiter,
+                    plan,
+                    query.dry_run,
+                    rules.options().shadow_mode,
+                    now_ms,
+                ) {
+                    Ok(outcome) => {
+                        tally.decided(&outcome, &query);
+                        convert::own_check_response(&outcome, &query)
+                    }
+                    Err(e) => convert::own_check_error(&tally.refused(e)),
+                }
+            })
+            .collect();
         Ok(Response::new(CheckBatchResponse { results }))
     }
 
@@ -114,18 +127,22 @@ impl RateLimiter for RateLimiterService {
         let tally = self.ctx.tally(&rules, &req.domain);
         let query =
             convert::own_inspect(&req, rules.default_buckets()).map_err(|e| tally.invalid(e))?;
-        let plan = plan::plan(&rules, &query).map_err(|e| tally.invalid(e))?;
+        let plan = plan::plan(&rules, &query);
         let now_ms = self.ctx.clock.now_ms();
         let limiter = &self.ctx.limiter;
         let windows = plan
             .iter()
-            .map(|planned| match planned {
-                plan::Planned::Limited(item) => {
-                    let key_id = limiter.key_id(&item.key, &item.limit.window).to_string();
-                    let inspection = limiter.inspect(&item.key, &item.limit, now_ms);
-                    convert::own_window(planned, Some(key_id), inspection.as_ref())
+            .enumerate()
+            .map(|(i, planned)| {
+                let malformed = query.malformed(i);
+                match planned {
+                    plan::Planned::Limited(item) => {
+                        let key_id = limiter.key_id(&item.key, &item.limit.window).to_string();
+                        let inspection = limiter.inspect(&item.key, &item.limit, now_ms);
+                        convert::own_window(planned, Some(key_id), inspection.as_ref(), malformed)
+                    }
+                    other => convert::own_window(other, None, None, malformed),
                 }
-                other => convert::own_window(other, None, None),
             })
             .collect();
         let (live, expected) = limiter.member_counts();

@@ -7,13 +7,9 @@ use std::collections::BTreeSet;
 
 use smallvec::SmallVec;
 
-use super::invalid::InvalidRequest;
-use super::request::{Cost, CostField, LimitSource, Query, Request};
-use crate::limiter::{Limit, MAX_KEY_BYTES};
-use crate::rules::{
-    Lookup, Rule, RuleLimit, RuleSet, Unit, descriptor_key, descriptor_key_len, plain_key,
-    plain_key_len,
-};
+use super::request::{Cost, LimitSource, Malformed, Query, Request};
+use crate::limiter::Limit;
+use crate::rules::{Lookup, Rule, RuleLimit, RuleSet, Unit, descriptor_key, plain_key};
 use crate::window::{EstimateMode, WindowSpec};
 
 /// Where an applied limit came from.
@@ -33,8 +29,11 @@ pub(crate) struct LimitedItem<'r, 'q> {
     /// `quota_mode` (the rule's, or every descriptor's with `rules.quota_mode`).
     pub quota: bool,
     pub peek: bool,
-    /// Units consumed (1 for a peek).
+    /// Units consumed (1 for a peek, and for a cost that exceeds the limit).
     pub cost: u32,
+    /// The request asks more units than the limit: it can never fit, so it is answered over
+    /// the limit, and nothing is consumed for it.
+    pub exceeds_limit: bool,
 }
 
 /// What applies to one descriptor (or the key).
@@ -49,47 +48,15 @@ pub(crate) enum Planned<'r, 'q> {
     Limited(LimitedItem<'r, 'q>),
 }
 
-fn check_key_len(field: impl FnOnce() -> String, len: usize) -> Result<(), InvalidRequest> {
-    if len > MAX_KEY_BYTES {
-        return Err(InvalidRequest::new(
-            field(),
-            format!("key is {len} bytes in canonical form; the maximum is {MAX_KEY_BYTES}"),
-        ));
-    }
-    Ok(())
-}
-
-/// How errors name the source of a limit.
-fn describe(applied: &Applied<'_, '_>) -> String {
-    match applied {
-        Applied::Rule(rule) => format!("rule `{}`", rule.label()),
-        Applied::Inline { .. } => "the request's limit".to_owned(),
-        Applied::Override { .. } => "the descriptor's limit override".to_owned(),
-    }
-}
-
-/// Checks `units` against `limit` and narrows it. A limit of 0 refuses everything, so any cost
-/// is a verdict there, not an error.
-fn cost_units(
-    units: u64,
-    limit: &Limit,
-    field: impl FnOnce() -> String,
-    what: impl FnOnce() -> String,
-) -> Result<u32, InvalidRequest> {
-    if units == 0 {
-        return Err(InvalidRequest::new(field(), "must be at least 1"));
-    }
+/// The units a descriptor uses of `limit`, as (cost, exceeds): a cost above a limit can never
+/// fit, and is answered over the limit with one unit checked (see `execute`). A limit of 0
+/// refuses every cost already.
+fn cost_units(units: u64, limit: &Limit) -> (u32, bool) {
     if limit.max > 0 && units > u64::from(limit.max) {
-        return Err(InvalidRequest::new(
-            field(),
-            format!(
-                "{units} exceeds the limit of {} of {}, so it could never be allowed",
-                limit.max,
-                what()
-            ),
-        ));
+        (1, true)
+    } else {
+        (u32::try_from(units.max(1)).unwrap_or(u32::MAX), false)
     }
-    Ok(u32::try_from(units).unwrap_or(u32::MAX))
 }
 
 /// The bytes of the keys a plan holds: what planning a request allocated for its keys.
@@ -102,12 +69,8 @@ pub(crate) fn planned_key_bytes(plan: &[Planned<'_, '_>]) -> usize {
         .sum()
 }
 
-/// Resolves every descriptor (or the key) of `req` against `rules`. Fails, with the field at
-/// fault, on a key too long or a cost above its limit; consumes nothing.
-pub(crate) fn plan<'r, 'q>(
-    rules: &'r RuleSet,
-    req: &Request<'q>,
-) -> Result<Vec<Planned<'r, 'q>>, InvalidRequest> {
+/// Resolves every descriptor (or the key) of `req` against `rules`. Consumes nothing.
+pub(crate) fn plan<'r, 'q>(rules: &'r RuleSet, req: &Request<'q>) -> Vec<Planned<'r, 'q>> {
     let domain = req.domain;
     let descriptors = match &req.query {
         Query::Key {
@@ -116,14 +79,8 @@ pub(crate) fn plan<'r, 'q>(
             name,
             cost,
         } => {
-            check_key_len(|| "key".to_owned(), plain_key_len(domain, key))?;
-            let cost = cost_units(
-                *cost,
-                limit,
-                || "hits".to_owned(),
-                || "the request's limit".to_owned(),
-            )?;
-            return Ok(vec![Planned::Limited(LimitedItem {
+            let (cost, exceeds_limit) = cost_units(*cost, limit);
+            return vec![Planned::Limited(LimitedItem {
                 key: plain_key(domain, key),
                 limit: *limit,
                 applied: Applied::Inline { name },
@@ -131,7 +88,8 @@ pub(crate) fn plan<'r, 'q>(
                 quota: rules.options().quota_mode,
                 peek: false,
                 cost,
-            })]);
+                exceeds_limit,
+            })];
         }
         Query::Descriptors(descriptors) => descriptors,
     };
@@ -143,22 +101,24 @@ pub(crate) fn plan<'r, 'q>(
         SmallVec<[(usize, &'r str); 1]>,
     )>;
     let mut resolved: Vec<Resolved<'r, 'q>> = Vec::with_capacity(descriptors.len());
-    for (i, d) in descriptors.iter().enumerate() {
-        check_key_len(
-            || format!("descriptors[{i}]"),
-            descriptor_key_len(domain, &d.entries, &[]),
-        )?;
+    for d in descriptors {
+        if matches!(d.malformed, Some(Malformed::Entries(_))) {
+            // No rule, and no counter: its entries cannot name one.
+            resolved.push(None);
+            continue;
+        }
+        let rule = || match rules.lookup(domain, &d.text()) {
+            Lookup::UnknownDomain | Lookup::NoMatch => None,
+            Lookup::Matched(m) => {
+                let limit = match &m.rule.limit {
+                    RuleLimit::Unlimited => None,
+                    RuleLimit::Limited { limit, .. } => Some(*limit),
+                };
+                Some((Applied::Rule(m.rule), limit, m.shared))
+            }
+        };
         resolved.push(match d.source {
-            LimitSource::Rules => match rules.lookup(domain, &d.entries) {
-                Lookup::UnknownDomain | Lookup::NoMatch => None,
-                Lookup::Matched(m) => {
-                    let limit = match &m.rule.limit {
-                        RuleLimit::Unlimited => None,
-                        RuleLimit::Limited { limit, .. } => Some(*limit),
-                    };
-                    Some((Applied::Rule(m.rule), limit, m.shared))
-                }
-            },
+            LimitSource::Rules => rule(),
             LimitSource::Inline { limit, name } => {
                 Some((Applied::Inline { name }, Some(limit), SmallVec::new()))
             }
@@ -166,26 +126,26 @@ pub(crate) fn plan<'r, 'q>(
                 requests_per_unit,
                 unit,
             } if rules.has_domain(domain) => {
-                let window = WindowSpec::new(
+                // Every unit's window divides by the configured default buckets; if one did
+                // not, the override could not be used and the rules would apply.
+                match WindowSpec::new(
                     unit.window_ms(),
                     rules.default_buckets(),
                     EstimateMode::Interpolated,
-                )
-                .map_err(|e| {
-                    InvalidRequest::new(format!("descriptors[{i}].limit"), e.to_string())
-                })?;
-                let limit = Limit {
-                    max: requests_per_unit,
-                    window,
-                };
-                Some((
-                    Applied::Override {
-                        requests_per_unit,
-                        unit,
-                    },
-                    Some(limit),
-                    SmallVec::new(),
-                ))
+                ) {
+                    Ok(window) => Some((
+                        Applied::Override {
+                            requests_per_unit,
+                            unit,
+                        },
+                        Some(Limit {
+                            max: requests_per_unit,
+                            window,
+                        }),
+                        SmallVec::new(),
+                    )),
+                    Err(_) => rule(),
+                }
             }
             LimitSource::Override { .. } => None,
         });
@@ -204,7 +164,7 @@ pub(crate) fn plan<'r, 'q>(
         .collect();
 
     let mut planned = Vec::with_capacity(descriptors.len());
-    for (i, (d, r)) in descriptors.iter().zip(resolved).enumerate() {
+    for (d, r) in descriptors.iter().zip(resolved) {
         let Some((applied, limit, shared)) = r else {
             planned.push(Planned::Unmatched);
             continue;
@@ -224,20 +184,12 @@ pub(crate) fn plan<'r, 'q>(
             }
             continue;
         };
-        let len = descriptor_key_len(domain, &d.entries, &shared);
-        check_key_len(|| format!("descriptors[{i}]"), len)?;
-        let cost_field = || match d.cost_field {
-            CostField::Request(name) => name.to_owned(),
-            CostField::Descriptor(name) => format!("descriptors[{i}].{name}"),
-        };
-        let (cost, peek) = match d.cost {
-            Cost::Peek => (1, true),
-            Cost::Units(units) => (
-                cost_units(units, &limit, cost_field, || {
-                    format!("descriptors[{i}] ({})", describe(&applied))
-                })?,
-                false,
-            ),
+        let (cost, peek, exceeds_limit) = match d.cost {
+            Cost::Peek => (1, true, false),
+            Cost::Units(units) => {
+                let (cost, exceeds) = cost_units(units, &limit);
+                (cost, false, exceeds)
+            }
         };
         planned.push(Planned::Limited(LimitedItem {
             key: descriptor_key(domain, &d.entries, &shared),
@@ -248,7 +200,8 @@ pub(crate) fn plan<'r, 'q>(
                 || matches!(applied, Applied::Rule(rule) if rule.quota),
             peek,
             cost,
+            exceeds_limit,
         }));
     }
-    Ok(planned)
+    planned
 }

@@ -1,5 +1,6 @@
-//! Every outcome of a request counted in one place: the verdict of each descriptor, an invalid
-//! request, a refusal. The `domain` label is worked out once per request.
+//! Every outcome of a request counted in one place: the verdict of each descriptor (or that it
+//! is malformed), an invalid request, a refusal. The `domain` label is worked out once per
+//! request.
 
 use tonic::Status;
 
@@ -8,7 +9,7 @@ use super::invalid::InvalidRequest;
 use super::plan::{Applied, Planned};
 use super::request::{DescriptorQuery, Query, Request};
 use crate::limiter::CheckError;
-use crate::metrics::{DecisionResult, Metrics, UNCONFIGURED_DOMAIN};
+use crate::metrics::{DecisionResult, MAX_DESCRIPTOR_LABEL, Metrics, UNCONFIGURED_DOMAIN};
 use crate::rules::RuleSet;
 
 /// Counts the outcomes of one request under its domain.
@@ -30,7 +31,8 @@ impl<'a> Tally<'a> {
     }
 
     /// Counts each verdict. A limited descriptor counts by its own verdict: one that had room
-    /// counts as allowed even if another descriptor refused the request.
+    /// counts as allowed even if another descriptor refused the request. A malformed
+    /// descriptor counts once, as invalid, whatever it was answered, and is logged at debug.
     pub fn decided(&self, outcome: &Outcome<'_, '_>, req: &Request<'_>) {
         let mut counts = [
             (DecisionResult::Allowed, 0),
@@ -38,8 +40,17 @@ impl<'a> Tally<'a> {
             (DecisionResult::ShadowOverLimit, 0),
             (DecisionResult::Unlimited, 0),
         ];
-        let (mut unmatched, mut near) = (0, 0);
+        let (mut unmatched, mut near, mut invalid) = (0, 0, 0);
         for (i, verdict) in outcome.verdicts.iter().enumerate() {
+            if let Some(malformed) = req.malformed(i) {
+                tracing::debug!(
+                    domain = req.domain,
+                    problem = %malformed.problem(),
+                    "malformed descriptor, answered on its own"
+                );
+                invalid += 1;
+                continue;
+            }
             if let Some((item, _)) = verdict.limited()
                 && let Applied::Rule(rule) = item.applied
                 && rule.detailed
@@ -59,6 +70,8 @@ impl<'a> Tally<'a> {
         for (result, n) in counts {
             self.metrics.record_decisions(self.domain, result, n);
         }
+        self.metrics
+            .record_decisions(self.domain, DecisionResult::Invalid, invalid);
         self.metrics.record_unmatched(self.domain, unmatched);
         self.metrics.record_near_limit(self.domain, near);
         if outcome.shadowed {
@@ -75,7 +88,7 @@ impl<'a> Tally<'a> {
 
     /// Counts a request the limiter refused to evaluate and turns it into a status: a full key
     /// table is RESOURCE_EXHAUSTED (retrying later can succeed); anything else the core finds
-    /// wrong with a request is INVALID_ARGUMENT.
+    /// wrong with a request (planning leaves nothing it would) is INVALID_ARGUMENT.
     pub fn refused(&self, e: CheckError) -> Status {
         match e {
             CheckError::KeyTableFull { .. } => {
@@ -92,17 +105,27 @@ impl<'a> Tally<'a> {
     }
 }
 
-/// A descriptor as envoyproxy/ratelimit names its detailed stats: `key_value.key2_value2`.
+/// A descriptor as envoyproxy/ratelimit names its detailed stats: `key_value.key2_value2`,
+/// copied no further than the label keeps of it.
 fn detailed_name(d: &DescriptorQuery<'_>) -> String {
+    fn push_capped(name: &mut String, s: &str) {
+        let mut cut = s
+            .len()
+            .min((MAX_DESCRIPTOR_LABEL + 1).saturating_sub(name.len()));
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name.push_str(&s[..cut]);
+    }
     let mut name = String::new();
-    for (n, e) in d.entries.iter().enumerate() {
+    for (n, e) in d.text().iter().enumerate() {
         if n > 0 {
             name.push('.');
         }
-        name.push_str(e.key);
+        push_capped(&mut name, e.key);
         if !e.value.is_empty() {
             name.push('_');
-            name.push_str(e.value);
+            push_capped(&mut name, e.value);
         }
     }
     name

@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 
 pub use error::RulesError;
 pub use handle::{Reload, RulesHandle, WatchReport, watch};
-pub use key::{DescriptorEntry, descriptor_key, descriptor_key_len, plain_key, plain_key_len};
+pub use key::{DescriptorEntry, EntryBytes, descriptor_key, plain_key};
 pub use source::{MAX_FILE_BYTES, MAX_FILES, RulesSource};
 pub use tree::{Match, Pattern, Rule, RuleLimit};
 pub use unit::Unit;

@@ -1,5 +1,8 @@
-//! One test per row of the bad-input table: each asserts INVALID_ARGUMENT naming the field,
-//! and that nothing was consumed (a valid request afterwards still has the whole limit).
+//! One test per row of the bad-input table. What is wrong with a request as a whole gets
+//! INVALID_ARGUMENT naming the field, and nothing is consumed (a valid request afterwards
+//! still has the whole limit). What is wrong with one descriptor is answered for that
+//! descriptor alone (`per_descriptor.rs` has those from Envoy's side); the rows here check
+//! that the call is answered and the other descriptors are decided.
 
 use crate::support::*;
 
@@ -23,9 +26,12 @@ async fn bad_input_empty_domain() {
 async fn bad_input_empty_descriptor_key() {
     let server = TestServer::start().await;
     let own_req = own_check("test", &[&[("client", "u2")], &[("", "v")]]);
-    assert_invalid(
-        server.own().check(own_req).await,
-        "descriptors[1].entries[0].key",
+    let resp = own_call(&server, own_req).await;
+    assert!(resp.allowed);
+    assert_eq!(resp.statuses[0].remaining, 2, "the other descriptor counts");
+    assert_eq!(
+        resp.statuses[1].invalid,
+        "descriptors[1].entries[0].key: must not be empty"
     );
     let envoy_req = envoy_request(
         "test",
@@ -34,11 +40,10 @@ async fn bad_input_empty_descriptor_key() {
             envoy_descriptor(&[("tenant", "t"), ("", "p")]),
         ],
     );
-    assert_invalid(
-        server.envoy().should_rate_limit(envoy_req).await,
-        "descriptors[1].entries[1].key",
-    );
-    assert_full_limit(&server, "u2").await;
+    let resp = envoy_call(&server, envoy_req).await;
+    assert_eq!(overall(&resp), Code::Ok);
+    assert_eq!(resp.statuses[0].limit_remaining, 1);
+    assert_eq!(resp.statuses[1].current_limit, None);
     assert_eq!(
         server.metric(r#"limitmesh_decisions_total{domain="test",result="invalid"}"#),
         2
@@ -46,38 +51,50 @@ async fn bad_input_empty_descriptor_key() {
     server.stop().await;
 }
 
+/// A key longer than 4 KiB in canonical form is limited like any other (by a digest of it),
+/// on Envoy's API and on both forms of the own API.
 #[tokio::test]
 async fn bad_input_key_longer_than_4_kib() {
     let server = TestServer::start().await;
     let long = "v".repeat(4_100);
     let own_req = own_check("test", &[&[("client", "u3")], &[("client", &long)]]);
-    assert_invalid(server.own().check(own_req).await, "descriptors[1]");
+    let resp = own_call(&server, own_req).await;
+    assert!(resp.allowed);
+    assert_eq!(
+        (resp.statuses[0].remaining, resp.statuses[1].remaining),
+        (2, 2)
+    );
     let envoy_req = envoy_request(
         "test",
         vec![
             envoy_descriptor(&[("client", "u3")]),
-            envoy_descriptor(&[("nothing", &long)]),
+            envoy_descriptor(&[("client", &long)]),
         ],
     );
-    assert_invalid(
-        server.envoy().should_rate_limit(envoy_req).await,
-        "descriptors[1]",
+    let resp = envoy_call(&server, envoy_req).await;
+    assert_eq!(
+        (
+            resp.statuses[0].limit_remaining,
+            resp.statuses[1].limit_remaining
+        ),
+        (1, 1)
     );
-    let keyed = own::CheckRequest {
+    let keyed = || own::CheckRequest {
         domain: "test".to_owned(),
         key: long.clone(),
-        limit: Some(inline(3, 1_000)),
+        limit: Some(inline(2, 1_000)),
         ..Default::default()
     };
-    assert_invalid(server.own().check(keyed).await, "key");
-    // Just under the bound is fine: the canonical form adds the domain and length prefixes.
-    let fits = own_call(
-        &server,
-        own_check("test", &[&[("client", &"v".repeat(4_000))]]),
-    )
-    .await;
-    assert!(fits.allowed);
-    assert_full_limit(&server, "u3").await;
+    let verdicts = [
+        own_call(&server, keyed()).await.allowed,
+        own_call(&server, keyed()).await.allowed,
+        own_call(&server, keyed()).await.allowed,
+    ];
+    assert_eq!(verdicts, [true, true, false]);
+    assert_eq!(
+        server.metric(r#"limitmesh_decisions_total{domain="test",result="invalid"}"#),
+        0
+    );
     server.stop().await;
 }
 
@@ -127,6 +144,8 @@ async fn bad_input_hits_zero() {
     server.stop().await;
 }
 
+/// A cost above a descriptor's limit could never fit: that descriptor is over its limit and
+/// refuses the request, and nothing is consumed.
 #[tokio::test]
 async fn bad_input_hits_above_the_limit() {
     let server = TestServer::start().await;
@@ -134,7 +153,9 @@ async fn bad_input_hits_above_the_limit() {
         hits: Some(4),
         ..own_check("test", &[&[("client", "u6")]])
     };
-    assert_invalid(server.own().check(own_req).await, "hits");
+    let resp = own_call(&server, own_req).await;
+    assert!(!resp.allowed);
+    assert_eq!(resp.statuses[0].retry_after_ms, 1_000, "the whole window");
     let envoy_req = RateLimitRequest {
         hits_addend: 4,
         ..envoy_request(
@@ -145,37 +166,49 @@ async fn bad_input_hits_above_the_limit() {
             ],
         )
     };
-    assert_invalid(
-        server.envoy().should_rate_limit(envoy_req).await,
-        "hits_addend",
-    );
+    let resp = envoy_call(&server, envoy_req).await;
+    assert_eq!(overall(&resp), Code::OverLimit);
+    assert_eq!(code(&resp.statuses[1]), Code::OverLimit);
     let mut heavy = envoy_descriptor(&[("client", "u6")]);
     heavy.hits_addend = Some(u64::from(u32::MAX) + 7);
     let per_descriptor = envoy_request("test", vec![envoy_descriptor(&[("client", "u6")]), heavy]);
-    assert_invalid(
-        server.envoy().should_rate_limit(per_descriptor).await,
-        "descriptors[1].hits_addend",
-    );
+    let resp = envoy_call(&server, per_descriptor).await;
+    assert_eq!(overall(&resp), Code::OverLimit);
+    assert_eq!(code(&resp.statuses[0]), Code::Ok, "it had room");
+    assert_eq!(code(&resp.statuses[1]), Code::OverLimit);
     assert_full_limit(&server, "u6").await;
     server.stop().await;
 }
 
+/// An override in a unit Envoy does not have is ignored: the rule's limit applies to that
+/// descriptor, the others are decided as usual.
 #[tokio::test]
 async fn bad_input_unknown_unit() {
     let server = TestServer::start().await;
-    for unit in [0, 8, -3] {
+    for (n, unit) in [0, 8, -3].into_iter().enumerate() {
         let mut d = envoy_descriptor(&[("client", "u7")]);
         d.limit = Some(RateLimitOverride {
-            requests_per_unit: 1,
+            requests_per_unit: 1_000,
             unit,
         });
-        let req = envoy_request("test", vec![envoy_descriptor(&[("client", "u7")]), d]);
-        assert_invalid(
-            server.envoy().should_rate_limit(req).await,
-            "descriptors[1].limit.unit",
+        let req = envoy_request("test", vec![envoy_descriptor(&[("open", "x")]), d]);
+        let resp = envoy_call(&server, req).await;
+        let limit = resp.statuses[1]
+            .current_limit
+            .as_ref()
+            .expect("the rule's limit");
+        assert_eq!(
+            (limit.name.as_str(), limit.requests_per_unit),
+            ("per-client", 3)
         );
+        assert_eq!(resp.statuses[1].limit_remaining, 2 - n as u32);
     }
-    assert_full_limit(&server, "u7").await;
+    let over = envoy_call(
+        &server,
+        envoy_request("test", vec![envoy_descriptor(&[("client", "u7")])]),
+    )
+    .await;
+    assert_eq!(overall(&over), Code::OverLimit, "the bad overrides counted");
     server.stop().await;
 }
 
@@ -190,7 +223,12 @@ async fn bad_input_descriptor_without_entries() {
         ],
         ..Default::default()
     };
-    assert_invalid(server.own().check(own_req).await, "descriptors[1].entries");
+    let resp = own_call(&server, own_req).await;
+    assert!(resp.allowed);
+    assert_eq!(
+        resp.statuses[1].invalid,
+        "descriptors[1].entries: must not be empty"
+    );
     let envoy_req = envoy_request(
         "test",
         vec![
@@ -198,16 +236,15 @@ async fn bad_input_descriptor_without_entries() {
             RateLimitDescriptor::default(),
         ],
     );
-    assert_invalid(
-        server.envoy().should_rate_limit(envoy_req).await,
-        "descriptors[1].entries",
-    );
+    let resp = envoy_call(&server, envoy_req).await;
+    assert_eq!(overall(&resp), Code::Ok);
+    assert_eq!(resp.statuses[0].limit_remaining, 1);
+    // No descriptors at all is the request's problem.
     let no_descriptors = envoy_request("test", vec![]);
     assert_invalid(
         server.envoy().should_rate_limit(no_descriptors).await,
         "descriptors",
     );
-    assert_full_limit(&server, "u8").await;
     server.stop().await;
 }
 
@@ -223,18 +260,6 @@ async fn bad_input_check_batch_over_1000() {
             .check_batch(own::CheckBatchRequest { checks })
             .await,
         "checks",
-    );
-    // One bad check refuses the whole batch before any check runs.
-    let checks = vec![
-        own_check("test", &[&[("client", "u9")]]),
-        own_check("", &[&[("client", "u9")]]),
-    ];
-    assert_invalid(
-        server
-            .own()
-            .check_batch(own::CheckBatchRequest { checks })
-            .await,
-        "checks[1].domain",
     );
     assert_full_limit(&server, "u9").await;
     server.stop().await;

@@ -5,5 +5,7 @@
 mod bad_input;
 mod envoy;
 mod own_api;
+mod per_descriptor;
+mod raw_frames;
 mod service;
 mod support;

@@ -291,16 +291,34 @@ pub fn stop(node: &mut Node) {
     }
 }
 
-/// An HTTP GET on the admin port: status and body; `None` if the node does not answer.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
+fn http_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(2)))
         // The node is on loopback: never through a proxy the environment may name.
         .proxy(None)
         .http_status_as_error(false)
         .build()
-        .into();
-    let mut response = agent.get(format!("http://{addr}{path}")).call().ok()?;
+        .into()
+}
+
+/// An HTTP GET on the admin port: status and body; `None` if the node does not answer.
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut response = http_agent()
+        .get(format!("http://{addr}{path}"))
+        .call()
+        .ok()?;
+    let status = response.status().as_u16();
+    let body = response.body_mut().read_to_string().ok()?;
+    Some((status, body))
+}
+
+/// An HTTP POST of `body` on the admin port: status and body; `None` if the node does not
+/// answer.
+pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> Option<(u16, String)> {
+    let mut response = http_agent()
+        .post(format!("http://{addr}{path}"))
+        .send(body)
+        .ok()?;
     let status = response.status().as_u16();
     let body = response.body_mut().read_to_string().ok()?;
     Some((status, body))

@@ -1,15 +1,15 @@
 //! The baseline: both rate limit APIs answered at once with OK and nothing else, served the way
 //! a production tonic server is (`Server::builder()` with tonic's defaults, TCP_NODELAY on every
 //! accepted connection, in a process of its own on tokio's default runtime). Whatever it costs is
-//! what any gRPC service pays on this machine; limitmesh's figures are read against it.
+//! what any gRPC service pays on this machine; limitmesh's figures are read against it. Envoy's
+//! requests are decoded as limitmesh's server decodes them ([`RawRateLimitRequest`]).
 
 use tonic::{Request, Response, Status};
 
-use crate::proto::envoy::service::ratelimit::v3::rate_limit_service_server::{
+use crate::proto::envoy::service::ratelimit::v3::{RateLimitResponse, rate_limit_response};
+use crate::proto::envoy_raw::RawRateLimitRequest;
+use crate::proto::envoy_raw::server::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
-};
-use crate::proto::envoy::service::ratelimit::v3::{
-    RateLimitRequest, RateLimitResponse, rate_limit_response,
 };
 use crate::proto::limitmesh::v1::rate_limiter_server::{RateLimiter, RateLimiterServer};
 use crate::proto::limitmesh::v1::{
@@ -31,6 +31,7 @@ impl RateLimiter for NoOp {
                 allowed: true,
                 ..LimitStatus::default()
             }],
+            error: None,
         }))
     }
 
@@ -60,7 +61,7 @@ impl RateLimiter for NoOp {
 impl RateLimitService for NoOp {
     async fn should_rate_limit(
         &self,
-        request: Request<RateLimitRequest>,
+        request: Request<RawRateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let ok = rate_limit_response::Code::Ok as i32;
         let statuses = request

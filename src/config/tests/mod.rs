@@ -71,6 +71,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.grpc.request_timeout_ms, 50);
     assert_eq!(c.grpc.max_concurrent_streams, 1024);
     assert_eq!(c.http.listen, addr("127.0.0.1:8080"));
+    assert_eq!(c.http.json, JsonCheckName::Auto);
     assert_eq!(c.cluster.bind, addr("127.0.0.1:7946"));
     assert_eq!(c.cluster.advertise, "");
     assert!(c.cluster.seeds.is_empty());
@@ -177,6 +178,7 @@ max_concurrent_streams = 64
 rate_limit_headers = "draft-03"
 [http]
 listen = "0.0.0.0:9001"
+json = "on"
 [cluster]
 bind = "0.0.0.0:7000"
 advertise = "10.0.0.5:7000"
@@ -213,6 +215,7 @@ filter = "warn,limitmesh=debug"
     assert_eq!(c.grpc.max_concurrent_streams, 64);
     assert_eq!(c.grpc.rate_limit_headers, RateLimitHeadersName::Draft03);
     assert_eq!(c.http.listen, addr("0.0.0.0:9001"));
+    assert_eq!(c.http.json, JsonCheckName::On);
     assert_eq!(c.cluster.seeds, ["10.0.0.1:7000", "peer.example:7000"]);
     assert_eq!(c.advertise_addr().unwrap(), addr("10.0.0.5:7000"));
     assert_eq!(c.cluster.cluster_id, "prod");
@@ -351,6 +354,27 @@ fn an_unknown_header_style_names_its_line_and_the_styles() {
         text.contains("draft-07") && text.contains("none") && text.contains("draft-03"),
         "{text}"
     );
+}
+
+#[test]
+fn the_json_check_setting_takes_three_values_and_names_its_line_otherwise() {
+    let err = parse_err("[http]\nlisten = \"127.0.0.1:1\"\njson = \"yes\"\n", &[]);
+    assert!(matches!(err, ConfigError::Toml { line: 3, .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        ["yes", "auto", "on", "off"]
+            .iter()
+            .all(|v| text.contains(v)),
+        "{text}"
+    );
+    let env_err = parse_err("", &[("LIMITMESH__HTTP__JSON", "true")]);
+    assert!(
+        env_err.to_string().contains("LIMITMESH__HTTP__JSON"),
+        "{env_err}"
+    );
+    let off = parse_ok("", &[("LIMITMESH__HTTP__JSON", "off")]);
+    assert_eq!(off.http.json, JsonCheckName::Off);
+    assert!(off.json_check_served().is_err());
 }
 
 #[test]

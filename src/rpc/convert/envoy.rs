@@ -1,19 +1,23 @@
 //! Envoy's rate limit service: `ShouldRateLimit` requests in, responses (statuses and
 //! rate limit headers) out.
 
+use smallvec::SmallVec;
+
 use super::{InvalidRequest, ceil_seconds, check_descriptor_count, check_domain, entries, millis};
 use crate::limiter::LimitStatus;
 use crate::proto::envoy::config::core::v3::HeaderValue;
-use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use crate::proto::envoy::service::ratelimit::v3::RateLimitResponse;
 use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit, rate_limit::Unit as EnvoyUnit,
 };
-use crate::proto::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use crate::proto::envoy::r#type::v3::RateLimitUnit;
+use crate::proto::envoy_raw::{RawDescriptor, RawRateLimitRequest};
 use crate::rpc::RateLimitHeaders;
 use crate::rpc::execute::{Outcome, Verdict};
 use crate::rpc::plan::{Applied, LimitedItem, Planned};
-use crate::rpc::request::{Cost, CostField, DescriptorQuery, LimitSource, Query, Request};
+use crate::rpc::request::{
+    Cost, DescriptorQuery, LimitSource, Malformed, Query, Request, RequestEntry,
+};
 use crate::rules::{RuleLimit, Unit};
 
 /// A descriptor override's unit. `envoy.type.v3.RateLimitUnit` has no WEEK; 7 is WEEK in the
@@ -44,43 +48,53 @@ fn envoy_unit(unit: Unit) -> EnvoyUnit {
     }
 }
 
-fn envoy_descriptor<'q>(
-    i: usize,
-    d: &'q RateLimitDescriptor,
-    request_hits: u64,
-) -> Result<DescriptorQuery<'q>, InvalidRequest> {
+fn envoy_descriptor(i: usize, d: &RawDescriptor, request_hits: u64) -> DescriptorQuery<'_> {
+    let cost = match d.hits_addend {
+        Some(0) => Cost::Peek,
+        Some(n) => Cost::Units(n),
+        None => Cost::Units(request_hits),
+    };
+    let mut malformed = None;
     let source = match &d.limit {
         None => LimitSource::Rules,
-        Some(o) => LimitSource::Override {
-            requests_per_unit: o.requests_per_unit,
-            unit: override_unit(o.unit).ok_or_else(|| {
-                InvalidRequest::new(
+        Some(o) => match override_unit(o.unit) {
+            Some(unit) => LimitSource::Override {
+                requests_per_unit: o.requests_per_unit,
+                unit,
+            },
+            None => {
+                malformed = Some(Malformed::Override(InvalidRequest::new(
                     format!("descriptors[{i}].limit.unit"),
-                    format!("unknown unit {}", o.unit),
-                )
-            })?,
+                    format!("unknown unit {}; the override is ignored", o.unit),
+                )));
+                LimitSource::Rules
+            }
         },
     };
-    let (cost, cost_field) = match d.hits_addend {
-        Some(0) => (Cost::Peek, CostField::Descriptor("hits_addend")),
-        Some(n) => (Cost::Units(n), CostField::Descriptor("hits_addend")),
-        None => (Cost::Units(request_hits), CostField::Request("hits_addend")),
-    };
-    Ok(DescriptorQuery {
-        entries: entries(
-            i,
-            d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
-        )?,
+    let pairs = d
+        .entries
+        .iter()
+        .map(|e| RequestEntry::from_bytes(&e.key, &e.value));
+    let entries = entries(i, pairs).unwrap_or_else(|e| {
+        malformed = Some(e);
+        SmallVec::new()
+    });
+    DescriptorQuery {
+        entries,
         source,
         cost,
-        cost_field,
-    })
+        malformed,
+    }
 }
 
 /// The domain request of a `ShouldRateLimit` call. A request `hits_addend` of 0 means 1; a
-/// descriptor's, when present, replaces it, and 0 there checks without consuming.
-pub(crate) fn envoy_request(req: &RateLimitRequest) -> Result<Request<'_>, InvalidRequest> {
-    check_domain(&req.domain)?;
+/// descriptor's, when present, replaces it, and 0 there checks without consuming. Only what
+/// concerns the whole request fails it: a domain that is empty, too long or not UTF-8, no
+/// descriptors or too many.
+pub(crate) fn envoy_request(req: &RawRateLimitRequest) -> Result<Request<'_>, InvalidRequest> {
+    let domain = std::str::from_utf8(&req.domain)
+        .map_err(|_| InvalidRequest::new("domain", "is not valid UTF-8"))?;
+    check_domain(domain)?;
     if req.descriptors.is_empty() {
         return Err(InvalidRequest::new("descriptors", "must not be empty"));
     }
@@ -91,9 +105,9 @@ pub(crate) fn envoy_request(req: &RateLimitRequest) -> Result<Request<'_>, Inval
         .iter()
         .enumerate()
         .map(|(i, d)| envoy_descriptor(i, d, request_hits))
-        .collect::<Result<_, _>>()?;
+        .collect();
     Ok(Request {
-        domain: &req.domain,
+        domain,
         query: Query::Descriptors(queries),
         dry_run: false,
     })

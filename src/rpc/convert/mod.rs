@@ -8,10 +8,12 @@ mod own;
 use smallvec::SmallVec;
 
 pub(crate) use self::envoy::{envoy_request, envoy_response};
-pub(crate) use self::own::{own_check, own_check_response, own_inspect, own_member, own_window};
+pub(crate) use self::own::{
+    own_check, own_check_error, own_check_response, own_inspect, own_member, own_window,
+};
 use super::invalid::InvalidRequest;
-use super::request::MAX_DESCRIPTORS;
-use crate::rules::DescriptorEntry;
+use super::request::{MAX_DESCRIPTORS, Malformed, RequestEntry};
+use crate::rules::EntryBytes;
 
 /// Longest domain a request may name. Every key a request plans starts with its domain, so
 /// an unbounded domain would be copied once per descriptor (and per check of a batch).
@@ -43,27 +45,28 @@ fn check_descriptor_count(count: usize) -> Result<(), InvalidRequest> {
     Ok(())
 }
 
-/// A descriptor's entries, checked: at least one, no empty key.
+/// A descriptor's entries, checked: at least one, none with an empty key. A descriptor that
+/// fails is malformed, not the request: it is answered on its own (see [`Malformed`]).
 fn entries<'q>(
     i: usize,
-    pairs: impl ExactSizeIterator<Item = (&'q str, &'q str)>,
-) -> Result<SmallVec<[DescriptorEntry<'q>; 4]>, InvalidRequest> {
+    pairs: impl ExactSizeIterator<Item = RequestEntry<'q>>,
+) -> Result<SmallVec<[RequestEntry<'q>; 4]>, Malformed> {
     if pairs.len() == 0 {
-        return Err(InvalidRequest::new(
+        return Err(Malformed::Entries(InvalidRequest::new(
             format!("descriptors[{i}].entries"),
             "must not be empty",
-        ));
+        )));
     }
     pairs
         .enumerate()
-        .map(|(j, (key, value))| {
-            if key.is_empty() {
-                Err(InvalidRequest::new(
+        .map(|(j, entry)| {
+            if entry.key_bytes().is_empty() {
+                Err(Malformed::Entries(InvalidRequest::new(
                     format!("descriptors[{i}].entries[{j}].key"),
                     "must not be empty",
-                ))
+                )))
             } else {
-                Ok(DescriptorEntry::new(key, value))
+                Ok(entry)
             }
         })
         .collect()

@@ -1,12 +1,16 @@
 //! limitmesh's own API: check and inspect requests in, decisions and explanations out.
 
+use smallvec::SmallVec;
+
 use super::{InvalidRequest, check_descriptor_count, check_domain, entries};
 use crate::limiter::{Inspection, Limit};
 use crate::node::{MemberInfo, MemberState};
 use crate::proto::limitmesh::v1 as own;
 use crate::rpc::execute::{Outcome, Verdict};
 use crate::rpc::plan::{Applied, Planned};
-use crate::rpc::request::{Cost, CostField, DescriptorQuery, LimitSource, Query, Request};
+use crate::rpc::request::{
+    Cost, DescriptorQuery, LimitSource, Malformed, Query, Request, RequestEntry,
+};
 use crate::window::{EstimateMode, MAX_BUCKETS, WindowError, WindowSpec};
 
 /// An inline limit, checked; `buckets: 0` takes `default_buckets`.
@@ -107,17 +111,22 @@ fn own_request<'q>(
                 .iter()
                 .enumerate()
                 .map(|(i, d)| {
-                    Ok(DescriptorQuery {
-                        entries: entries(
-                            i,
-                            d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str())),
-                        )?,
+                    let pairs = d
+                        .entries
+                        .iter()
+                        .map(|e| RequestEntry::from_str(&e.key, &e.value));
+                    let (entries, malformed) = match entries(i, pairs) {
+                        Ok(entries) => (entries, None),
+                        Err(malformed) => (SmallVec::new(), Some(malformed)),
+                    };
+                    DescriptorQuery {
+                        entries,
                         source,
                         cost: Cost::Units(hits),
-                        cost_field: CostField::Request("hits"),
-                    })
+                        malformed,
+                    }
                 })
-                .collect::<Result<_, InvalidRequest>>()?;
+                .collect();
             Query::Descriptors(queries)
         }
     };
@@ -166,7 +175,7 @@ fn applied_label(applied: &Applied<'_, '_>) -> String {
     }
 }
 
-fn own_status(verdict: &Verdict<'_, '_>) -> own::LimitStatus {
+fn own_status(verdict: &Verdict<'_, '_>, malformed: Option<&Malformed>) -> own::LimitStatus {
     let unlimited = |rule: String, matched: bool| own::LimitStatus {
         allowed: true,
         unlimited: true,
@@ -174,7 +183,7 @@ fn own_status(verdict: &Verdict<'_, '_>) -> own::LimitStatus {
         rule,
         ..Default::default()
     };
-    match (&verdict.planned, &verdict.status) {
+    let mut status = match (&verdict.planned, &verdict.status) {
         (Planned::Limited(item), Some(s)) => own::LimitStatus {
             allowed: s.allowed,
             limit: s.limit,
@@ -186,14 +195,23 @@ fn own_status(verdict: &Verdict<'_, '_>) -> own::LimitStatus {
             unlimited: false,
             shadow: item.shadow,
             matched: true,
+            invalid: String::new(),
         },
         (Planned::Unlimited(rule), _) => unlimited(rule.label().to_owned(), true),
         (Planned::Replaced(rule), _) => unlimited(rule.label().to_owned(), false),
         (Planned::Unmatched, _) | (Planned::Limited(_), None) => unlimited(String::new(), false),
+    };
+    if let Some(m) = malformed {
+        status.invalid = m.problem().to_string();
     }
+    status
 }
 
-pub(crate) fn own_check_response(outcome: &Outcome<'_, '_>) -> own::CheckResponse {
+/// The response to a check of `req`, decided as `outcome`.
+pub(crate) fn own_check_response(
+    outcome: &Outcome<'_, '_>,
+    req: &Request<'_>,
+) -> own::CheckResponse {
     let retry_after_ms = outcome
         .verdicts
         .iter()
@@ -205,7 +223,25 @@ pub(crate) fn own_check_response(outcome: &Outcome<'_, '_>) -> own::CheckRespons
     own::CheckResponse {
         allowed: outcome.allowed,
         retry_after_ms,
-        statuses: outcome.verdicts.iter().map(own_status).collect(),
+        statuses: outcome
+            .verdicts
+            .iter()
+            .enumerate()
+            .map(|(i, v)| own_status(v, req.malformed(i)))
+            .collect(),
+        error: None,
+    }
+}
+
+/// The result of a check of a batch that was not decided, with the status a `Check` call of it
+/// alone would have failed with.
+pub(crate) fn own_check_error(status: &tonic::Status) -> own::CheckResponse {
+    own::CheckResponse {
+        error: Some(own::CheckError {
+            code: status.code() as i32,
+            message: status.message().to_owned(),
+        }),
+        ..Default::default()
     }
 }
 
@@ -215,21 +251,28 @@ pub(crate) fn own_window(
     planned: &Planned<'_, '_>,
     key_id: Option<String>,
     inspection: Option<&Inspection>,
+    malformed: Option<&Malformed>,
 ) -> own::WindowInspection {
+    let invalid = malformed
+        .map(|m| m.problem().to_string())
+        .unwrap_or_default();
     match planned {
         Planned::Unmatched => own::WindowInspection {
             unlimited: true,
+            invalid,
             ..Default::default()
         },
         Planned::Unlimited(rule) => own::WindowInspection {
             matched: true,
             unlimited: true,
             rule: rule.label().to_owned(),
+            invalid,
             ..Default::default()
         },
         Planned::Replaced(rule) => own::WindowInspection {
             unlimited: true,
             rule: rule.label().to_owned(),
+            invalid,
             ..Default::default()
         },
         Planned::Limited(item) => own::WindowInspection {
@@ -258,6 +301,7 @@ pub(crate) fn own_window(
                         .collect()
                 })
                 .unwrap_or_default(),
+            invalid,
         },
     }
 }
