@@ -43,4 +43,4 @@ pub mod service;
 pub mod snapshot;
 pub mod transport;
 
-pub use limitmesh_core::{crdt, limiter, window};
+pub use limitmesh_core::{crdt, ledger, limiter, window};
