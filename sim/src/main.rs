@@ -40,7 +40,7 @@ struct Args {
     /// Fleet scenarios: simulated seconds (default 60).
     #[arg(long)]
     seconds: Option<u64>,
-    /// Fleet scenarios: run only this one of share, mesh, naive.
+    /// Fleet scenarios: run only this one of share, ledger, mesh, naive.
     #[arg(long)]
     only: Option<String>,
     /// Fleet scenarios: how far past its share (in requests) a node may hold where the
@@ -277,6 +277,11 @@ fn fleet(args: &Args) -> anyhow::Result<()> {
         let share = Policy::DemandShare(PartitionPolicy::Strict);
         let mut runs = vec![
             ("share", share, Dissemination::Auto),
+            (
+                "ledger",
+                Policy::Ledger(PartitionPolicy::Strict),
+                Dissemination::Auto,
+            ),
             ("naive", Policy::GlobalCount, Dissemination::Auto),
         ];
         // Today's full mesh beside it, where it can be simulated in minutes.

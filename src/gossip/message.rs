@@ -233,6 +233,16 @@ pub fn decode_batch_pair_stamped(
     Ok(([first, second], rejects))
 }
 
+/// Decodes the batch at the start of `body` (a ledger body carries more after it); returns
+/// how many bytes it took.
+pub fn decode_leading_batch_stamped(
+    body: &[u8],
+    sender: OriginId,
+    stamp: Stamp,
+) -> Result<(Batch, usize, EntryRejects), MessageError> {
+    decode_leading_batch(body, sender, stamp)
+}
+
 fn decode_err(e: bincode::error::DecodeError) -> MessageError {
     MessageError::Decode(e.to_string())
 }

@@ -76,6 +76,8 @@ pub struct NodeCore<T> {
     pub(super) saved: Option<Saved>,
     /// In a large cluster: each window's owners, and the windows this node owns.
     pub(super) ownership: Option<Ownership>,
+    /// Under the ledger: the rings the limiter's view of the owners is made from.
+    pub(super) ledger: Option<super::ledger::LedgerNode>,
     /// Summary rounds run, to publish the member list of a large cluster less often.
     pub(super) rounds: u64,
     /// Membership changes as the log tells them.
@@ -166,6 +168,7 @@ impl<T: TimeSource> NodeCore<T> {
             far_fenced: false,
             saved,
             ownership: None,
+            ledger: None,
             rounds: 0,
             member_log: MemberLog::default(),
             suspects: Default::default(),
@@ -270,6 +273,7 @@ impl<T: TimeSource> NodeCore<T> {
     pub fn on_command(&mut self, now: Now, command: Command) {
         match command {
             Command::DiscoveredSeeds(seeds) => self.discovered = seeds,
+            Command::Ask(need) => self.ask_owner(now, need),
         }
         self.settle(now);
     }

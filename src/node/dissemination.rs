@@ -64,11 +64,15 @@ impl<T: TimeSource> NodeCore<T> {
         }
         self.update_live(now);
         self.update_readiness(now);
-        let batch = self.limiter.collect_changed(now.cluster_ms);
         self.view
             .wire
             .summary_rounds
             .fetch_add(1, Ordering::Relaxed);
+        if self.limiter.is_ledger() {
+            self.ledger_round(now);
+            return now;
+        }
+        let batch = self.limiter.collect_changed(now.cluster_ms);
         if owners {
             self.owner_round(now, batch);
             return now;
@@ -250,7 +254,7 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// Whether a datagram to `to` goes under the compact header: once `to` said it reads one
     /// (`features.rs`).
-    fn compact_to(&self, now: Now, to: Destination) -> bool {
+    pub(super) fn compact_to(&self, now: Now, to: Destination) -> bool {
         self.outbox.compact_possible()
             && to
                 .node
@@ -309,7 +313,7 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// The most a body of registers may take: a datagram's, less the longest prefix.
-    fn max_batch_body(&self) -> usize {
+    pub(super) fn max_batch_body(&self) -> usize {
         let prefix_len = members_count::MAX_LEN + return_route::COOKIES_LEN;
         self.outbox.max_body().saturating_sub(prefix_len)
     }

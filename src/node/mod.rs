@@ -26,6 +26,7 @@ mod core;
 mod dissemination;
 mod driver;
 mod features;
+mod ledger;
 mod liveness;
 mod member_log;
 mod outbox;
@@ -64,6 +65,8 @@ pub use self::view::{ClusterView, MemberInfo, MemberState};
 pub enum Command {
     /// Replace the discovered seeds (from DNS); static seeds are kept.
     DiscoveredSeeds(Vec<SocketAddr>),
+    /// A request found no token for a window another member leases: ask that member.
+    Ask(crate::limiter::TokenNeed),
 }
 
 #[derive(Debug, Error)]

@@ -109,6 +109,8 @@ pub struct Ownership {
     /// the next (see [`Ownership::spread_due`]).
     spread_every: u32,
     spread_wait: u32,
+    /// Bumped whenever the ring changes.
+    generation: u64,
 }
 
 impl Ownership {
@@ -161,7 +163,11 @@ impl Ownership {
     }
 
     /// Where to send a register of `key`: its owners other than `me`.
-    fn destinations(&mut self, key: KeyId, me: u128) -> impl Iterator<Item = Destination> + use<> {
+    pub(super) fn owner_destinations(
+        &mut self,
+        key: KeyId,
+        me: u128,
+    ) -> impl Iterator<Item = Destination> + use<> {
         let mut out = [None, None];
         if let Some([a, b]) = self.owners(key) {
             if a.id != me {
@@ -178,7 +184,7 @@ impl Ownership {
     /// and the member acting as its owner (if any) unless it is one of those.
     fn register_destinations(&mut self, key: KeyId, me: u128, both: bool) -> Vec<Destination> {
         let mut out: Vec<Destination> = self
-            .destinations(key, me)
+            .owner_destinations(key, me)
             .take(if both { 2 } else { 1 })
             .collect();
         if let Some(acting) = self.acting.get(&key)
@@ -252,6 +258,26 @@ impl Ownership {
     pub fn resend_all(&mut self) {
         self.resend_all = true;
     }
+
+    /// The ring, and how many times it has changed.
+    pub(super) fn ring(&self) -> (&Ring, u64) {
+        (&self.ring, self.generation)
+    }
+
+    /// Whether every own register goes to its owners this round (and, taken, not the next).
+    pub(super) fn take_resend_all(&mut self) -> bool {
+        std::mem::take(&mut self.resend_all)
+    }
+
+    /// Newcomers to push the windows they own to (taken).
+    pub(super) fn take_bootstraps(&mut self) -> Vec<Destination> {
+        std::mem::take(&mut self.bootstraps)
+    }
+
+    /// The first owner of `key`.
+    pub(super) fn first_owner(&mut self, key: KeyId) -> Option<Member> {
+        self.owners(key).map(|[a, _]| a)
+    }
 }
 
 impl<T: TimeSource> NodeCore<T> {
@@ -267,6 +293,8 @@ impl<T: TimeSource> NodeCore<T> {
     pub(super) fn choose_dissemination(&mut self) -> bool {
         let size = (self.membership.num_members() + 1).max(self.limiter.member_counts().1);
         let owners = match self.params.dissemination {
+            // The ledger leases through owners at every size.
+            _ if self.limiter.is_ledger() => true,
             Dissemination::FullMesh => false,
             Dissemination::Owners => true,
             Dissemination::Auto if self.ownership.is_some() => size > BACK_TO_FULL_MESH,
@@ -328,6 +356,7 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         }
         ownership.cache.clear();
+        ownership.generation += 1;
         // Owners may have moved: every register goes to both owners next round. Not only those
         // of the windows whose owners moved: a second owner takes over with the registers it
         // holds, and otherwise they are only as fresh as the last anti-entropy (5 s). Sending
@@ -560,14 +589,14 @@ impl<T: TimeSource> NodeCore<T> {
             self.send_batch(now, Kind::Aggregate, &Batch { origin, updates }, &[to]);
         }
         if resend_all {
-            self.relay_departed_to_owners(now);
+            self.relay_departed(now);
         }
     }
 
     /// The registers this node holds of departed origins, each to its window's owners: when
     /// the owners move (a restart of every node moves them all) the old owners' registers,
     /// restored from snapshots or kept since, are what the new owners' sums must count.
-    fn relay_departed_to_owners(&mut self, now: Now) {
+    pub(super) fn relay_departed(&mut self, now: Now) {
         let me = self.params.node_id.as_u128();
         let departed = self.departed_registers(now);
         let Some(ownership) = self.ownership.as_mut() else {
@@ -576,7 +605,7 @@ impl<T: TimeSource> NodeCore<T> {
         let mut by_owner: BTreeMap<(Destination, OriginId), Vec<RegisterUpdate>> = BTreeMap::new();
         for Batch { origin, updates } in departed {
             for update in updates {
-                for to in ownership.destinations(update.key, me) {
+                for to in ownership.owner_destinations(update.key, me) {
                     by_owner
                         .entry((to, origin))
                         .or_default()
@@ -596,6 +625,11 @@ impl<T: TimeSource> NodeCore<T> {
         self.refresh_ring();
         let [a, b] = self.ownership.as_mut()?.owners(key)?;
         Some([uuid::Uuid::from_u128(a.id), uuid::Uuid::from_u128(b.id)])
+    }
+
+    /// The first owner of `key` in this node's view, in owner mode.
+    pub(super) fn first_owner(&mut self, key: KeyId) -> Option<Member> {
+        self.ownership.as_mut()?.first_owner(key)
     }
 
     /// Whether `key`'s owners (in this node's view) include `member`.

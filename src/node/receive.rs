@@ -190,6 +190,10 @@ impl<T: TimeSource> NodeCore<T> {
             }
             return;
         }
+        if header.kind == Kind::Ledger {
+            self.on_ledger(now, &header, from, rest);
+            return;
+        }
         let sender = OriginId(header.sender);
         let stamp = Stamp::for_header(header.compact, header.sent_ms);
         // Registers, and an owner's sums.

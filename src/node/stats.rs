@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::gossip::wire::{DropReason, Kind};
 use crate::limiter::MergeReport;
 
-const KINDS: [Kind; 6] = [
+const KINDS: [Kind; 7] = [
     Kind::Membership,
     Kind::Summary,
     Kind::AntiEntropy,
     Kind::Heartbeat,
     Kind::Aggregate,
     Kind::Exchange,
+    Kind::Ledger,
 ];
 
 fn kind_index(kind: Kind) -> usize {
@@ -24,6 +25,7 @@ fn kind_index(kind: Kind) -> usize {
         Kind::Heartbeat => 3,
         Kind::Aggregate => 4,
         Kind::Exchange => 5,
+        Kind::Ledger => 6,
     }
 }
 

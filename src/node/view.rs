@@ -62,6 +62,9 @@ pub struct ClusterView {
     pub clock: ClockStats,
     /// Whether the node holds the cluster's state (see `Node::update_readiness`).
     ready: tokio::sync::watch::Sender<bool>,
+    /// Woken whenever an owner's lease or refusal arrives (`ledger.rs`): requests waiting for
+    /// a token look again.
+    pub leases: tokio::sync::Notify,
 }
 
 impl ClusterView {

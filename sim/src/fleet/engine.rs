@@ -45,6 +45,8 @@ pub(super) struct Slot {
     wake_us: u64,
     wake_generation: u64,
     skew_ms: Arc<AtomicI64>,
+    /// Requests waiting for a token here (the ledger: `waiting.rs`).
+    pub(super) waiting: Vec<super::waiting::Waiting>,
 }
 
 /// A run in progress.
@@ -117,6 +119,7 @@ impl<'c> Engine<'c> {
                 wake_us: u64::MAX,
                 wake_generation: 0,
                 skew_ms: Arc::new(AtomicI64::new(0)),
+                waiting: Vec::new(),
             });
         }
         for slot in 0..cfg.nodes {
@@ -148,11 +151,11 @@ impl<'c> Engine<'c> {
         engine
     }
 
-    fn push(&mut self, at_us: u64, event: Event) {
+    pub(super) fn push(&mut self, at_us: u64, event: Event) {
         self.events.push(at_us, event);
     }
 
-    fn at(&self) -> Instant {
+    pub(super) fn at(&self) -> Instant {
         self.t0 + Duration::from_micros(self.now_us)
     }
 
@@ -312,6 +315,7 @@ impl<'c> Engine<'c> {
                     core.on_datagram(now, &mut datagram, from);
                 }
                 self.after_input(slot);
+                self.retry_waiting(slot);
             }
             Event::Wake { slot, generation } => {
                 if self.slots[slot].wake_generation != generation {
@@ -352,6 +356,7 @@ impl<'c> Engine<'c> {
             }
             Event::Fault(i) => self.fault(i),
             Event::Replace(k) => self.replace(k),
+            Event::Waiting { slot } => self.retry_waiting(slot),
         }
     }
 
@@ -378,13 +383,15 @@ impl<'c> Engine<'c> {
     }
 
     fn request(&mut self, key: usize, node: usize) {
-        let name = std::mem::take(&mut self.keys[key].name);
-        let limit = self.keys[key].limit;
-        let allowed = self.check(node, &name, limit);
-        self.keys[key].name = name;
-        if let Some(allowed) = allowed {
-            self.rec.request(key, node, ms(self.now_us), allowed);
+        let Some(decision) = self.decide(node, key) else {
+            return;
+        };
+        if !decision.allowed && !decision.needs.is_empty() {
+            self.wait_for_token(node, key, &decision);
+            return;
         }
+        self.rec
+            .request(key, node, ms(self.now_us), decision.allowed);
     }
 
     fn sample(&mut self) {

@@ -66,6 +66,11 @@ pub(super) enum Event {
     Fault(usize),
     /// The `k`-th replacement of a rolling deploy.
     Replace(usize),
+    /// Requests waiting at `slot` for a token (the ledger) look again; those past their wait
+    /// are refused.
+    Waiting {
+        slot: usize,
+    },
 }
 
 #[cfg(test)]

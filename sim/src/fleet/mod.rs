@@ -20,6 +20,7 @@ mod record;
 mod report;
 mod traffic;
 mod vtime;
+mod waiting;
 
 pub use config::{FLEET_SCENARIOS, FleetConfig, FleetFault, fleet_scenario};
 pub use report::FleetReport;

@@ -80,6 +80,9 @@ pub enum Kind {
     /// the sender's registers of windows the receiver owns, then the sender's sums of windows
     /// it owns and the receiver uses (large clusters: `node/ownership.rs`).
     Exchange = 6,
+    /// The ledger (`crate::ledger`): registers with what their origin holds of each window,
+    /// to the window's owner; an owner's leases; asks for tokens and their refusals.
+    Ledger = 7,
 }
 
 impl Kind {
@@ -91,6 +94,7 @@ impl Kind {
             4 => Some(Kind::Heartbeat),
             5 => Some(Kind::Aggregate),
             6 => Some(Kind::Exchange),
+            7 => Some(Kind::Ledger),
             _ => None,
         }
     }
@@ -103,6 +107,7 @@ impl Kind {
             Kind::Heartbeat => "heartbeat",
             Kind::Aggregate => "aggregate",
             Kind::Exchange => "exchange",
+            Kind::Ledger => "ledger",
         }
     }
 }

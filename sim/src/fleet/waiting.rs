@@ -1,0 +1,84 @@
+//! Under the ledger, a request that finds no token at its node waits, as the node's gRPC
+//! service makes it wait: for the owner's answer to the node's ask, or for a token it holds
+//! that becomes valid, at most the ask's wait. It is decided when a token comes (or at the end
+//! of its wait, refused), and counted then.
+
+use limitmesh::clock::Now;
+use limitmesh::limiter::{CheckItem, CheckRequest, Decision};
+use limitmesh::node::Command;
+
+use super::engine::{Engine, ms};
+use super::event::Event;
+
+/// A request waiting at a node.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Waiting {
+    pub key: usize,
+    /// Until when it waits (µs of the run).
+    pub until_us: u64,
+}
+
+impl Engine<'_> {
+    /// Decides a request at `slot` now: `Some(decision)` unless no node runs there.
+    pub(super) fn decide(&mut self, slot: usize, key: usize) -> Option<Decision> {
+        let core = self.slots[slot].core.as_ref()?;
+        let now_ms = Now::read_at(core.clock(), self.at()).cluster_ms;
+        let item = [CheckItem {
+            key: &self.keys[key].name,
+            limit: self.keys[key].limit,
+            cost: 1,
+        }];
+        let req = CheckRequest {
+            items: &item,
+            dry_run: false,
+        };
+        core.limiter().check(&req, now_ms).ok()
+    }
+
+    /// A request refused for want of a token: the node asks the owner where it may, and the
+    /// request waits (or is refused now if there is nothing to wait for).
+    pub(super) fn wait_for_token(&mut self, slot: usize, key: usize, decision: &Decision) {
+        let at = self.at();
+        let Some(core) = self.slots[slot].core.as_mut() else {
+            return;
+        };
+        let now = Now::read_at(core.clock(), at);
+        let wait_ms = core.limiter().config().ledger.ask_wait_ms;
+        let mut wake_ms = None;
+        for need in &decision.needs {
+            if need.ask {
+                core.on_command(now, Command::Ask(*need));
+            }
+            if let Some(at) = need.valid_at_ms {
+                wake_ms = Some(at.saturating_sub(now.cluster_ms));
+            }
+        }
+        self.after_input(slot);
+        let until_us = self.now_us + wait_ms * 1_000;
+        self.slots[slot].waiting.push(Waiting { key, until_us });
+        let wake_us = wake_ms.map_or(until_us, |ms| (self.now_us + ms * 1_000).min(until_us));
+        self.push(wake_us, Event::Waiting { slot });
+        if wake_us < until_us {
+            self.push(until_us, Event::Waiting { slot });
+        }
+    }
+
+    /// The requests waiting at `slot` look again: admitted now if a token came, refused if
+    /// their wait is over.
+    pub(super) fn retry_waiting(&mut self, slot: usize) {
+        if self.slots[slot].waiting.is_empty() {
+            return;
+        }
+        let waiting = std::mem::take(&mut self.slots[slot].waiting);
+        let mut still = Vec::new();
+        for w in waiting {
+            let admitted = self.decide(slot, w.key).is_some_and(|d| d.allowed);
+            if admitted || self.now_us >= w.until_us {
+                self.rec.request(w.key, slot, ms(self.now_us), admitted);
+            } else {
+                still.push(w);
+            }
+        }
+        self.slots[slot].waiting = still;
+    }
+}
