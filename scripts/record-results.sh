@@ -7,8 +7,8 @@
 #   scripts/record-results.sh page     # regenerate docs/results.md from the JSON already there
 #
 # Each command's JSON lines go to docs/results/<name>.json, wrapped with the command, the
-# commit (marked "+ local changes" when tracked files outside docs/ differ from it), the
-# machine, the toolchain and the wall time. The page is then made by `limitmesh-sim results`;
+# commit (marked "+ local changes" when the code differs from it), the machine, the toolchain
+# and the wall time. The page is then made by `limitmesh-sim results`;
 # commit the JSON and the page together (sim/tests/docs.rs holds them equal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,8 +31,10 @@ json_string() {
     printf '"%s"' "${s//\"/\\\"}"
 }
 
+# The code that runs, against the commit: a change to the documentation does not count.
+code=(src core sim/src sim/scenarios sim/Cargo.toml proto benches tests build.rs Cargo.toml Cargo.lock)
 commit=$(git rev-parse --short=12 HEAD)
-if [ -n "$(git status --porcelain --untracked-files=no -- . ':!docs')" ]; then
+if [ -n "$(git status --porcelain --untracked-files=no -- "${code[@]}")" ]; then
     commit="$commit + local changes"
 fi
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)
