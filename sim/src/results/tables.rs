@@ -9,14 +9,17 @@ use serde::Deserialize;
 
 use super::Recording;
 
+/// No-break space: a figure and its unit stay on one line in a narrow column.
+const NBSP: char = '\u{a0}';
+
 /// `0.0123` as `1.23 %`.
 fn pct(v: f64) -> String {
-    format!("{:.2} %", v * 100.0)
+    format!("{:.2}{NBSP}%", v * 100.0)
 }
 
 /// A window's admissions over its limit, `1.012 × L`.
 fn times_l(v: f64) -> String {
-    format!("{v:.3} × L")
+    format!("{v:.3}{NBSP}×{NBSP}L")
 }
 
 fn row(page: &mut String, cells: &[String]) {
@@ -60,23 +63,23 @@ impl ScenarioRow {
     fn other(&self) -> String {
         let mut parts = Vec::new();
         if let Some(v) = self.burst_first_window_over {
-            parts.push(format!("first window after the onset {:+.2} %", v * 100.0));
+            parts.push(format!(
+                "first window after the onset {:+.2}{NBSP}%",
+                v * 100.0
+            ));
         }
         if let Some(v) = self.partition_max_ratio {
             parts.push(format!("busiest window in the partition {}", times_l(v)));
         }
         if let Some(v) = self.convergence_ms {
-            parts.push(format!("estimates agree {v} ms after the event"));
+            parts.push(format!("estimates agree {v}{NBSP}ms after the event"));
         }
         if let (Some(a), Some(b)) = (self.staleness_p50_ms, self.staleness_p99_ms) {
-            parts.push(format!("staleness p50 {a} ms, p99 {b} ms"));
-        }
-        if let Some(v) = self.gossip_bytes_per_key_per_peer {
-            parts.push(format!("gossip {v:.1} B per key per peer per round"));
+            parts.push(format!("staleness p50 {a}{NBSP}ms, p99 {b}{NBSP}ms"));
         }
         for (node, off) in &self.clock_cut_off {
             parts.push(format!(
-                "node {node} cut off at {:+.1} s",
+                "node {node} cut off ({:+.1}{NBSP}s)",
                 *off as f64 / 1e3
             ));
         }
@@ -97,7 +100,11 @@ pub(super) fn scenarios(
          limitmesh's admission, `naive` admits while the global estimate is under the limit \
          (what sharing raw counts gives). Over-admission is measured on true time over every \
          sliding window after the warm-up: `max(0, admitted / L − 1)`; utilization is \
-         admitted / min(L, offered).\n\n",
+         admitted / min(L, offered). *Gossip* is the summary bytes per active key per peer \
+         and round (in `steady`, 200 other keys share the datagrams, as in a real sidecar; the \
+         other scenarios have one active key). *Estimates agree* is the time from the event \
+         (a heal, a restart) until every node's estimate of a key agrees within 1 %; \
+         *staleness* is the time from an admission at one node until another counts it.\n\n",
     );
     let mut rows = Vec::new();
     for r in recordings {
@@ -116,6 +123,7 @@ pub(super) fn scenarios(
             "p99",
             "max",
             "utilization",
+            "gossip",
             "other",
         ],
     );
@@ -129,6 +137,8 @@ pub(super) fn scenarios(
                 pct(s.over_admission_p99),
                 pct(s.over_admission_max),
                 pct(s.utilization),
+                s.gossip_bytes_per_key_per_peer
+                    .map_or_else(|| "-".into(), |v| format!("{v:.1}{NBSP}B")),
                 s.other(),
             ],
         );
@@ -170,7 +180,7 @@ struct FleetRow {
 impl FleetRow {
     fn gossip(&self) -> String {
         format!(
-            "{:.1} / {:.0} KB/s",
+            "{:.1} / {:.0}{NBSP}KB/s",
             self.gossip_bytes_per_node_per_s_mean / 1e3,
             self.gossip_bytes_per_node_per_s_max / 1e3
         )
@@ -192,16 +202,18 @@ impl FleetRow {
             parts.push(format!("ending in the partition {}", times_l(v)));
         }
         if let Some(v) = self.staleness_p99_ms {
-            parts.push(format!("staleness p99 {v} ms"));
+            parts.push(format!("staleness p99 {v}{NBSP}ms"));
         }
         if let Some(v) = self.detection_ms {
-            parts.push(format!("failure detected in {v} ms"));
+            parts.push(format!("failure detected in {v}{NBSP}ms"));
         }
         if self.replacements > 0 {
             parts.push(format!("{} replacements", self.replacements));
         }
         if let Some(v) = self.starved_windows_max {
-            parts.push(format!("longest starvation of a node {v} windows"));
+            parts.push(format!(
+                "longest run of windows in which a node had none admitted: {v}"
+            ));
         }
         parts.join("; ")
     }
@@ -216,7 +228,7 @@ const FLEET_SCENARIOS: [(&str, &str); 4] = [
     ),
     (
         "fleet-partition",
-        "as `fleet`, cut 60 % | 40 % from 20 s to 40 s, strict",
+        "as `fleet`, cut 60 % \\| 40 % from 20 s to 40 s, strict",
     ),
     (
         "fleet-churn",
@@ -351,10 +363,10 @@ pub(super) fn fleet_sizes(page: &mut String, recordings: &[&Recording]) -> anyho
                 pct(f.refused_below_limit),
                 f.gossip(),
                 f.staleness_p99_ms
-                    .map_or_else(|| "-".into(), |v| format!("{v} ms")),
+                    .map_or_else(|| "-".into(), |v| format!("{v}{NBSP}ms")),
                 f.detection_ms
-                    .map_or_else(|| "-".into(), |v| format!("{v} ms")),
-                wall.map_or_else(|| "-".into(), |v| format!("{v:.0} s")),
+                    .map_or_else(|| "-".into(), |v| format!("{v}{NBSP}ms")),
+                wall.map_or_else(|| "-".into(), |v| format!("{v:.0}{NBSP}s")),
             ],
         );
     }
@@ -392,8 +404,8 @@ pub(super) fn hot_path(page: &mut String, recordings: &[&Recording]) -> anyhow::
             page,
             &[
                 format!("`{}`", h.case),
-                format!("{:.1} ns", h.limitmesh_ns),
-                format!("{:.1} ns", h.governor_ns),
+                format!("{:.1}{NBSP}ns", h.limitmesh_ns),
+                format!("{:.1}{NBSP}ns", h.governor_ns),
                 format!("{:.2}×", h.ratio),
             ],
         );
@@ -434,7 +446,7 @@ struct GrpcBench {
 }
 
 fn ms(us: u32) -> String {
-    format!("{:.2} ms", f64::from(us) / 1e3)
+    format!("{:.2}{NBSP}ms", f64::from(us) / 1e3)
 }
 
 pub(super) fn grpc_bench(page: &mut String, recordings: &[&Recording]) -> anyhow::Result<()> {
@@ -515,8 +527,8 @@ pub(super) fn memory(page: &mut String, recordings: &[&Recording]) -> anyhow::Re
             page,
             &[
                 "per active key, 5 origins".to_owned(),
-                format!("{:.0} B", m.bytes_per_key),
-                format!("{:.0} B", m.target_bytes),
+                format!("{:.0}{NBSP}B", m.bytes_per_key),
+                format!("{:.0}{NBSP}B", m.target_bytes),
             ],
         );
     }
