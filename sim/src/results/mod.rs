@@ -63,8 +63,8 @@ impl Recording {
             .file_name()
             .map_or_else(String::new, |f| f.to_string_lossy().into_owned());
         format!(
-            "Recorded by `{}` at commit `{}` on {} ({}), {}; {:.0} s of wall time. \
-             JSON: [`{file}`](results/{file}).",
+            "Recorded by `{}` at commit `{}` on {} ({}), {}; the command took {:.0} s, a \
+             build included if one was needed. JSON: [`{file}`](results/{file}).",
             self.command, self.commit, self.recorded, self.machine, self.rustc, self.wall_seconds
         )
     }
