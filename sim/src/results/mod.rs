@@ -7,7 +7,10 @@
 //! is written by hand, so a figure cannot be quoted without the run that made it, and a test
 //! regenerates the page and compares it byte for byte.
 
-mod tables;
+mod benches;
+mod fleet;
+mod format;
+mod scenarios;
 
 use std::path::{Path, PathBuf};
 
@@ -142,12 +145,12 @@ pub fn render(root: &Path) -> anyhow::Result<String> {
     page.push_str(HEAD);
     let of =
         |kind: Kind| -> Vec<&Recording> { recordings.iter().filter(|r| r.kind == kind).collect() };
-    tables::scenarios(&mut page, &of(Kind::Scenarios), &descriptions)?;
-    tables::fleet(&mut page, &of(Kind::Fleet))?;
-    tables::fleet_sizes(&mut page, &of(Kind::Fleet))?;
-    tables::hot_path(&mut page, &of(Kind::HotPath))?;
-    tables::grpc_bench(&mut page, &of(Kind::GrpcBench))?;
-    tables::memory(&mut page, &of(Kind::Memory))?;
+    scenarios::section(&mut page, &of(Kind::Scenarios), &descriptions)?;
+    fleet::scenarios(&mut page, &of(Kind::Fleet))?;
+    fleet::sizes(&mut page, &of(Kind::Fleet))?;
+    benches::hot_path(&mut page, &of(Kind::HotPath))?;
+    benches::grpc_bench(&mut page, &of(Kind::GrpcBench))?;
+    benches::memory(&mut page, &of(Kind::Memory))?;
     Ok(page)
 }
 
