@@ -13,7 +13,8 @@
 //!   as a page of plots;
 //! - [`scenario`] and [`scenario_file`]: the built-in scenarios, and runs described in TOML;
 //! - [`grpc`]: the production gRPC server and its clients on simulated TCP;
-//! - [`fleet`]: an in-process simulator of the node core at fleet sizes (up to thousands).
+//! - [`fleet`]: an in-process simulator of the node core at fleet sizes (up to thousands);
+//! - [`results`]: the page of every recorded figure (`docs/results.md`), from their JSON.
 
 pub mod clock;
 pub mod cluster;
@@ -22,6 +23,7 @@ pub mod grpc;
 pub mod net;
 pub mod plot;
 pub mod report;
+pub mod results;
 pub mod scenario;
 pub mod scenario_file;
 pub mod workload;

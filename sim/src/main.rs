@@ -1,7 +1,8 @@
 //! `limitmesh-sim <scenario> --seed N [--nodes N] [--json]`, or `limitmesh-sim run FILE --seed N
 //! [--json]` for a scenario file: runs a scenario with limitmesh's admission policy and with
 //! the naive baseline, and prints the measures side by side. The output depends only on the
-//! arguments (wall-clock speed goes to stderr).
+//! arguments (wall-clock speed goes to stderr). `limitmesh-sim results`, from the repository's
+//! root, prints `docs/results.md` from the JSON recorded under `docs/results/`.
 
 use anyhow::{Context, bail};
 use clap::Parser;
@@ -22,7 +23,9 @@ struct Args {
     /// steady, skewed, burst, burst-trickle, partition, restart, loss, loss36, loss40,
     /// loss-oneway, skew, skew500, rollback, skew8, skew-12, skew6x2, skew8-4, skew15, skew90,
     /// step5, pair3, or all; on the in-process simulator: fleet, fleet-partition, fleet-churn,
-    /// fleet-small-share, or fleet-all; or `run` with a scenario file (see sim/scenarios/)
+    /// fleet-small-share, or fleet-all; or `run` with a scenario file (see sim/scenarios/);
+    /// or `results`, which prints docs/results.md from the recorded JSON (run it from the
+    /// repository's root)
     scenario: String,
     /// With `run`: the scenario file (TOML).
     file: Option<std::path::PathBuf>,
@@ -60,6 +63,19 @@ fn fmt_opt<T: std::fmt::Display>(v: Option<T>) -> String {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.scenario == "results" {
+        if let Some(extra) = &args.file {
+            bail!(
+                "unexpected argument {} (results reads docs/results/)",
+                extra.display()
+            );
+        }
+        print!(
+            "{}",
+            limitmesh_sim::results::render(std::path::Path::new("."))?
+        );
+        return Ok(());
+    }
     if args.scenario.starts_with("fleet") {
         return fleet(&args);
     }

@@ -155,14 +155,14 @@ fn renders(page: &Path, dir: &Path) {
     );
 }
 
-/// README's scenario example, as a user would save it at the top of the repository: it runs
-/// (shortened) with its rules and writes a report that renders.
+/// The scenario example of docs/simulation.md, as a user would save it at the top of the
+/// repository: it runs (shortened) with its rules and writes a report that renders.
 #[test]
-fn the_readme_example_runs_and_its_report_renders() {
+fn the_documented_example_runs_and_its_report_renders() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let from = readme.find("**Your own scenario.**").expect("the section");
-    let block = &readme[from..];
+    let page = std::fs::read_to_string(root.join("docs/simulation.md")).expect("the page");
+    let from = page.find("\n## Your own scenario\n").expect("the section");
+    let block = &page[from..];
     let start = block.find("```toml\n").expect("a TOML block") + "```toml\n".len();
     let text = &block[start..start + block[start..].find("```").expect("its end")];
     let mut cfg =
