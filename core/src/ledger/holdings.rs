@@ -49,6 +49,8 @@ pub struct Holdings {
     book: ArcSwapOption<Book>,
     /// The owner refused an ask: none is sent again before this time (ms).
     ask_again_at_ms: AtomicU64,
+    /// When this node last reported the window to its owner (ms).
+    reported_at_ms: AtomicU64,
 }
 
 /// Tokens taken by [`Holdings::try_spend`], to give back if the request is not admitted after
@@ -161,6 +163,23 @@ impl Holdings {
         })
     }
 
+    /// When the next lease held lapses unreported (its end, less the margin), if any: a
+    /// report then frees what it left unspent at the owner.
+    pub fn next_lapse_ms(&self, margin_ms: u64) -> Option<u64> {
+        self.book.load().as_ref().and_then(|b| {
+            b.leases
+                .iter()
+                .filter(|h| h.unspent() > 0)
+                .map(|h| h.lease.expires_ms.saturating_sub(margin_ms))
+                .min()
+        })
+    }
+
+    /// When this node last reported the window (0: never).
+    pub fn reported_at_ms(&self) -> u64 {
+        self.reported_at_ms.load(Ordering::Relaxed)
+    }
+
     /// Whether anything is held (spendable now or later).
     pub fn is_empty(&self) -> bool {
         self.book
@@ -215,6 +234,7 @@ impl Holdings {
     /// serialised. Read before the ring (see the module documentation).
     pub fn report(&self, now_ms: u64, margin_ms: u64) -> HoldingsReport {
         let Some(current) = self.book.load_full() else {
+            self.reported_at_ms.store(now_ms, Ordering::Relaxed);
             return HoldingsReport::default();
         };
         if current.closed {
@@ -230,6 +250,7 @@ impl Holdings {
             .iter()
             .filter_map(|h| held_of(h, h.unspent()))
             .collect();
+        self.reported_at_ms.store(now_ms, Ordering::Relaxed);
         if keep.len() != current.leases.len() {
             self.book.store(Some(Arc::new(Book {
                 leases: keep,

@@ -206,38 +206,69 @@ impl Limiter {
         }
     }
 
-    /// A round's leases for every window this node leases: each user heard from within the
-    /// last two leases wants what it is offered over a lease (less what it holds).
+    /// A round's leases for every window this node leases: each user heard from since the
+    /// last round wants what it is offered over a lease, less what it holds. A calm window
+    /// (see [`CALM_ROUNDS`]) is leased for that many rounds and one more, with twice the
+    /// demand; a busy one for [`LedgerTiming::lease_ms`].
+    ///
+    /// [`CALM_ROUNDS`]: crate::ledger::tuning::CALM_ROUNDS
+    /// [`LedgerTiming::lease_ms`]: super::LedgerTiming
     pub fn owner_round(&self, now_ms: u64, owns: impl Fn(KeyId) -> bool) -> Vec<LeaseGrant> {
         let guard = self.table.guard();
         let mut owned = self.lock_owned();
-        let lease_ms = self.config.ledger.lease_ms;
-        let since = now_ms.saturating_sub(2 * lease_ms);
+        let round = self.config.gossip_interval_ms;
+        let calm_lease_ms = (crate::ledger::tuning::CALM_ROUNDS + 1) * round;
+        let kept_since = now_ms.saturating_sub(2 * calm_lease_ms);
+        let heard_since = now_ms.saturating_sub(round);
         let mut out = Vec::new();
         owned.windows.retain(|key, w| {
             if !owns(*key) {
                 return false;
             }
-            w.books.forget_idle(since);
+            w.books.forget_idle(kept_since);
             let Some(state) = self.table.get(key, &guard) else {
                 return !w.books.is_empty();
             };
-            let Some(limit) = w.books.limit(since) else {
+            let Some(limit) = w.books.limit(kept_since) else {
                 return !w.books.is_empty();
             };
-            let params = self.ledger_params(&w.spec, limit);
-            let wants: Vec<(u128, u64)> = w
+            let demands: Vec<(u128, u32)> = w.books.demands(heard_since).collect();
+            if demands.is_empty() {
+                return true;
+            }
+            let spends = self.spends_of(state, &w.spec, now_ms);
+            // Calm: what is taken, with twice every user's demand over a calm lease, is at
+            // most half the limit.
+            let mut params = self.ledger_params(&w.spec, limit);
+            params.lease_ms = calm_lease_ms;
+            params.horizon_ms = calm_lease_ms;
+            let (from, until) = params.span_of(now_ms, now_ms + calm_lease_ms);
+            let taken = w
                 .books
-                .demands(since)
+                .occupancy(&spends, now_ms, &params)
+                .peak(from, until);
+            let calm_want: u64 = demands
+                .iter()
+                .map(|(_, per_s)| (2 * u64::from(*per_s) * calm_lease_ms).div_ceil(1_000))
+                .sum();
+            let calm = 2 * (taken + calm_want) <= u64::from(limit);
+            let (lease_ms, factor) = if calm {
+                (calm_lease_ms, 2)
+            } else {
+                (self.config.ledger.lease_ms, 1)
+            };
+            params.lease_ms = lease_ms;
+            params.horizon_ms = lease_ms;
+            let wants: Vec<(u128, u64)> = demands
+                .iter()
                 .map(|(user, per_s)| {
-                    let need = (u64::from(per_s) * lease_ms).div_ceil(1_000);
+                    let need = (factor * u64::from(*per_s) * lease_ms).div_ceil(1_000);
                     (
-                        user,
-                        need.saturating_sub(w.books.held_by(user, now_ms, &params)),
+                        *user,
+                        need.saturating_sub(w.books.held_by(*user, now_ms, &params)),
                     )
                 })
                 .collect();
-            let spends = self.spends_of(state, &w.spec, now_ms);
             for (user, lease) in w.books.grant_round(&wants, &spends, now_ms, &params) {
                 out.push(LeaseGrant {
                     user,
@@ -305,10 +336,16 @@ impl Limiter {
         if !state.has_shape(&spec) {
             return false;
         }
-        let _writer = self.lock_holdings();
-        state
-            .holdings
-            .accept(grant.lease, now_ms, self.config.ledger.margin_ms)
+        let accepted = {
+            let _writer = self.lock_holdings();
+            state
+                .holdings
+                .accept(grant.lease, now_ms, self.config.ledger.margin_ms)
+        };
+        if accepted {
+            self.lock_holding().insert(grant.key);
+        }
+        accepted
     }
 
     /// The windows this node holds books for.

@@ -171,10 +171,15 @@ impl Limiter {
             quiet_until,
         ) {
             AskAnswer::Granted(lease) => {
-                let _writer = self.lock_holdings();
-                state
-                    .holdings
-                    .accept(lease, now_ms, self.config.ledger.margin_ms);
+                let accepted = {
+                    let _writer = self.lock_holdings();
+                    state
+                        .holdings
+                        .accept(lease, now_ms, self.config.ledger.margin_ms)
+                };
+                if accepted {
+                    self.lock_holding().insert(id);
+                }
             }
             AskAnswer::Refused { retry_after_ms } => {
                 state.holdings.ask_again_at(now_ms + retry_after_ms);

@@ -46,20 +46,23 @@ impl Cluster {
         &self.nodes[0]
     }
 
-    /// Every node's emission reaches the owner (node `skew[i]` ms late on its own clock);
-    /// then the owner's round reaches every node.
-    fn round(&self, now: u64) {
+    /// Every node's emission reaches the owner; then the owner's round reaches every node.
+    /// Returns the windows each node reported.
+    fn round(&self, now: u64) -> Vec<Vec<KeyId>> {
+        let mut reported = vec![Vec::new(); self.nodes.len()];
         for (i, node) in self.nodes.iter().enumerate() {
-            if let Some((batch, reports)) = node.collect_with_reports(now)
-                && i != 0
-            {
-                self.owner().merge(&batch, now);
-                self.owner().owner_heard(&batch, &reports, now, |_| Some(0));
+            if let Some((batch, reports)) = node.collect_with_reports(now) {
+                reported[i] = batch.updates.iter().map(|u| u.key).collect();
+                if i != 0 {
+                    self.owner().merge(&batch, now);
+                    self.owner().owner_heard(&batch, &reports, now, |_| Some(0));
+                }
             }
         }
         for grant in self.owner().owner_round(now, |_| true) {
             self.nodes[grant.user as usize - 1].accept_lease(&grant, now);
         }
+        reported
     }
 
     /// A check at node `i`; where it lacks a token it may ask for, the owner is asked and
@@ -221,4 +224,86 @@ fn a_user_whose_clock_is_behind_stays_within_the_limit() {
     }
     let worst = busiest(at, 1_000);
     assert!(worst <= 20, "{worst} in one window of 20");
+}
+
+/// A window far from its limit is reported about once in `CALM_ROUNDS` rounds, and leased for
+/// long enough to last until the next report; one that refuses is reported every round.
+#[test]
+fn a_calm_window_is_reported_and_leased_less_often() {
+    use crate::ledger::tuning::CALM_ROUNDS;
+    let c = Cluster::new(2);
+    let user = &c.nodes[1];
+    let reported = |key: &str, limit: Limit, per_round: u64| {
+        let id = user.key_id(key.as_bytes(), &limit.window);
+        let mut reports = 0;
+        let mut refused = 0;
+        for r in 0..50u64 {
+            let now = T0 + 1_000_000 * per_round + r * 200;
+            for k in 0..per_round {
+                if !c.check(1, key, limit, now + 1 + k) && r > 5 {
+                    refused += 1;
+                }
+            }
+            if c.round(now + 150)[1].contains(&id) {
+                reports += 1;
+            }
+        }
+        (reports, refused)
+    };
+    let (calm_reports, calm_refused) = reported("calm", second(1_000), 2);
+    assert_eq!(
+        calm_refused, 0,
+        "a calm window's leases last until its next report"
+    );
+    assert!(
+        calm_reports <= 50 / CALM_ROUNDS as usize + 3,
+        "a calm window reported in {calm_reports} of 50 rounds"
+    );
+    let (busy_reports, _) = reported("busy", second(5), 4);
+    assert!(
+        busy_reports >= 45,
+        "a refusing window reported in {busy_reports} of 50 rounds"
+    );
+}
+
+/// A lease of a day's window that lapses with tokens left is reported though nothing changed,
+/// so that the owner leases them again at once rather than a day later.
+#[test]
+fn a_lapsed_lease_of_a_long_window_is_reported_and_its_tokens_freed() {
+    let c = Cluster::new(3);
+    let limit = day(10);
+    let spec = limit.window;
+    let id = c.nodes[1].key_id(b"tenant", &spec);
+    let AskAnswer::Granted(lease) = c.owner().owner_ask(2, id, &spec, 10, 4, T0 + 15, T0, 0) else {
+        panic!("ten free");
+    };
+    c.nodes[1].accept_lease(
+        &LeaseGrant {
+            user: 2,
+            key: id,
+            window_ms: spec.window_ms(),
+            buckets: spec.buckets(),
+            lease,
+        },
+        T0,
+    );
+    assert!(check(&c.nodes[1], "tenant", &[limit], 1, T0 + 1).allowed);
+    // The spend is reported, and once more (against a lost datagram); then nothing changes.
+    c.round(T0 + 10);
+    c.round(T0 + 210);
+    assert!(!c.round(T0 + 300)[1].contains(&id), "nothing to report");
+    // Three left at node 1, leased until the lease ends plus a day: node 2 gets six.
+    let ask = |now: u64| match c.owner().owner_ask(3, id, &spec, 10, 9, now + 15, now, 0) {
+        AskAnswer::Granted(l) => l.count,
+        AskAnswer::Refused { .. } => 0,
+    };
+    assert_eq!(ask(T0 + 20), 6);
+    // The lease lapses; node 1's next round reports it, nothing else having changed.
+    let reported = c.round(lease.expires_ms + 1);
+    assert!(reported[1].contains(&id), "the lapse is reported");
+    assert_eq!(
+        ask(lease.expires_ms + 2),
+        3,
+        "the three left unspent are free again"
+    );
 }
