@@ -106,6 +106,10 @@ impl Collector for ClusterCollector {
                 ("future", m.future),
                 ("bad_shape", m.bad_shape + wire.bad_shape_entries),
                 ("table_full", m.table_full),
+                ("unsolicited", m.unsolicited),
+                ("version_jump", m.version_jump),
+                ("superseded", m.superseded),
+                ("not_from_origin", m.not_from_origin),
             ],
         )?;
         counter(

@@ -179,6 +179,17 @@ impl<T: TimeSource> NodeCore<T> {
     /// Pushes `to` this node's live registers and those of origins that are no longer
     /// members; in a large cluster, of the windows `to` owns.
     pub(super) fn push_bootstrap(&mut self, now: Now, to: Destination) {
+        self.push_bootstraps(now, &[to]);
+    }
+
+    /// [`NodeCore::push_bootstrap`] to each of `targets`, from one emission: the newcomers of
+    /// a round of a fleet forming may be hundreds, and an emission per newcomer would copy the
+    /// key table as often and advance this origin's version by as many (which peers bound:
+    /// `crdt::succession`).
+    pub(super) fn push_bootstraps(&mut self, now: Now, targets: &[Destination]) {
+        if targets.is_empty() {
+            return;
+        }
         let mut live: BTreeSet<OriginId> = self
             .membership
             .members()
@@ -186,18 +197,36 @@ impl<T: TimeSource> NodeCore<T> {
             .map(|m| OriginId(m.node.as_u128()))
             .collect();
         live.insert(self.limiter.origin());
-        let mut own = self.limiter.snapshot_local(now.cluster_ms);
-        let mut relayed = self.limiter.relay(now.cluster_ms, |o| !live.contains(&o));
-        if self.ownership.is_some()
-            && let Some(newcomer) = to.node
-        {
-            // In a large cluster a newcomer needs only the windows it now owns.
-            own.updates.retain(|u| self.owned_by(u.key, newcomer));
-            for batch in &mut relayed {
-                batch.updates.retain(|u| self.owned_by(u.key, newcomer));
+        let own = self.limiter.snapshot_local(now.cluster_ms);
+        let relayed = self.limiter.relay(now.cluster_ms, |o| !live.contains(&o));
+        for &to in targets {
+            match to.node.filter(|_| self.ownership.is_some()) {
+                // In a large cluster a newcomer needs only the windows it now owns.
+                Some(newcomer) => {
+                    let mut owned = |batch: &Batch| Batch {
+                        origin: batch.origin,
+                        updates: batch
+                            .updates
+                            .iter()
+                            .filter(|u| self.owned_by(u.key, newcomer))
+                            .cloned()
+                            .collect(),
+                    };
+                    let own = owned(&own);
+                    let relayed: Vec<Batch> = relayed
+                        .iter()
+                        .map(&mut owned)
+                        .filter(|b| !b.updates.is_empty())
+                        .collect();
+                    self.push_to(now, to, &own, &relayed);
+                }
+                None => self.push_to(now, to, &own, &relayed),
             }
-            relayed.retain(|b| !b.updates.is_empty());
         }
+    }
+
+    /// One bootstrap push: `own` and `relayed` registers to `to`, or word that there are none.
+    fn push_to(&mut self, now: Now, to: Destination, own: &Batch, relayed: &[Batch]) {
         if own.updates.is_empty() && relayed.is_empty() {
             // Nothing to push, said all the same: the newcomer waits for word from every
             // member before it serves (see `warmup.rs`).
@@ -208,9 +237,9 @@ impl<T: TimeSource> NodeCore<T> {
                 .seal(Kind::AntiEntropy, now.wall_ms, &body, to, compact);
             return;
         }
-        self.send_batch(now, Kind::AntiEntropy, &own, &[to]);
+        self.send_batch(now, Kind::AntiEntropy, own, &[to]);
         for batch in relayed {
-            self.send_batch(now, Kind::AntiEntropy, &batch, &[to]);
+            self.send_batch(now, Kind::AntiEntropy, batch, &[to]);
         }
     }
 

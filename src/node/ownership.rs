@@ -427,9 +427,7 @@ impl<T: TimeSource> NodeCore<T> {
             .as_mut()
             .map(|o| std::mem::take(&mut o.bootstraps))
             .unwrap_or_default();
-        for to in newcomers {
-            self.push_bootstrap(now, to);
-        }
+        self.push_bootstraps(now, &newcomers);
         let calm_round = self.rounds.is_multiple_of(CALM_EVERY);
         let resend_all = self
             .ownership

@@ -201,11 +201,28 @@ impl<T: TimeSource> NodeCore<T> {
             _ => decode_batch_stamped(rest, sender, stamp)
                 .map(|(registers, rejects)| (Some(registers), None, rejects)),
         };
-        let Ok((registers, sums, rejects)) = decoded else {
+        let Ok((mut registers, mut sums, rejects)) = decoded else {
             self.view.wire.dropped(DropReason::Malformed);
             return;
         };
         let mut report = MergeReport::default();
+        // A live member speaks for itself: its registers relayed by another are refused, or
+        // any member holding the key could send zero counts for it, or a version no register
+        // of its own would rank above. Registers of origins that are not live come relayed
+        // (bootstrap pushes of departed and restarted origins). Sums are their sender's own.
+        if let Some(batch) = &registers
+            && batch.origin != sender
+            && self.speaks_for_itself(batch.origin.0)
+        {
+            report.not_from_origin += batch.updates.len() as u64;
+            registers = None;
+        }
+        if let Some(batch) = &sums
+            && batch.origin != sender
+        {
+            report.not_from_origin += batch.updates.len() as u64;
+            sums = None;
+        }
         // In an insecure cluster, a sender is a subscriber (or an owner registers go to) only
         // at its own address: a forged datagram must not point an owner's sums, or a user's
         // registers, elsewhere.
@@ -216,7 +233,7 @@ impl<T: TimeSource> NodeCore<T> {
             node: Some(header.sender),
         };
         if let Some(batch) = registers {
-            report.add(&self.limiter.merge(&batch, now.cluster_ms));
+            report.add(&self.limiter.merge_sent_by(&batch, sender, now.cluster_ms));
             if matches!(header.kind, Kind::Summary | Kind::Exchange)
                 && self.ownership.is_some()
                 && at_own_address
@@ -245,6 +262,12 @@ impl<T: TimeSource> NodeCore<T> {
             }
         }
         self.view.wire.merged(&report, rejects.bad_shape);
+    }
+
+    /// Whether `origin` is a live member (in the member list, not suspected at the last
+    /// round): only its own datagrams carry its registers.
+    fn speaks_for_itself(&self, origin: u128) -> bool {
+        self.liveness.is_member(origin) && !self.suspects.contains(&origin)
     }
 
     /// The windows of `batch` this node holds.

@@ -26,6 +26,7 @@ mod expected_size;
 mod inspection;
 mod key;
 mod liveness;
+mod merge_report;
 mod origin;
 mod own_demand;
 mod replication;
