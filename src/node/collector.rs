@@ -112,6 +112,14 @@ impl Collector for ClusterCollector {
                 ("not_from_origin", m.not_from_origin),
             ],
         )?;
+        gauge(
+            e,
+            "rules_mismatched_members",
+            "Live members whose rules (as they last said) differ from this node's",
+            self.view
+                .rules_mismatched_members
+                .load(std::sync::atomic::Ordering::Relaxed) as i64,
+        )?;
         counter(
             e,
             "gossip_rounds",

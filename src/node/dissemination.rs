@@ -64,6 +64,7 @@ impl<T: TimeSource> NodeCore<T> {
         }
         self.update_live(now);
         self.update_readiness(now);
+        self.compare_rules(now);
         let batch = self.limiter.collect_changed(now.cluster_ms);
         self.view
             .wire
@@ -76,6 +77,13 @@ impl<T: TimeSource> NodeCore<T> {
         let peers: Vec<Destination> = self.membership.members().iter().map(destination).collect();
         if peers.is_empty() {
             return now;
+        }
+        // Every member hears now and then what this build reads and which rules it enforces
+        // (in owner mode, the members this node exchanges with: `owner_round`).
+        for peer in &peers {
+            if self.may_push_to(peer.addr) {
+                self.announce_features(now, *peer);
+            }
         }
         // Registers go only where they can be received (see `return_route.rs`); the others
         // get a heartbeat, as does everyone in a round with nothing to send.
@@ -260,11 +268,35 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// A heartbeat to `to` with `flags` after its prefix (`features.rs`), which older builds
-    /// read no further than the prefix.
+    /// read no further than the prefix, and then the digest of this node's rules
+    /// (`rules_digest.rs`), which they do not read.
     pub(super) fn send_flags(&mut self, now: Now, to: Destination, flags: u8) {
         let mut body = self.body_prefix(to);
         body.push(flags);
+        let digest = self.params.rules_digest.get();
+        if digest != 0 {
+            body.extend_from_slice(&digest.to_le_bytes());
+        }
         self.seal(now, Kind::Heartbeat, &body, to);
+    }
+
+    /// Compares this node's rules with what the live members said of theirs; a change of this
+    /// node's is announced to every member at its next chance.
+    fn compare_rules(&mut self, now: Now) {
+        let live = self
+            .membership
+            .member_ids()
+            .into_iter()
+            .filter(|m| !self.suspects.contains(m));
+        let (changed, mismatched) = self
+            .rules
+            .round(self.params.rules_digest.get(), live, now.at);
+        if changed {
+            self.features.announce_again();
+        }
+        self.view
+            .rules_mismatched_members
+            .store(mismatched as u64, Ordering::Relaxed);
     }
 
     /// Whether a datagram to `to` goes under the compact header: once `to` said it reads one

@@ -56,6 +56,9 @@ pub struct NodeParams {
     /// same. Default: derived from `cluster_id` as [`NodeParams::new`] sets it
     /// ([`super::placement::ring_key_of_cluster`]).
     pub ring_key: [u8; 32],
+    /// The digest of the rules this node enforces, as the rules layer keeps it up to date
+    /// (`rules_digest.rs`): said to the members, compared with theirs. Default: none (0).
+    pub rules_digest: super::RulesDigest,
 }
 
 impl NodeParams {
@@ -81,6 +84,7 @@ impl NodeParams {
             state_path: None,
             dissemination: super::Dissemination::Auto,
             ring_key: super::placement::ring_key_of_cluster("limitmesh"),
+            rules_digest: super::RulesDigest::default(),
         }
     }
 

@@ -158,6 +158,18 @@ impl<T: TimeSource> NodeCore<T> {
             self.liveness.counted(header.sender, count, now.at);
         }
         if header.kind == Kind::Heartbeat {
+            // The digest of the sender's rules, after its flags (`rules_digest.rs`): taken from
+            // a datagram bound to this node, from a sender shown to receive, whether or not it
+            // is a member yet (it announces as soon as it sees this node, often first).
+            if header.addressed
+                && from_receives
+                && let Some(digest) = rest
+                    .get(1..1 + super::rules_digest::DIGEST_LEN)
+                    .and_then(|d| <[u8; 8]>::try_from(d).ok())
+            {
+                self.rules
+                    .heard(header.sender, u64::from_le_bytes(digest), now.at);
+            }
             // Flags past the prefix: what the sender's build reads (`features.rs`). Taken only
             // from a datagram bound to this node and sent from the member's own address.
             if let Some(flags) = rest.first()
