@@ -3,6 +3,7 @@
 //! it cannot have emitted after them.
 
 use super::*;
+use crate::crdt::Arbitration;
 use crate::crdt::succession::{MAX_VERSION_LEAD, OVERTAKEN_WITHIN_MS};
 
 /// Origin 1's register of window `k` as emitted in its batch, with another stamp and counts.
@@ -57,9 +58,20 @@ fn a_version_further_ahead_than_the_origin_could_emit_is_refused_and_counted() {
 
 #[test]
 fn the_origins_own_register_replaces_a_forged_one_it_cannot_have_followed() {
+    for arbitration in [Arbitration::VectorDominance, Arbitration::MaxTimestamp] {
+        the_origin_replaces_a_forgery(LimiterConfig {
+            arbitration,
+            ..LimiterConfig::default()
+        });
+    }
+}
+
+/// Under either order a forged register ranks above the origin's next: by its version, or
+/// by its stamp 5 s ahead.
+fn the_origin_replaces_a_forgery(config: LimiterConfig) {
     let (a, b) = (
-        limiter_with(LimiterConfig::default(), 1),
-        limiter_with(LimiterConfig::default(), 2),
+        limiter_with(config.clone(), 1),
+        limiter_with(config.clone(), 2),
     );
     let lim = [second(1_000)];
     admitted_in(&a, "k", &lim, 40, T0);
@@ -78,7 +90,7 @@ fn the_origins_own_register_replaces_a_forged_one_it_cannot_have_followed() {
     assert_eq!((report.superseded, report.stale), (1, 0));
     assert_eq!(held_of(&b, 1, &lim[0], T0 + 201), 45.0);
     // Relayed by anyone else, the same register would have been stale.
-    let c = limiter_with(LimiterConfig::default(), 3);
+    let c = limiter_with(config, 3);
     c.merge(&forged, T0 + 3);
     let relayed = c.merge(&next, T0 + 201);
     assert_eq!((relayed.dominated, relayed.superseded), (1, 0));
