@@ -58,6 +58,7 @@ pub use self::driver::Node;
 pub use self::outbox::Outgoing;
 pub use self::ownership::{BACK_TO_FULL_MESH, Dissemination, FULL_MESH_UP_TO};
 pub use self::params::NodeParams;
+pub use self::placement::ring_key_of_cluster;
 pub use self::rules_digest::RulesDigest;
 pub use self::stats::{WireSnapshot, WireStats};
 pub use self::view::{ClusterView, MemberInfo, MemberState};

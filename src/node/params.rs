@@ -51,10 +51,11 @@ pub struct NodeParams {
     /// How registers spread: by cluster size (the default), or one way whatever the size.
     pub dissemination: super::Dissemination,
     /// Places members on the ring of window owners (`placement.rs`): a secret every member
-    /// shares, so that nobody outside the cluster can compute where a boot id lands, and
-    /// nobody inside can solve for one that lands where it likes. Every member must have the
-    /// same. Default: derived from `cluster_id` as [`NodeParams::new`] sets it
-    /// ([`super::placement::ring_key_of_cluster`]).
+    /// shares, so that nobody outside the cluster can compute where a boot id lands and no one
+    /// can solve for a boot id that lands where it likes (a member that holds the key can only
+    /// try ids at random). Every member must have the same. Default: derived from
+    /// `cluster_id` as [`NodeParams::new`] and [`NodeParams::set_cluster_id`] set it
+    /// ([`super::ring_key_of_cluster`]).
     pub ring_key: [u8; 32],
     /// The digest of the rules this node enforces, as the rules layer keeps it up to date
     /// (`rules_digest.rs`): said to the members, compared with theirs. Default: none (0).
