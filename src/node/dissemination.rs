@@ -78,13 +78,6 @@ impl<T: TimeSource> NodeCore<T> {
         if peers.is_empty() {
             return now;
         }
-        // Every member hears now and then what this build reads and which rules it enforces
-        // (in owner mode, the members this node exchanges with: `owner_round`).
-        for peer in &peers {
-            if self.may_push_to(peer.addr) {
-                self.announce_features(now, *peer);
-            }
-        }
         // Registers go only where they can be received (see `return_route.rs`); the others
         // get a heartbeat, as does everyone in a round with nothing to send.
         let (receiving, unverified): (Vec<Destination>, Vec<Destination>) =
@@ -96,6 +89,12 @@ impl<T: TimeSource> NodeCore<T> {
                     Ordering::Relaxed,
                 );
                 self.send_batch(now, Kind::Summary, &batch, &receiving);
+                // Every member hears now and then what this build reads and which rules it
+                // enforces (in owner mode, the members this node exchanges with:
+                // `owner_round`); these in a heartbeat of their own.
+                for peer in &receiving {
+                    self.announce_features(now, *peer);
+                }
                 unverified
             }
             _ => receiving.into_iter().chain(unverified).collect(),
@@ -107,7 +106,10 @@ impl<T: TimeSource> NodeCore<T> {
             {
                 continue;
             }
-            let body = self.body_prefix(peer);
+            // The others in the heartbeat they get anyway.
+            let flags = (self.may_push_to(peer.addr) && self.announce_due(now, peer))
+                .then_some(super::features::READS);
+            let body = self.heartbeat_body(peer, flags);
             self.seal(now, Kind::Heartbeat, &body, peer);
         }
         now
@@ -271,13 +273,21 @@ impl<T: TimeSource> NodeCore<T> {
     /// read no further than the prefix, and then the digest of this node's rules
     /// (`rules_digest.rs`), which they do not read.
     pub(super) fn send_flags(&mut self, now: Now, to: Destination, flags: u8) {
-        let mut body = self.body_prefix(to);
-        body.push(flags);
-        let digest = self.params.rules_digest.get();
-        if digest != 0 {
-            body.extend_from_slice(&digest.to_le_bytes());
-        }
+        let body = self.heartbeat_body(to, Some(flags));
         self.seal(now, Kind::Heartbeat, &body, to);
+    }
+
+    /// A heartbeat's body to `to`: the prefix, and `flags` with this node's rules digest.
+    fn heartbeat_body(&self, to: Destination, flags: Option<u8>) -> Vec<u8> {
+        let mut body = self.body_prefix(to);
+        if let Some(flags) = flags {
+            body.push(flags);
+            let digest = self.params.rules_digest.get();
+            if digest != 0 {
+                body.extend_from_slice(&digest.to_le_bytes());
+            }
+        }
+        body
     }
 
     /// Compares this node's rules with what the live members said of theirs; a change of this
@@ -316,12 +326,17 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// Tells `to` what this build reads, unless it was told lately (`features.rs`).
     pub(super) fn announce_features(&mut self, now: Now, to: Destination) {
-        let Some(member) = to.node.filter(|m| self.liveness.is_member(*m)) else {
-            return;
-        };
-        if self.features.announce_due(member, now.at) {
+        if self.announce_due(now, to) {
             self.send_flags(now, to, super::features::READS);
         }
+    }
+
+    /// Whether `to` is a member due this node's flags (`features.rs`); if so, counts them as
+    /// told.
+    fn announce_due(&mut self, now: Now, to: Destination) -> bool {
+        to.node
+            .filter(|m| self.liveness.is_member(*m))
+            .is_some_and(|m| self.features.announce_due(m, now.at))
     }
 
     /// Sends `to` this node's `registers` of windows it owns and this node's `sums` of windows
