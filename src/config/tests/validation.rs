@@ -32,7 +32,9 @@ fn insecure_gossip_stays_on_this_machine_and_the_error_says_so() {
               seed_dns = \"localhost:7946\"\ninsecure = true\n";
     parse_ok(ok, &[]);
     // Each address that leaves the machine, in the file or from the environment.
-    let cases: [(&str, &str, &[(&str, &str)]); 5] = [
+    // The field, a line of the file, variables of the environment.
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: [Case; 5] = [
         // Listening on every interface, even if it advertises loopback.
         (
             "cluster.bind",
