@@ -40,7 +40,7 @@ pub(super) struct LedgerNode {
     /// The ring generation and lease permission the limiter's view was made from.
     installed: Option<(u64, bool)>,
     /// The ring of the installed view.
-    ring: Ring,
+    ring: Option<Ring>,
 }
 
 /// The limiter's view of the owners: see the module documentation.
@@ -107,11 +107,11 @@ impl<T: TimeSource> NodeCore<T> {
         if ledger.installed == Some((generation, may_lease)) {
             return;
         }
-        if ledger.installed.is_some_and(|(g, _)| g != generation) {
-            let old = std::mem::replace(&mut ledger.ring, ring.clone());
+        let old = ledger.ring.replace(ring.clone());
+        if ledger.installed.is_some_and(|(g, _)| g != generation)
+            && let Some(old) = old
+        {
             ledger.before.push_back((now.cluster_ms, old));
-        } else {
-            ledger.ring = ring.clone();
         }
         ledger
             .before
@@ -123,7 +123,7 @@ impl<T: TimeSource> NodeCore<T> {
         }
         ledger.installed = Some((generation, may_lease));
         self.limiter.set_owner_view(Box::new(RingView {
-            ring: ledger.ring.clone(),
+            ring: ring.clone(),
             before: ledger.before.iter().cloned().collect(),
             floor_quiet_until_ms: ledger.floor_quiet_until_ms,
             quiet_ms,

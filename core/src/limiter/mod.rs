@@ -29,6 +29,7 @@ mod ledger_emission;
 mod ledger_owner;
 mod ledger_user;
 mod liveness;
+mod merge_report;
 mod origin;
 mod own_demand;
 mod replication;

@@ -263,6 +263,7 @@ fn a_zero_limit_blocks_without_error() {
 mod cache;
 mod cluster;
 mod ledger;
+mod forged;
 mod table_full;
 
 #[test]
