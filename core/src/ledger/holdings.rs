@@ -41,16 +41,33 @@ struct Book {
     seen: SmallVec<[(u128, u32); 1]>,
     /// Handed back: nothing more is spent.
     closed: bool,
-}
-
-/// The leases a user holds for one window. See the module documentation.
-#[derive(Debug, Default)]
-pub struct Holdings {
-    book: ArcSwapOption<Book>,
     /// The owner refused an ask: none is sent again before this time (ms).
     ask_again_at_ms: AtomicU64,
     /// When this node last reported the window to its owner (ms).
     reported_at_ms: AtomicU64,
+}
+
+impl Book {
+    /// A book with `leases`, the rest carried over from `old`.
+    fn next(old: Option<&Book>, leases: Vec<Arc<Held>>, closed: bool) -> Self {
+        let carried = |f: fn(&Book) -> &AtomicU64| {
+            AtomicU64::new(old.map_or(0, |b| f(b).load(Ordering::Relaxed)))
+        };
+        Self {
+            leases,
+            seen: old.map(|b| b.seen.clone()).unwrap_or_default(),
+            closed,
+            ask_again_at_ms: carried(|b| &b.ask_again_at_ms),
+            reported_at_ms: carried(|b| &b.reported_at_ms),
+        }
+    }
+}
+
+/// The leases a user holds for one window. See the module documentation. One pointer: a
+/// window that never held a lease costs nothing more.
+#[derive(Debug, Default)]
+pub struct Holdings {
+    book: ArcSwapOption<Book>,
 }
 
 /// Tokens taken by [`Holdings::try_spend`], to give back if the request is not admitted after
@@ -124,17 +141,25 @@ impl Holdings {
 
     /// Whether an ask may go to the owner at `now_ms` (it has not refused one lately).
     pub fn may_ask(&self, now_ms: u64) -> bool {
-        now_ms >= self.ask_again_at_ms.load(Ordering::Relaxed)
+        self.book
+            .load()
+            .as_ref()
+            .is_none_or(|b| now_ms >= b.ask_again_at_ms.load(Ordering::Relaxed))
     }
 
-    /// The owner refused an ask: none until `at_ms`.
+    /// The owner refused an ask: none until `at_ms`. (A book is made for a window that holds
+    /// none; a writer replacing the book at the same moment may lose this, which only lets
+    /// the next ask go sooner.)
     pub fn ask_again_at(&self, at_ms: u64) {
-        self.ask_again_at_ms.fetch_max(at_ms, Ordering::Relaxed);
-    }
-
-    /// A lease arrived: asking is open again.
-    fn may_ask_again(&self) {
-        self.ask_again_at_ms.store(0, Ordering::Relaxed);
+        if self.book.load().is_none() {
+            self.book.rcu(|old| {
+                old.clone()
+                    .or_else(|| Some(Arc::new(Book::next(None, Vec::new(), false))))
+            });
+        }
+        if let Some(b) = self.book.load().as_ref() {
+            b.ask_again_at_ms.fetch_max(at_ms, Ordering::Relaxed);
+        }
     }
 
     /// Tokens spendable at `now_ms`.
@@ -177,7 +202,10 @@ impl Holdings {
 
     /// When this node last reported the window (0: never).
     pub fn reported_at_ms(&self) -> u64 {
-        self.reported_at_ms.load(Ordering::Relaxed)
+        self.book
+            .load()
+            .as_ref()
+            .map_or(0, |b| b.reported_at_ms.load(Ordering::Relaxed))
     }
 
     /// Whether anything is held (spendable now or later).
@@ -220,12 +248,11 @@ impl Holdings {
             }));
             leases.sort_by_key(|h| (h.lease.expires_ms, h.lease.owner, h.lease.seq));
         }
-        self.book.store(Some(Arc::new(Book {
-            leases,
-            seen,
-            closed: false,
-        })));
-        self.may_ask_again();
+        let mut book = Book::next(old, leases, false);
+        book.seen = seen;
+        // A lease arrived: asking is open again.
+        book.ask_again_at_ms = AtomicU64::new(0);
+        self.book.store(Some(Arc::new(book)));
         true
     }
 
@@ -234,9 +261,12 @@ impl Holdings {
     /// serialised. Read before the ring (see the module documentation).
     pub fn report(&self, now_ms: u64, margin_ms: u64) -> HoldingsReport {
         let Some(current) = self.book.load_full() else {
-            self.reported_at_ms.store(now_ms, Ordering::Relaxed);
+            let book = Book::next(None, Vec::new(), false);
+            book.reported_at_ms.store(now_ms, Ordering::Relaxed);
+            self.book.store(Some(Arc::new(book)));
             return HoldingsReport::default();
         };
+        current.reported_at_ms.store(now_ms, Ordering::Relaxed);
         if current.closed {
             return closed_report(&current, Vec::new());
         }
@@ -250,13 +280,9 @@ impl Holdings {
             .iter()
             .filter_map(|h| held_of(h, h.unspent()))
             .collect();
-        self.reported_at_ms.store(now_ms, Ordering::Relaxed);
         if keep.len() != current.leases.len() {
-            self.book.store(Some(Arc::new(Book {
-                leases: keep,
-                seen: current.seen.clone(),
-                closed: false,
-            })));
+            self.book
+                .store(Some(Arc::new(Book::next(Some(&current), keep, false))));
         }
         HoldingsReport {
             seen: current.seen.to_vec(),
@@ -270,21 +296,17 @@ impl Holdings {
     /// took its token before (and is in the ring) or finds none.
     pub fn close(&self) -> HoldingsReport {
         let Some(current) = self.book.load_full() else {
-            return HoldingsReport {
-                closed: true,
-                ..HoldingsReport::default()
-            };
+            let closed = Book::next(None, Vec::new(), true);
+            let report = closed_report(&closed, Vec::new());
+            self.book.store(Some(Arc::new(closed)));
+            return report;
         };
         let mut returned = Vec::new();
         for h in &current.leases {
             let before = h.spent.swap(h.lease.count, Ordering::AcqRel);
             returned.extend(held_of(h, h.lease.count.saturating_sub(before)));
         }
-        let closed = Book {
-            leases: Vec::new(),
-            seen: current.seen.clone(),
-            closed: true,
-        };
+        let closed = Book::next(Some(&current), Vec::new(), true);
         let report = closed_report(&closed, returned);
         self.book.store(Some(Arc::new(closed)));
         report
