@@ -337,10 +337,14 @@ impl<T: TimeSource> NodeCore<T> {
     /// leave its users without sums until SWIM declares it down, seconds later, while both
     /// sides admit. So a change of the suspects rebuilds the ring too.
     pub(super) fn refresh_ring(&mut self) {
+        // Under the ledger a suspect stays on the ring until SWIM declares it down: a window
+        // changes owner only once its owner is down (or gone), by which time an owner cut off
+        // with a partition's minority has stopped leasing (`ledger.rs`).
+        let keep_suspects = self.limiter.is_ledger();
         let Some(ownership) = self.ownership.as_mut() else {
             return;
         };
-        if self.suspects != ownership.suspects {
+        if !keep_suspects && self.suspects != ownership.suspects {
             ownership.suspects = self.suspects.clone();
             ownership.stale = true;
         }
@@ -351,7 +355,7 @@ impl<T: TimeSource> NodeCore<T> {
             .membership
             .members()
             .iter()
-            .filter(|m| !ownership.suspects.contains(&m.node.as_u128()))
+            .filter(|m| keep_suspects || !ownership.suspects.contains(&m.node.as_u128()))
             .map(|m| Member {
                 id: m.node.as_u128(),
                 addr: m.addr,

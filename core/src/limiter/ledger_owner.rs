@@ -206,8 +206,8 @@ impl Limiter {
         }
     }
 
-    /// A round's leases for every window this node leases: each user heard from since the
-    /// last round wants what it is offered over a lease, less what it holds. A calm window
+    /// A round's leases for every window this node leases: each user heard from within a calm
+    /// lease wants what it is offered over a lease, less what it holds past the next round. A calm window
     /// (see [`CALM_ROUNDS`]) is leased for that many rounds and one more, with twice the
     /// demand; a busy one for [`LedgerTiming::lease_ms`].
     ///
@@ -219,7 +219,9 @@ impl Limiter {
         let round = self.config.gossip_interval_ms;
         let calm_lease_ms = (crate::ledger::tuning::CALM_ROUNDS + 1) * round;
         let kept_since = now_ms.saturating_sub(2 * calm_lease_ms);
-        let heard_since = now_ms.saturating_sub(round);
+        // Users heard within a calm lease are still active: each is leased again before what
+        // it holds lapses, whether or not it reported this round.
+        let active_since = now_ms.saturating_sub(calm_lease_ms);
         let mut out = Vec::new();
         owned.windows.retain(|key, w| {
             if !owns(*key) {
@@ -232,7 +234,7 @@ impl Limiter {
             let Some(limit) = w.books.limit(kept_since) else {
                 return !w.books.is_empty();
             };
-            let demands: Vec<(u128, u32)> = w.books.demands(heard_since).collect();
+            let demands: Vec<(u128, u32)> = w.books.demands(active_since).collect();
             if demands.is_empty() {
                 return true;
             }
@@ -252,20 +254,46 @@ impl Limiter {
                 .map(|(_, per_s)| (2 * u64::from(*per_s) * calm_lease_ms).div_ceil(1_000))
                 .sum();
             let calm = 2 * (taken + calm_want) <= u64::from(limit);
-            let (lease_ms, factor) = if calm {
-                (calm_lease_ms, 2)
+            let lease_ms = if calm {
+                calm_lease_ms
             } else {
-                (self.config.ledger.lease_ms, 1)
+                self.config.ledger.lease_ms
             };
             params.lease_ms = lease_ms;
             params.horizon_ms = lease_ms;
-            let wants: Vec<(u128, u64)> = demands
+            // What each user is expected to spend over a lease.
+            let expected: Vec<(u128, u64)> = demands
                 .iter()
-                .map(|(user, per_s)| {
-                    let need = (factor * u64::from(*per_s) * lease_ms).div_ceil(1_000);
+                .map(|(user, per_s)| (*user, (u64::from(*per_s) * lease_ms).div_ceil(1_000)))
+                .collect();
+            let total: u64 = expected.iter().map(|(_, e)| e).sum();
+            let (from, until) = params.span_of(now_ms, now_ms + lease_ms);
+            let room = w
+                .books
+                .occupancy(&spends, now_ms, &params)
+                .room(u64::from(limit), from, until);
+            let spare = room.saturating_sub(total);
+            // Where the window has room for more than its users are expected to spend, each
+            // also gets a cushion against chance (three deviations of a Poisson count, and as
+            // much again on a calm window), at most its part of the room to spare: a user whose
+            // load rises by chance is then not refused until its next lease. Where it has not,
+            // the expected spending is what the room is split by.
+            let wants: Vec<(u128, u64)> = expected
+                .iter()
+                .map(|(user, e)| {
+                    let chance = (3.0 * (*e as f64).sqrt()).ceil() as u64 + 1;
+                    let cushion = chance + if calm { *e } else { 0 };
+                    let part = if total > 0 {
+                        spare * e / total
+                    } else {
+                        spare / expected.len() as u64
+                    };
+                    let want = e + cushion.min(part);
                     (
                         *user,
-                        need.saturating_sub(w.books.held_by(*user, now_ms, &params)),
+                        // What it holds past the next round: a lease that lapses before then
+                        // is renewed now.
+                        want.saturating_sub(w.books.held_by(*user, now_ms + round, &params)),
                     )
                 })
                 .collect();
