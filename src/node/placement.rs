@@ -38,7 +38,10 @@ pub fn ring_key_of_cluster(cluster_id: &str) -> RingKey {
 /// The ring key of a cluster with a naming secret (`cluster.naming_key`): the points then
 /// are as hard to place as the window names are to guess.
 pub fn ring_key_of_secret(naming_secret: &[u8; 32]) -> RingKey {
-    blake3::derive_key("limitmesh ring points from the naming secret", naming_secret)
+    blake3::derive_key(
+        "limitmesh ring points from the naming secret",
+        naming_secret,
+    )
 }
 
 /// A member on the ring.

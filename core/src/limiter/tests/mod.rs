@@ -262,8 +262,8 @@ fn a_zero_limit_blocks_without_error() {
 
 mod cache;
 mod cluster;
-mod ledger;
 mod forged;
+mod ledger;
 mod table_full;
 
 #[test]
