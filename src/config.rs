@@ -224,6 +224,16 @@ pub enum PartitionPolicyName {
     Available,
 }
 
+/// How a node admits: `share` (each node takes its share of a window's limit, computed from
+/// the demands it hears) or `ledger` (owners lease tokens, nodes spend them; see
+/// `limitmesh::limiter::Policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AdmissionName {
+    Share,
+    Ledger,
+}
+
 /// See `limitmesh::limiter::TableFullPolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -252,6 +262,11 @@ pub struct LimiterSettings {
     /// `strict`: in a partition each side takes its share of the limit, so the cluster stays
     /// within it; `available`: each side may use the whole limit. Default: `strict`.
     pub partition_policy: PartitionPolicyName,
+    /// `share` or `ledger` (owners lease tokens, nodes spend them). Default: `share`.
+    pub admission: AdmissionName,
+    /// Under `ledger`: how long a request that finds no token waits for the window's owner
+    /// (and for a held token that becomes valid). 1 to 1000. Default: 15.
+    pub ask_wait_ms: u64,
     /// `vector-dominance` (higher version wins) or `max-timestamp` (later clock stamp wins).
     /// Default: `vector-dominance`.
     pub arbitration: ArbitrationName,
@@ -282,6 +297,8 @@ impl Default for LimiterSettings {
             max_keys: core.max_keys,
             when_table_full: TableFullPolicyName::Deny,
             partition_policy: PartitionPolicyName::Strict,
+            admission: AdmissionName::Share,
+            ask_wait_ms: core.ledger.ask_wait_ms,
             arbitration: ArbitrationName::VectorDominance,
             onset_ms: core.onset_ms,
             expected_hold_ms: core.expected_hold_ms,

@@ -21,9 +21,10 @@ use crate::admin::{self, AdminState, JsonRoute};
 use crate::clock::{Clock, OffsetSystemClock};
 use crate::config::{Config, ConfigError};
 use crate::gossip::wire::WireError;
+use crate::limiter::Policy;
 use crate::metrics::Metrics;
 use crate::node::{ClusterCollector, Node, NodeBuilder, NodeError, NodeKeys};
-use crate::rpc::{self, HealthHandle, RpcContext};
+use crate::rpc::{self, HealthHandle, RpcContext, TokenWait};
 use crate::rules::{Reload, RulesError, RulesHandle};
 
 /// Resolves on SIGTERM or SIGINT: what stops a node process.
@@ -291,7 +292,9 @@ pub async fn run(
     };
 
     // The cluster node.
-    let (commands, command_rx) = mpsc::channel(8);
+    // Room for the asks of a burst of requests; an ask that finds it full is skipped (the
+    // request waits for what another's ask brings).
+    let (commands, command_rx) = mpsc::channel(64);
     let node = Node::new(core, Arc::new(bound.gossip));
     let node_task = tokio::spawn(node.run(command_rx, stopped(node_stop_rx)));
     if !config.cluster.seed_dns.is_empty() {
@@ -329,6 +332,11 @@ pub async fn run(
         clock: clock.clone() as Arc<dyn Clock>,
         members: view.clone(),
         metrics: metrics.clone(),
+        tokens: matches!(limiter.config().policy, Policy::Ledger(_)).then(|| TokenWait {
+            commands: commands.clone(),
+            view: view.clone(),
+            wait_ms: limiter.config().ledger.ask_wait_ms,
+        }),
     };
     let grpc_addr = bound.grpc.local_addr().unwrap_or_else(|_| unspecified());
     let incoming = rpc::tcp_incoming(bound.grpc);

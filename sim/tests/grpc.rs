@@ -84,6 +84,7 @@ async fn node_main(i: usize, limiters: Arc<Mutex<Vec<Option<Arc<Limiter>>>>>) ->
         clock: clock as Arc<dyn Clock>,
         members: view,
         metrics: Arc::new(Metrics::new()),
+        tokens: None,
     };
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", GRPC_PORT)).await?;
     let (_commands, rx) = tokio::sync::mpsc::channel(1);

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{
-    ArbitrationName, Config, ConfigError, DEMO_RULES_NAME, DEMO_RULES_YAML, JsonCheckName,
-    PartitionPolicyName, RateLimitHeadersName, TableFullPolicyName,
+    AdmissionName, ArbitrationName, Config, ConfigError, DEMO_RULES_NAME, DEMO_RULES_YAML,
+    JsonCheckName, PartitionPolicyName, RateLimitHeadersName, TableFullPolicyName,
 };
 use crate::crdt::Arbitration;
-use crate::limiter::{LimiterConfig, PartitionPolicy, Policy, TableFullPolicy};
+use crate::limiter::{LedgerTiming, LimiterConfig, PartitionPolicy, Policy, TableFullPolicy};
 use crate::node::NodeParams;
 use crate::rpc::{RateLimitHeaders, ServeOptions};
 use crate::rules::{LoadOptions, RulesSource};
@@ -21,10 +21,16 @@ impl Config {
         let l = &self.limiter;
         LimiterConfig {
             max_keys: l.max_keys,
-            policy: Policy::DemandShare(match l.partition_policy {
-                PartitionPolicyName::Strict => PartitionPolicy::Strict,
-                PartitionPolicyName::Available => PartitionPolicy::Available,
-            }),
+            policy: {
+                let partition = match l.partition_policy {
+                    PartitionPolicyName::Strict => PartitionPolicy::Strict,
+                    PartitionPolicyName::Available => PartitionPolicy::Available,
+                };
+                match l.admission {
+                    AdmissionName::Share => Policy::DemandShare(partition),
+                    AdmissionName::Ledger => Policy::Ledger(partition),
+                }
+            },
             arbitration: match l.arbitration {
                 ArbitrationName::VectorDominance => Arbitration::VectorDominance,
                 ArbitrationName::MaxTimestamp => Arbitration::MaxTimestamp,
@@ -36,6 +42,10 @@ impl Config {
             when_full: match l.when_table_full {
                 TableFullPolicyName::Deny => TableFullPolicy::Deny,
                 TableFullPolicyName::Error => TableFullPolicy::Error,
+            },
+            ledger: LedgerTiming {
+                ask_wait_ms: l.ask_wait_ms,
+                ..LedgerTiming::default()
             },
             ..LimiterConfig::default()
         }

@@ -184,6 +184,11 @@ pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigErro
 
     let limiter = &config.limiter;
     at_least("limiter.max_keys", limiter.max_keys as u64, 1, p)?;
+    // A request waits this long inside the caller's own deadline (Envoy's is 20 ms by
+    // default); a second is past any caller's patience.
+    if !(1..=1_000).contains(&limiter.ask_wait_ms) {
+        return Err(invalid("limiter.ask_wait_ms", p, "must be 1 to 1000"));
+    }
     // Each save writes every live register: more often than a second is disk work for little.
     at_least(
         "limiter.state_save_interval_ms",

@@ -289,6 +289,7 @@ impl<T: TimeSource> NodeCore<T> {
     pub fn leave(&mut self, now: Now) {
         self.warmup = None;
         let now = self.summary_round(now);
+        self.hand_back(now);
         self.settle(now);
         self.member_log.leaving();
         self.membership.leave(now.at);

@@ -6,7 +6,8 @@
 //! (`placement.rs`), as in owner mode. The limiter sees the ring through [`RingView`]: a
 //! member that became a window's owner when the ring changed leases nothing for a quiet period
 //! (the previous owner's leases lapse, and their users report what they spent), and under
-//! `strict` only a node whose side holds a majority of the members expected leases at all.
+//! `strict` a node leases only its side's part of each limit (the members it sees over the
+//! members expected).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -37,10 +38,36 @@ pub(super) struct LedgerNode {
     before: VecDeque<(u64, Ring)>,
     /// No window leases before this: a change fell out of `before`.
     floor_quiet_until_ms: u64,
-    /// The ring generation and lease permission the limiter's view was made from.
-    installed: Option<(u64, bool)>,
+    /// The ring generation and lease part the limiter's view was made from.
+    installed: Option<(u64, (u64, u64))>,
     /// The ring of the installed view.
     ring: Option<Ring>,
+    /// `(since when, part)` of the lease parts in force within the last quiet period, oldest
+    /// first (see [`NodeCore::lease_part`]).
+    parts: VecDeque<(u64, (u64, u64))>,
+}
+
+impl LedgerNode {
+    /// The part to lease at `now_ms` given the side's part now: the least of those in force
+    /// within the last `quiet_ms`. A part falls at once (members went out of sight); it rises
+    /// only a quiet period after the members came back, once their registers have told the
+    /// owner what their side spent while apart.
+    fn part_at(&mut self, now_ms: u64, part: (u64, u64), quiet_ms: u64) -> (u64, u64) {
+        if self.parts.back().is_none_or(|(_, p)| *p != part) {
+            self.parts.push_back((now_ms, part));
+        }
+        // A part stays while the one after it began within the quiet period.
+        while self.parts.len() > 1 && self.parts[1].0 + quiet_ms <= now_ms {
+            self.parts.pop_front();
+        }
+        self.parts
+            .iter()
+            .map(|(_, p)| *p)
+            .min_by(|a, b| {
+                (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
+            })
+            .unwrap_or(part)
+    }
 }
 
 /// The limiter's view of the owners: see the module documentation.
@@ -50,7 +77,7 @@ struct RingView {
     before: Vec<(u64, Ring)>,
     floor_quiet_until_ms: u64,
     quiet_ms: u64,
-    may_lease: bool,
+    part: (u64, u64),
 }
 
 impl OwnerView for RingView {
@@ -69,8 +96,8 @@ impl OwnerView for RingView {
         })
     }
 
-    fn may_lease(&self) -> bool {
-        self.may_lease
+    fn lease_part(&self) -> (u64, u64) {
+        self.part
     }
 }
 
@@ -81,30 +108,35 @@ impl<T: TimeSource> NodeCore<T> {
         self.limiter.config().ledger.lease_ms + 2 * self.params.gossip_interval.as_millis() as u64
     }
 
-    /// Whether this node may lease: under `strict`, only while the members it does not
-    /// suspect, with itself, are more than half the members expected (a partition's minority
-    /// leases nothing; its users spend what they hold).
-    fn may_lease(&self) -> bool {
+    /// This node's side's part of the limits it leases: under `strict`, the members it does
+    /// not suspect, itself included, over the members expected. Expected are the members now
+    /// and those that went down after a suspicion within `expected_hold_ms` (they may be
+    /// admitting on the far side of a partition); a member that left gracefully is expected no
+    /// more, so the members staying keep the whole limit.
+    fn lease_part(&mut self, now: Now) -> (u64, u64) {
         match self.limiter.config().policy {
             Policy::Ledger(PartitionPolicy::Strict) => {
-                let expected = self.limiter.member_counts().1;
-                let seen = self.membership.num_members() + 1 - self.suspects.len();
-                2 * seen > expected
+                let hold = std::time::Duration::from_millis(self.limiter.config().expected_hold_ms);
+                let members = self.membership.num_members() + 1;
+                let expected = members + self.member_log.crashed_within(hold, now.at);
+                let seen = members.saturating_sub(self.suspects.len()).max(1);
+                (seen as u64, expected as u64)
             }
-            _ => true,
+            _ => (1, 1),
         }
     }
 
     /// Gives the limiter the current ring (and the rings before it within a quiet period).
     fn install_owner_view(&mut self, now: Now) {
-        let may_lease = self.may_lease();
+        let side = self.lease_part(now);
         let quiet_ms = self.quiet_ms();
         let Some(ownership) = self.ownership.as_ref() else {
             return;
         };
         let (ring, generation) = ownership.ring();
         let ledger = self.ledger.get_or_insert_with(LedgerNode::default);
-        if ledger.installed == Some((generation, may_lease)) {
+        let part = ledger.part_at(now.cluster_ms, side, quiet_ms);
+        if ledger.installed == Some((generation, part)) {
             return;
         }
         let old = ledger.ring.replace(ring.clone());
@@ -121,20 +153,25 @@ impl<T: TimeSource> NodeCore<T> {
                 ledger.floor_quiet_until_ms = ledger.floor_quiet_until_ms.max(at + quiet_ms);
             }
         }
-        ledger.installed = Some((generation, may_lease));
+        ledger.installed = Some((generation, part));
         self.limiter.set_owner_view(Box::new(RingView {
             ring: ring.clone(),
             before: ledger.before.iter().cloned().collect(),
             floor_quiet_until_ms: ledger.floor_quiet_until_ms,
             quiet_ms,
-            may_lease,
+            part,
         }));
     }
 
     /// Whether this node leases `key` now, and from when (`Limiter::owner_of` through the
     /// installed view).
     fn leases(&self, key: KeyId) -> Option<u64> {
-        if !self.may_lease() {
+        let may_lease = self
+            .ledger
+            .as_ref()
+            .and_then(|l| l.installed)
+            .is_some_and(|(_, (seen, _))| seen > 0);
+        if !may_lease {
             return None;
         }
         self.limiter
@@ -204,6 +241,46 @@ impl<T: TimeSource> NodeCore<T> {
         self.send_grants(now, grants);
     }
 
+    /// The node is leaving: what it holds of every window goes back to the window's owner
+    /// with a closed report (`Limiter::close_holdings`), so that the members staying lease
+    /// it again at once rather than when the leases end; and every member hears that it
+    /// leaves for good, so that none keeps room for it (`lease_part`). Sent before the node
+    /// says it leaves, while the members still take its datagrams.
+    pub(super) fn hand_back(&mut self, now: Now) {
+        if !matches!(self.limiter.config().policy, Policy::Ledger(_)) {
+            return;
+        }
+        let me = self.params.node_id.as_u128();
+        let (updates, reports) = self
+            .limiter
+            .close_holdings(now.cluster_ms)
+            .map(|(batch, reports)| (batch.updates, reports))
+            .unwrap_or_default();
+        let mut to_owners: BTreeMap<Destination, Vec<(RegisterUpdate, Option<LedgerReport>)>> =
+            BTreeMap::new();
+        for (update, report) in updates.into_iter().zip(reports) {
+            let Some(owner) = self.first_owner(update.key).filter(|o| o.id != me) else {
+                continue;
+            };
+            to_owners
+                .entry(owner.destination())
+                .or_default()
+                .push((update, report));
+        }
+        for (to, pairs) in to_owners {
+            if self.may_send_state(now, to) {
+                self.send_ledger(now, to, pairs, Vec::new());
+            }
+        }
+        // Every member hears that this one leaves for good, in a datagram of its own.
+        for member in self.membership.members() {
+            let to = super::core::destination(&member);
+            if self.may_send_state(now, to) {
+                self.send_ledger(now, to, Vec::new(), vec![LedgerEntry::Leaving]);
+            }
+        }
+    }
+
     /// Leases to their users: this node's taken at once, the others sent.
     fn send_grants(&mut self, now: Now, grants: Vec<LeaseGrant>) {
         let me = self.params.node_id.as_u128();
@@ -211,6 +288,7 @@ impl<T: TimeSource> NodeCore<T> {
         for g in grants {
             if g.user == me {
                 self.limiter.accept_lease(&g, now.cluster_ms);
+                self.view.leases_arrived();
                 continue;
             }
             let Some(member) = self.membership.member_by_id(uuid::Uuid::from_u128(g.user)) else {
@@ -254,7 +332,7 @@ impl<T: TimeSource> NodeCore<T> {
             .limiter
             .held_word(need.key, owner.owner, now.cluster_ms);
         // Asked: further requests wait for this answer rather than ask again.
-        self.limiter.ask_refused(need.key, wait_ms, now.cluster_ms);
+        self.limiter.asked(need.key, wait_ms, now.cluster_ms);
         let ask = LedgerEntry::Ask {
             key: need.key,
             window_ms: need.window_ms,
@@ -338,6 +416,11 @@ impl<T: TimeSource> NodeCore<T> {
                         .ask_refused(key, u64::from(retry_after_ms), now.cluster_ms);
                     woke = true;
                 }
+                // Its own word only: from the address SWIM holds for it.
+                LedgerEntry::Leaving if self.liveness.address_of(header.sender) == Some(from) => {
+                    self.member_log.leaving_said(header.sender, now.at);
+                }
+                LedgerEntry::Leaving => {}
                 LedgerEntry::Ask {
                     key,
                     window_ms,
@@ -357,7 +440,7 @@ impl<T: TimeSource> NodeCore<T> {
             }
         }
         if woke {
-            self.view.leases.notify_waiters();
+            self.view.leases_arrived();
         }
         if !answers.is_empty() && self.liveness.address_of(header.sender) == Some(from) {
             self.send_ledger(now, to, Vec::new(), answers);

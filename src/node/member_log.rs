@@ -58,6 +58,11 @@ pub struct MemberLog {
     suspects: BTreeMap<u128, SocketAddr>,
     /// Members seen going down, and when.
     gone: BTreeMap<u128, Instant>,
+    /// Members that went down without saying they were leaving (crashed, or cut off by a
+    /// partition: they may still be admitting on the far side), and when.
+    crashed: BTreeMap<u128, Instant>,
+    /// Members that said they were leaving (`LedgerEntry::Leaving`), and when.
+    leaving_said: BTreeMap<u128, Instant>,
     /// This node is leaving: foca then counts it as down, which is no trouble.
     leaving: bool,
 }
@@ -75,6 +80,7 @@ impl MemberLog {
             MemberEvent::Up(m) => {
                 let key = m.node.as_u128();
                 self.suspects.remove(&key);
+                self.crashed.remove(&key);
                 if self.gone.remove(&key).is_some() {
                     MemberChange::Alive {
                         id: m.node,
@@ -90,6 +96,9 @@ impl MemberLog {
             MemberEvent::Down(m) => {
                 let key = m.node.as_u128();
                 self.remember_gone(key, at);
+                if self.leaving_said.remove(&key).is_none() {
+                    remember(&mut self.crashed, key, at);
+                }
                 if self.suspects.remove(&key).is_some() {
                     MemberChange::Down {
                         id: m.node,
@@ -110,6 +119,7 @@ impl MemberLog {
             }
             MemberEvent::Renamed { old, new } => {
                 self.suspects.remove(&old.node.as_u128());
+                self.crashed.remove(&old.node.as_u128());
                 MemberChange::Restarted {
                     old: old.node,
                     id: new.node,
@@ -149,6 +159,23 @@ impl MemberLog {
         changes
     }
 
+    /// `member` said it is leaving the cluster for good (under its boot id). Only a member's
+    /// own word counts: the caller checks the datagram came from it.
+    pub fn leaving_said(&mut self, member: u128, at: Instant) {
+        self.leaving_said
+            .retain(|_, t| at.saturating_duration_since(*t) < REMEMBER_DOWN);
+        remember(&mut self.leaving_said, member, at);
+    }
+
+    /// Members that went down within `hold` before `at` without saying they were leaving, and
+    /// have not come back: as far as this node can tell they may be on the far side of a
+    /// partition.
+    pub fn crashed_within(&mut self, hold: Duration, at: Instant) -> usize {
+        self.crashed
+            .retain(|_, t| at.saturating_duration_since(*t) < hold);
+        self.crashed.len()
+    }
+
     fn remember_gone(&mut self, key: u128, at: Instant) {
         self.gone
             .retain(|_, t| at.saturating_duration_since(*t) < REMEMBER_DOWN);
@@ -159,6 +186,17 @@ impl MemberLog {
         }
         self.gone.insert(key, at);
     }
+}
+
+/// Records `key` at `at` in `map`, the oldest forgotten first past [`MAX_REMEMBERED`].
+fn remember(map: &mut BTreeMap<u128, Instant>, key: u128, at: Instant) {
+    if map.len() >= MAX_REMEMBERED
+        && !map.contains_key(&key)
+        && let Some(oldest) = map.iter().min_by_key(|(_, t)| **t).map(|(k, _)| *k)
+    {
+        map.remove(&oldest);
+    }
+    map.insert(key, at);
 }
 
 impl MemberChange {
@@ -279,6 +317,27 @@ mod tests {
                 addr: b.addr
             })
         );
+    }
+
+    /// Only a member's own word that it leaves keeps it out of the members expected: one
+    /// that goes down without it (suspected first or not, as when the others' gossip says so
+    /// across a partition) may be admitting on the far side until the hold passes.
+    #[test]
+    fn a_member_is_expected_back_unless_it_said_it_was_leaving() {
+        let t = crate::clock::monotonic_now();
+        let hold = Duration::from_secs(60);
+        let mut log = MemberLog::default();
+        let (a, b, c) = (member(1, 7001), member(2, 7002), member(3, 7003));
+        log.round(suspects(&[&a]));
+        log.event(&MemberEvent::Down(a.clone()), t);
+        log.event(&MemberEvent::Down(b.clone()), t);
+        log.leaving_said(c.node.as_u128(), t);
+        log.event(&MemberEvent::Down(c.clone()), t);
+        assert_eq!(log.crashed_within(hold, t), 2, "a and b, not c");
+        // Back up: expected as a member again, not as one that may be on the far side.
+        log.event(&MemberEvent::Up(b.clone()), t);
+        assert_eq!(log.crashed_within(hold, t), 1);
+        assert_eq!(log.crashed_within(hold, t + hold), 0, "the hold passed");
     }
 
     #[test]

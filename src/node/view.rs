@@ -68,9 +68,25 @@ pub struct ClusterView {
     /// Woken whenever an owner's lease or refusal arrives (`ledger.rs`): requests waiting for
     /// a token look again.
     pub leases: tokio::sync::Notify,
+    /// How many times `leases` was woken: a caller without a task to wake (the simulator)
+    /// looks again only when it moved.
+    leases_arrived: std::sync::atomic::AtomicU64,
 }
 
 impl ClusterView {
+    /// A lease or an owner's answer arrived: requests waiting for a token look again.
+    pub fn leases_arrived(&self) {
+        self.leases_arrived
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.leases.notify_waiters();
+    }
+
+    /// How many times leases arrived so far.
+    pub fn leases_arrivals(&self) -> u64 {
+        self.leases_arrived
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether the node holds the cluster's state and answers as well as the cluster would.
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow()

@@ -58,7 +58,7 @@ impl RateLimitService for RateLimitServiceImpl {
             .ctx
             .tally(&rules, std::str::from_utf8(&req.domain).unwrap_or_default());
         let query = convert::envoy_request(&req).map_err(|e| tally.invalid(e))?;
-        let outcome = self.ctx.decide(&rules, &query, &tally)?;
+        let outcome = self.ctx.decide(&rules, &query, &tally).await?;
         Ok(Response::new(convert::envoy_response(
             &outcome,
             self.headers,

@@ -21,10 +21,14 @@
 //! With the global shadow switch (`rules.shadow_mode`) a refused request is answered OK
 //! all the same; its descriptors report what the limits said.
 
+use std::cell::RefCell;
+
 use smallvec::SmallVec;
 
 use super::plan::{LimitedItem, Planned};
-use crate::limiter::{CheckError, CheckItem, CheckRequest, LimitStatus, Limiter};
+use crate::limiter::{
+    CheckError, CheckItem, CheckRequest, Decision, LimitStatus, Limiter, TokenNeed,
+};
 
 /// A planned item and, if limited, its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +54,9 @@ pub(crate) struct Outcome<'r, 'q> {
     pub shadowed: bool,
     /// One per descriptor (or one for the key), in request order.
     pub verdicts: Vec<Verdict<'r, 'q>>,
+    /// Under the ledger: the windows a check found no token for (empty otherwise), for the
+    /// caller to ask their owners and wait (`token_wait.rs`).
+    pub needs: SmallVec<[TokenNeed; 1]>,
 }
 
 /// A peek is a dry run of one unit, and a dry run that fits reports what would remain after
@@ -80,6 +87,12 @@ pub(crate) fn execute<'r, 'q>(
     global_shadow: bool,
     now_ms: u64,
 ) -> Result<Outcome<'r, 'q>, CheckError> {
+    let needs: RefCell<SmallVec<[TokenNeed; 1]>> = RefCell::new(SmallVec::new());
+    let check = |req: &CheckRequest<'_>| -> Result<Decision, CheckError> {
+        let decision = limiter.check(req, now_ms)?;
+        needs.borrow_mut().extend(decision.needs.iter().copied());
+        Ok(decision)
+    };
     let mut statuses: Vec<Option<LimitStatus>> = vec![None; planned.len()];
     let mut peeks: SmallVec<[usize; 4]> = SmallVec::new();
     let mut consuming: SmallVec<[usize; 4]> = SmallVec::new();
@@ -119,13 +132,10 @@ pub(crate) fn execute<'r, 'q>(
     };
     let check_one = |i: usize, dry: bool| -> Result<Option<LimitStatus>, CheckError> {
         let items = group(&[i]);
-        let decision = limiter.check(
-            &CheckRequest {
-                items: &items,
-                dry_run: dry,
-            },
-            now_ms,
-        )?;
+        let decision = check(&CheckRequest {
+            items: &items,
+            dry_run: dry,
+        })?;
         Ok(decision
             .limits
             .first()
@@ -133,13 +143,10 @@ pub(crate) fn execute<'r, 'q>(
     };
 
     if !exceeding.is_empty() {
-        let decision = limiter.check(
-            &CheckRequest {
-                items: &group(&exceeding),
-                dry_run: true,
-            },
-            now_ms,
-        )?;
+        let decision = check(&CheckRequest {
+            items: &group(&exceeding),
+            dry_run: true,
+        })?;
         for (&i, status) in exceeding.iter().zip(decision.limits) {
             if let Planned::Limited(item) = &planned[i] {
                 statuses[i] = Some(exceeding_status(status, item.limit.window.window_ms()));
@@ -148,13 +155,10 @@ pub(crate) fn execute<'r, 'q>(
     }
     if !peeks.is_empty() {
         let items = group(&peeks);
-        let decision = limiter.check(
-            &CheckRequest {
-                items: &items,
-                dry_run: true,
-            },
-            now_ms,
-        )?;
+        let decision = check(&CheckRequest {
+            items: &items,
+            dry_run: true,
+        })?;
         allowed &= decision.allowed;
         for (&i, status) in peeks.iter().zip(decision.limits) {
             statuses[i] = Some(peek_status(status));
@@ -176,13 +180,10 @@ pub(crate) fn execute<'r, 'q>(
         // Refused already (or only asked): the consuming descriptors report what they would
         // say, and consume nothing.
         if !consuming.is_empty() {
-            let decision = limiter.check(
-                &CheckRequest {
-                    items: &group(&consuming),
-                    dry_run: true,
-                },
-                now_ms,
-            )?;
+            let decision = check(&CheckRequest {
+                items: &group(&consuming),
+                dry_run: true,
+            })?;
             allowed &= decision.allowed;
             for (&i, status) in consuming.iter().zip(decision.limits) {
                 statuses[i] = Some(status);
@@ -215,13 +216,10 @@ pub(crate) fn execute<'r, 'q>(
                 allowed = true;
                 break;
             }
-            let decision = limiter.check(
-                &CheckRequest {
-                    items: &group(&indices),
-                    dry_run: false,
-                },
-                now_ms,
-            )?;
+            let decision = check(&CheckRequest {
+                items: &group(&indices),
+                dry_run: false,
+            })?;
             for (&i, status) in indices.iter().zip(&decision.limits) {
                 statuses[i] = Some(*status);
             }
@@ -256,6 +254,7 @@ pub(crate) fn execute<'r, 'q>(
         allowed: allowed || shadowed,
         shadowed,
         verdicts,
+        needs: needs.into_inner(),
     })
 }
 

@@ -23,6 +23,7 @@ mod own_api;
 mod plan;
 mod request;
 mod tally;
+mod token_wait;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -42,6 +43,7 @@ pub use self::members::{MembersSource, SingleNode};
 pub use self::own_api::{MAX_BATCH_CHECKS, RateLimiterService};
 pub use self::request::MAX_DESCRIPTORS;
 use self::tally::Tally;
+pub use self::token_wait::TokenWait;
 use crate::clock::Clock;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
@@ -57,6 +59,9 @@ pub struct RpcContext {
     pub clock: Arc<dyn Clock>,
     pub members: Arc<dyn MembersSource>,
     pub metrics: Arc<Metrics>,
+    /// Under the ledger, how a request without a token waits for one; `None`: it is refused
+    /// at once.
+    pub tokens: Option<TokenWait>,
 }
 
 impl std::fmt::Debug for RpcContext {
@@ -74,23 +79,40 @@ impl RpcContext {
         Tally::new(&self.metrics, rules, domain)
     }
 
-    /// Plans and executes `req`, counting the outcome (or the refusal) in `tally`.
-    pub(crate) fn decide<'r, 'q>(
+    /// Plans and executes `req`, counting the outcome (or the refusal) in `tally`. A request
+    /// refused for want of ledger tokens waits for them (`token_wait.rs`) and is decided
+    /// again, as often as something arrives within its wait; dry runs do not wait.
+    pub(crate) async fn decide<'r, 'q>(
         &self,
         rules: &'r RuleSet,
         req: &request::Request<'q>,
         tally: &Tally<'_>,
     ) -> Result<Outcome<'r, 'q>, Status> {
-        let planned = plan::plan(rules, req);
-        let now_ms = self.clock.now_ms();
-        let outcome = execute::execute(
-            &self.limiter,
-            planned,
-            req.dry_run,
-            rules.options().shadow_mode,
-            now_ms,
-        )
-        .map_err(|e| tally.refused(e))?;
+        let shadow = rules.options().shadow_mode;
+        let run = |now_ms: u64| {
+            execute::execute(
+                &self.limiter,
+                plan::plan(rules, req),
+                req.dry_run,
+                shadow,
+                now_ms,
+            )
+            .map_err(|e| tally.refused(e))
+        };
+        let mut now_ms = self.clock.now_ms();
+        let mut outcome = run(now_ms)?;
+        if let Some(tokens) = self.tokens.as_ref().filter(|_| !req.dry_run) {
+            let until_ms = now_ms.saturating_add(tokens.wait_ms);
+            // Until a token comes, the wait ends, or every window lacking one was refused by
+            // its owner and holds none that becomes valid.
+            let in_vain =
+                |o: &Outcome<'_, '_>| o.needs.iter().all(|n| n.refused && n.valid_at_ms.is_none());
+            while !outcome.allowed && !in_vain(&outcome) && now_ms < until_ms {
+                tokens.wait(&outcome.needs, now_ms, until_ms).await;
+                now_ms = self.clock.now_ms();
+                outcome = run(now_ms)?;
+            }
+        }
         tally.decided(&outcome, req);
         Ok(outcome)
     }

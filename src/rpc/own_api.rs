@@ -40,7 +40,7 @@ impl RateLimiter for RateLimiterService {
         let tally = self.ctx.tally(&rules, &req.domain);
         let query =
             convert::own_check(&req, rules.default_buckets()).map_err(|e| tally.invalid(e))?;
-        let outcome = self.ctx.decide(&rules, &query, &tally)?;
+        let outcome = self.ctx.decide(&rules, &query, &tally).await?;
         Ok(Response::new(convert::own_check_response(&outcome, &query)))
     }
 

@@ -192,6 +192,7 @@ async fn the_embedded_demo_config_and_rules_serve_a_node() {
             T0,
         )),
         metrics: Arc::new(Metrics::new()),
+        tokens: None,
     };
     // The demo's own port may be taken on a test machine; the same services on port 0.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

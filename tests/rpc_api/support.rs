@@ -134,6 +134,7 @@ impl TestServer {
                 T0 - 5_000,
             )),
             metrics: Arc::clone(&metrics),
+            tokens: None,
         };
         let health = HealthHandle::new();
         let (stop, stopped) = oneshot::channel::<()>();

@@ -59,8 +59,11 @@ struct Book {
     entries: SmallVec<[Arc<Entry>; 1]>,
     /// Handed back: nothing more is spent.
     closed: bool,
-    /// The owner refused an ask: none is sent again before this time (ms).
+    /// An ask is on its way, or the owner refused one: none is sent again before this time
+    /// (ms).
     ask_again_at_ms: AtomicU64,
+    /// The owner refused an ask: it has no token for this node before this time (ms).
+    refused_until_ms: AtomicU64,
     /// When this node last reported the window to its owner (ms).
     reported_at_ms: AtomicU64,
 }
@@ -75,6 +78,7 @@ impl Book {
             entries,
             closed,
             ask_again_at_ms: carried(|b| &b.ask_again_at_ms),
+            refused_until_ms: carried(|b| &b.refused_until_ms),
             reported_at_ms: carried(|b| &b.reported_at_ms),
         }
     }
@@ -218,7 +222,23 @@ impl Holdings {
             .is_none_or(|b| now_ms >= b.ask_again_at_ms.load(Ordering::Relaxed))
     }
 
-    /// The owner refused an ask (or one is on its way): none until `at_ms`. (A book is made
+    /// The owner refused an ask: no token comes from it before `until_ms`, and no ask goes.
+    pub fn refused(&self, until_ms: u64) {
+        self.ask_again_at(until_ms);
+        if let Some(b) = self.book.load().as_ref() {
+            b.refused_until_ms.fetch_max(until_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the owner refused an ask lately (a request need not wait for it).
+    pub fn is_refused(&self, now_ms: u64) -> bool {
+        self.book
+            .load()
+            .as_ref()
+            .is_some_and(|b| now_ms < b.refused_until_ms.load(Ordering::Relaxed))
+    }
+
+    /// An ask is on its way (or the owner refused one): none until `at_ms`. (A book is made
     /// for a window that holds none; a writer replacing the book at the same moment may lose
     /// this, which only lets the next ask go sooner.)
     pub fn ask_again_at(&self, at_ms: u64) {

@@ -5,7 +5,7 @@
 /// leased again every round; a lease must outlast the round, the round trip, and one lost
 /// datagram, or a steady user runs dry between two leases. A longer lease only keeps unspent
 /// tokens from others longer after a user's demand falls or the user crashes (a lease's slots
-/// come back at its end plus the window). Test: `ledger::tests::steady_users_never_run_dry`.
+/// come back at its end plus the window). Test: `limiter::tests::ledger::steady_users_never_run_dry`.
 pub const LEASE_ROUNDS: u64 = 2;
 
 /// The lease lifetime at the default summary round (200 ms).
@@ -15,19 +15,21 @@ pub const LEASE_MS: u64 = 400;
 /// steering dead band of each other (`DEAD_BAND_MS`, 20 ms, either way of the reference, so a
 /// pair is closer than that in the common case). A user stops spending a lease this long before
 /// it ends and an owner counts a spend this long past its bucket's end, so that a window on any
-/// node's clock holds at most `L`. Test: `ledger::tests::a_user_whose_clock_is_behind_stays_within_the_limit`.
+/// node's clock holds at most `L`. Test:
+/// `limiter::tests::ledger::a_user_whose_clock_is_behind_stays_within_the_limit`.
 pub const CLOCK_MARGIN_MS: u64 = 10;
 
 /// Post-dated leases start on multiples of this many ms: each round grants a user a few
 /// leases (at most `LEASE_MS / START_STEP_MS` of them) instead of one per freed slot, at the
 /// cost of a slot idling up to this long. A quarter of a 100 ms bucket. Test:
-/// `ledger::books::tests::leases_are_sized_by_want_and_start_when_slots_free`.
+/// `ledger::books::tests::segments_are_sized_by_want_and_start_when_slots_free`.
 pub const START_STEP_MS: u64 = 25;
 
 /// How long a request that finds no token waits for the owner's answer, in ms: inside Envoy's
 /// default 20 ms timeout for the whole call, with room for the rest of it. Where the owner is
-/// further than that the request is refused, and the answer serves the next one. Test:
-/// `tests/ledger_process.rs`.
+/// further than that the request is refused, and the answer serves the next one. The default
+/// of `limiter.ask_wait_ms`. Test: `tests/ledger_process.rs`
+/// (`a_limit_of_one_a_day_admits_exactly_one_across_five_processes`).
 pub const ASK_WAIT_MS: u64 = 15;
 
 /// A window far from its limit (its owner's books take less than half of it, counting what its

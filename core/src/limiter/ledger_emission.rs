@@ -88,6 +88,56 @@ impl Limiter {
         Some(batch)
     }
 
+    /// The node is leaving: every window that holds tokens stops spending them for good, and
+    /// its register goes with a closed report of what is handed back, for the window's owner
+    /// to lease again at once (rather than when the lease ends). The reports of windows this
+    /// node leases go to its own books. `None` when nothing is held.
+    pub fn close_holdings(&self, now_ms: u64) -> Option<(Batch, Vec<Option<LedgerReport>>)> {
+        let batch = {
+            let mut sync = self.lock_sync();
+            let ids: Vec<_> = std::mem::take(&mut *self.lock_holding())
+                .into_iter()
+                .collect();
+            if ids.is_empty() {
+                return None;
+            }
+            let guard = self.table.guard();
+            let stamp = sync.next_emission(now_ms);
+            let _writer = self.lock_holdings();
+            let mut updates = Vec::with_capacity(ids.len());
+            let mut reports = Vec::with_capacity(ids.len());
+            for id in ids {
+                let Some(state) = self.table.get(&id, &guard) else {
+                    continue;
+                };
+                // Closed before the ring is read: a check racing this spent its token (and is
+                // in the ring read next) or finds none.
+                let holdings = state.holdings.close();
+                let spec = state.spec();
+                let snap = state.ring.snapshot(&spec, now_ms);
+                updates.push(RegisterUpdate {
+                    key: id,
+                    window_ms: spec.window_ms(),
+                    buckets: spec.buckets(),
+                    register: register_of(&snap, &spec, now_ms, stamp.0, stamp.1),
+                });
+                reports.push(Some(LedgerReport {
+                    limit: state.bound.last_limit(),
+                    holdings,
+                }));
+            }
+            (
+                Batch {
+                    origin: self.origin,
+                    updates,
+                },
+                reports,
+            )
+        };
+        self.owner_heard(&batch.0, &batch.1, now_ms, |k| self.leases_here(k));
+        Some(batch)
+    }
+
     /// Windows holding a lease that lapsed since they were last reported (and forgets the
     /// windows that hold nothing any more).
     fn lapsed_holdings(&self, now_ms: u64) -> Vec<super::KeyId> {

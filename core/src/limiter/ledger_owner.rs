@@ -32,9 +32,11 @@ pub struct OwnerOf {
 pub trait OwnerView: Send + Sync + std::fmt::Debug {
     /// The owner of `key`; `None` if no member can lease it in this node's view.
     fn owner_of(&self, key: KeyId) -> Option<OwnerOf>;
-    /// Whether this node may lease at all (under `strict`, only a side holding a majority of
-    /// the cluster may).
-    fn may_lease(&self) -> bool;
+    /// This node's side's part of every limit it leases, as `(members seen, members
+    /// expected)`: under `strict`, a side cut off from some of the cluster leases only its
+    /// part, so that the sides' leases together stay within the limit; `(1, 1)` otherwise.
+    /// Nothing is leased where the part is 0.
+    fn lease_part(&self) -> (u64, u64);
 }
 
 /// What a user's emission carries for its window's owner besides the register.
@@ -71,8 +73,9 @@ impl Limiter {
     /// The parameters of `spec`'s ledger under `limit`.
     pub(super) fn ledger_params(&self, spec: &WindowSpec, limit: u32) -> LedgerParams {
         let timing = &self.config.ledger;
+        let (seen, expected) = self.lease_part();
         LedgerParams {
-            limit: u64::from(limit),
+            limit: u64::from(limit) * seen.min(expected) / expected.max(1),
             window_ms: spec.window_ms(),
             lease_ms: timing.lease_ms,
             margin_ms: timing.margin_ms,
@@ -128,10 +131,18 @@ impl Limiter {
             Some(view) => {
                 let view = &view.0;
                 view.owner_of(key)
-                    .filter(|o| o.owner == self.origin.0 && view.may_lease())
+                    .filter(|o| o.owner == self.origin.0 && view.lease_part().0 > 0)
                     .map(|o| o.quiet_until_ms)
             }
         }
+    }
+
+    /// This node's side's part of the limits it leases (see [`OwnerView::lease_part`]).
+    fn lease_part(&self) -> (u64, u64) {
+        self.owner_view
+            .load()
+            .as_ref()
+            .map_or((1, 1), |view| view.0.lease_part())
     }
 
     /// Sets the node's view of the owners (its ring); see [`OwnerView`].

@@ -25,6 +25,8 @@ pub struct TokenNeed {
     pub valid_at_ms: Option<u64>,
     /// Ask the window's owner (it is another member, and it has not refused lately).
     pub ask: bool,
+    /// The owner refused an ask lately: waiting for it is in vain.
+    pub refused: bool,
 }
 
 struct Item<'g> {
@@ -103,6 +105,7 @@ impl Limiter {
                     want: h.cost,
                     valid_at_ms: valid_at.filter(|t| *t <= now_ms + self.config.ledger.ask_wait_ms),
                     ask,
+                    refused: h.state.holdings.is_refused(now_ms),
                 });
             }
         }
@@ -184,7 +187,7 @@ impl Limiter {
                 }
             }
             AskAnswer::Refused { retry_after_ms } => {
-                state.holdings.ask_again_at(now_ms + retry_after_ms);
+                state.holdings.refused(now_ms + retry_after_ms);
             }
         }
     }
@@ -193,7 +196,16 @@ impl Limiter {
     pub fn ask_refused(&self, key: KeyId, retry_after_ms: u64, now_ms: u64) {
         let guard = self.table.guard();
         if let Some(state) = self.table.get(&key, &guard) {
-            state.holdings.ask_again_at(now_ms + retry_after_ms.max(1));
+            state.holdings.refused(now_ms + retry_after_ms.max(1));
+        }
+    }
+
+    /// An ask for window `key` went to its owner: no other goes for `wait_ms` (the requests
+    /// wait for its answer).
+    pub fn asked(&self, key: KeyId, wait_ms: u64, now_ms: u64) {
+        let guard = self.table.guard();
+        if let Some(state) = self.table.get(&key, &guard) {
+            state.holdings.ask_again_at(now_ms + wait_ms.max(1));
         }
     }
 }

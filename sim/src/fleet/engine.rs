@@ -47,6 +47,8 @@ pub(super) struct Slot {
     skew_ms: Arc<AtomicI64>,
     /// Requests waiting for a token here (the ledger: `waiting.rs`).
     pub(super) waiting: Vec<super::waiting::Waiting>,
+    /// The node's count of lease arrivals when its waiting requests last looked.
+    pub(super) leases_seen: u64,
 }
 
 /// A run in progress.
@@ -120,6 +122,7 @@ impl<'c> Engine<'c> {
                 wake_generation: 0,
                 skew_ms: Arc::new(AtomicI64::new(0)),
                 waiting: Vec::new(),
+                leases_seen: 0,
             });
         }
         for slot in 0..cfg.nodes {
@@ -315,7 +318,7 @@ impl<'c> Engine<'c> {
                     core.on_datagram(now, &mut datagram, from);
                 }
                 self.after_input(slot);
-                self.retry_waiting(slot);
+                self.retry_if_leased(slot);
             }
             Event::Wake { slot, generation } => {
                 if self.slots[slot].wake_generation != generation {
@@ -329,6 +332,7 @@ impl<'c> Engine<'c> {
                     core.on_wake(now);
                 }
                 self.after_input(slot);
+                self.retry_if_leased(slot);
             }
             Event::Probe => {
                 if self.check(0, PROBE_KEY, traffic::probe_limit()) == Some(true) {

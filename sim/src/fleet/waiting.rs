@@ -63,6 +63,23 @@ impl Engine<'_> {
         }
     }
 
+    /// The requests waiting at `slot` look again if a lease or an owner's answer arrived
+    /// since they last looked (nothing else gives a token before its time: those wake-ups
+    /// are `Event::Waiting`), as the gRPC service's waits are woken.
+    pub(super) fn retry_if_leased(&mut self, slot: usize) {
+        let Some(arrivals) = self.slots[slot]
+            .core
+            .as_ref()
+            .map(|c| c.view().leases_arrivals())
+        else {
+            return;
+        };
+        if arrivals != self.slots[slot].leases_seen {
+            self.slots[slot].leases_seen = arrivals;
+            self.retry_waiting(slot);
+        }
+    }
+
     /// The requests waiting at `slot` look again: admitted now if a token came, refused if
     /// their wait is over.
     pub(super) fn retry_waiting(&mut self, slot: usize) {

@@ -16,8 +16,8 @@ impl OwnerView for OwnedBy {
         })
     }
 
-    fn may_lease(&self) -> bool {
-        true
+    fn lease_part(&self) -> (u64, u64) {
+        (1, 1)
     }
 }
 

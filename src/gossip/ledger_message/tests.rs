@@ -1,0 +1,133 @@
+use smallvec::smallvec;
+
+use super::*;
+
+const SENT: u64 = 1_700_000_000_000;
+
+#[test]
+fn every_entry_round_trips_and_owners_implied_by_the_datagram_are_not_written() {
+    let (owner, user) = (7u128, 9u128);
+    let report = LedgerReport {
+        limit: 100,
+        holdings: HoldingsReport {
+            held: vec![
+                HeldLease {
+                    owner,
+                    seq: 4,
+                    expires_ms: SENT + 150,
+                    spent: smallvec![(3, 2), (4, 0)],
+                    unspent: 5,
+                    lapsed: false,
+                },
+                HeldLease {
+                    owner: 3,
+                    seq: 1,
+                    expires_ms: SENT - 10,
+                    spent: smallvec![(1, 1)],
+                    unspent: 0,
+                    lapsed: true,
+                },
+            ],
+            closed: false,
+        },
+    };
+    let entries = vec![
+        LedgerEntry::Report { index: 0, report },
+        LedgerEntry::Ask {
+            key: KeyId(5),
+            window_ms: 1_000,
+            buckets: 10,
+            limit: 100,
+            want: 3,
+            wait_ms: 15,
+            held: Some(HeldLease {
+                owner,
+                seq: 4,
+                expires_ms: 0,
+                spent: smallvec![(3, 2)],
+                unspent: 0,
+                lapsed: false,
+            }),
+        },
+    ];
+    let body = encode_ledger(&entries, owner, SENT);
+    let (back, rejects) = decode_ledger(&body, user, owner, SENT).unwrap();
+    assert_eq!(back, entries);
+    assert_eq!(rejects, LedgerRejects::default());
+
+    let lease = Lease {
+        owner,
+        seq: 5,
+        expires_ms: SENT + 440,
+        segments: smallvec![
+            Segment {
+                id: 3,
+                count: 12,
+                valid_from_ms: SENT,
+            },
+            Segment {
+                id: 4,
+                count: 2,
+                valid_from_ms: SENT + 40,
+            },
+        ],
+    };
+    let grants = vec![
+        LedgerEntry::Lease {
+            key: KeyId(5),
+            window_ms: 1_000,
+            buckets: 10,
+            lease,
+        },
+        LedgerEntry::Refused {
+            key: KeyId(6),
+            retry_after_ms: 80,
+        },
+        LedgerEntry::Leaving,
+    ];
+    let body = encode_ledger(&grants, user, SENT);
+    // A lease is its window (key and shape, 20 bytes), a few numbers, and its segments.
+    assert!(body.len() <= 56, "{} bytes", body.len());
+    let (back, _) = decode_ledger(&body, owner, user, SENT).unwrap();
+    assert_eq!(back, grants);
+    // A lease always names its sender as the owner: a datagram cannot lease for another.
+    let (forged, _) = decode_ledger(&body, 8, user, SENT).unwrap();
+    assert!(matches!(&forged[0], LedgerEntry::Lease { lease, .. } if lease.owner == 8));
+}
+
+#[test]
+fn malformed_entries_are_dropped_alone_and_garbage_fails_whole() {
+    let bad = vec![
+        Wire::Lease {
+            key: [0; 16],
+            window_ms: 1_000,
+            buckets: 7,
+            seq: 1,
+            expires: 400,
+            segments: vec![(1, 1, 0)],
+        },
+        Wire::Lease {
+            key: [0; 16],
+            window_ms: 1_000,
+            buckets: 10,
+            seq: 1,
+            expires: 400,
+            segments: vec![(2, 1, 0), (1, 1, 0)],
+        },
+        Wire::Refused {
+            key: [1; 16],
+            retry_after_ms: 5,
+        },
+    ];
+    let body = bincode::serde::encode_to_vec(&bad, WIRE).unwrap();
+    let (entries, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(rejects.malformed, 2, "a bad shape, segments out of order");
+    assert!(decode_ledger(&[0xFF; 9], 1, 2, SENT).is_err());
+    let mut trailing = body.clone();
+    trailing.push(0);
+    assert!(matches!(
+        decode_ledger(&trailing, 1, 2, SENT),
+        Err(MessageError::Trailing(1))
+    ));
+}

@@ -1,0 +1,58 @@
+//! Under the ledger a request that finds no token for a window does not fail at once: the node
+//! asks the window's owner (`Command::Ask`, one ask in flight per window) and the request waits
+//! for the owner's lease, or for a token this node holds that becomes valid, and is decided
+//! again. It waits at most the limiter's `ask_wait_ms` (inside Envoy's 20 ms default timeout),
+//! and is refused at the end of it as it would have been at the start.
+//!
+//! Invariant: waiting never admits what the ledger would refuse. Every retry is a full check
+//! against the tokens held at that moment; the wait only gives the owner's answer time to land.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::limiter::TokenNeed;
+use crate::node::{ClusterView, Command};
+
+/// What a request needs to wait for tokens: the node's command channel (for asks) and its
+/// view (woken whenever a lease or an owner's answer arrives).
+#[derive(Clone)]
+pub struct TokenWait {
+    pub commands: mpsc::Sender<Command>,
+    pub view: Arc<ClusterView>,
+    /// The longest wait, from the limiter's ledger timing.
+    pub wait_ms: u64,
+}
+
+impl std::fmt::Debug for TokenWait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenWait")
+            .field("wait_ms", &self.wait_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenWait {
+    /// Asks the owners `needs` names (where the limiter says to) and waits until a lease or an
+    /// owner's answer arrives, a held token becomes valid, or `until_ms` (cluster time, read at
+    /// `now_ms`). A full command channel skips the ask: the request still waits for what
+    /// another request's ask brings.
+    pub async fn wait(&self, needs: &[TokenNeed], now_ms: u64, until_ms: u64) {
+        let arrived = self.view.leases.notified();
+        tokio::pin!(arrived);
+        // Registered before the asks go out, so that an answer landing at once still wakes it.
+        arrived.as_mut().enable();
+        for need in needs.iter().filter(|n| n.ask) {
+            let _ = self.commands.try_send(Command::Ask(*need));
+        }
+        let wake_ms = needs
+            .iter()
+            .filter_map(|n| n.valid_at_ms)
+            .min()
+            .unwrap_or(until_ms)
+            .min(until_ms);
+        let sleep = Duration::from_millis(wake_ms.saturating_sub(now_ms).max(1));
+        let _ = tokio::time::timeout(sleep, arrived).await;
+    }
+}
