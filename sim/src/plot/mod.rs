@@ -12,9 +12,16 @@
 //! - how stale a node's view of another's admissions was (a histogram), when measured;
 //! - the measures of the run in a table.
 //!
-//! `chart.rs` holds what the pages draw with: the charts' style, shading, colours, histograms.
+//! For a fleet run (`fleet.rs`), under each admission run: admitted per sliding window against
+//! the limit for the busiest keys of each class, faults shaded; how far over the limit its
+//! windows went (a histogram); the bytes each node sent per second over the run; staleness;
+//! and the measures in a table.
+//!
+//! `chart.rs` holds what both draw with: the charts' style, shading, colours, histograms.
 
 mod chart;
+mod fleet;
 mod scenario;
 
+pub use fleet::{FleetRunData, write_fleet_report};
 pub use scenario::{RunData, write_report};
