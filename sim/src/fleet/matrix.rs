@@ -242,8 +242,8 @@ pub fn cells(nodes: usize, measured_ms: u64, faults: &[MatrixFault]) -> Vec<Cell
 }
 
 /// Runs every cell under every row of `policies` on `jobs` threads, each from the cell's file
-/// with `seed`; hands each report to `done` in order (cell by cell, then by policy) as soon as
-/// it and every one before it are done.
+/// with `seed`, and says on stderr how long each took; hands each report to `done` in order
+/// (cell by cell, then by policy) once it and every one before it are done.
 pub fn run(
     cells: &[Cell],
     policies: &[PolicyRow],
@@ -264,15 +264,25 @@ pub fn run(
             let (next, configs) = (&next, &configs);
             scope.spawn(move || {
                 loop {
-                    let task = next.fetch_add(1, Ordering::Relaxed);
-                    if task >= tasks {
+                    let taken = next.fetch_add(1, Ordering::Relaxed);
+                    if taken >= tasks {
                         break;
                     }
+                    // The last cells first: the larger overloads, the longest runs, so that
+                    // no long run is left alone at the end.
+                    let task = tasks - 1 - taken;
                     let (c, p) = (task / policies.len(), task % policies.len());
                     let row = &policies[p];
                     let mut cfg = configs[c].clone();
                     (cfg.policy, cfg.dissemination) = (row.policy, row.dissemination);
+                    let started = limitmesh::clock::monotonic_now();
                     let report = super::run(&cells[c].name(), row.label, &cfg);
+                    eprintln!(
+                        "{}/{}: {:.1} s",
+                        cells[c].name(),
+                        row.label,
+                        started.elapsed().as_secs_f64()
+                    );
                     if send.send((task, report)).is_err() {
                         break;
                     }
