@@ -171,8 +171,10 @@ pub struct ClusterConfig {
     /// Alternative to `naming_key`: a file holding it (one base64 line; blank lines and `#`
     /// comments ignored). Default: empty.
     pub naming_key_file: String,
-    /// Allows seeds or DNS discovery without keys: datagrams are then neither authenticated
-    /// nor encrypted. Default: false.
+    /// Allows seeds or DNS discovery without keys, for tests on one machine: datagrams are then
+    /// sealed with a key derived from the cluster id, which anyone can forge, so `bind`,
+    /// `advertise`, `seeds` and `seed_dns` must all be loopback (`127.0.0.1`, `::1`,
+    /// `localhost`). Default: false.
     pub insecure: bool,
     /// Default: 200.
     pub gossip_interval_ms: u64,

@@ -251,6 +251,9 @@ pub async fn run(
             Err(e) => tracing::warn!(%seed, error = %e, "cannot resolve seed; will rely on others"),
         }
     }
+    // The digest of the rules in force, said to the members; a reload updates it.
+    let rules_digest = crate::node::RulesDigest::new(bound.rules.current().digest());
+    params.rules_digest = rules_digest.clone();
     let state_path = params.state_path.clone();
     let save_every = Duration::from_millis(config.limiter.state_save_interval_ms);
     let core = NodeBuilder::new(
@@ -310,6 +313,7 @@ pub async fn run(
                 Reload::Loaded(set) => {
                     metrics.record_rules_reload(true);
                     metrics.set_rules_loaded(set.domain_count(), set.rule_count());
+                    rules_digest.set(set.digest());
                 }
                 Reload::Failed => metrics.record_rules_reload(false),
             },

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use limitmesh::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message;
-use support::Scratch;
+use support::{KEY_B64, Scratch};
 
 fn bench(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_limitmesh"))
@@ -122,7 +122,7 @@ fn a_bench_of_a_real_configuration_calls_its_own_rules() {
     let config = scratch.write(
         "node.toml",
         &format!(
-            "[rules]\npath = \"{}\"\n[cluster]\nseeds = [\"192.0.2.1:7946\"]\ninsecure = true\n",
+            "[rules]\npath = \"{}\"\n[cluster]\nseeds = [\"192.0.2.1:7946\"]\nkeys = [\"{KEY_B64}\"]\n",
             rules.display()
         ),
     );

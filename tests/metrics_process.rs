@@ -142,3 +142,47 @@ fn openmetrics(addr: std::net::SocketAddr) -> String {
         .read_to_string()
         .expect("a text body")
 }
+
+/// `limitmesh_rules_mismatched_members` of `node`, once it is `want`; panics after 10 s.
+fn wait_mismatched(node: &Node, want: u64) {
+    let line = format!("\nlimitmesh_rules_mismatched_members {want}\n");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, metrics) = http_get(node.http, "/metrics").expect("metrics answer");
+        if metrics.contains(&line) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never {want} mismatched members: {}",
+            metrics
+                .lines()
+                .filter(|l| l.contains("rules_mismatched"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_other_rules_is_reported_until_it_reloads_the_same() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    let scratch = Scratch::new("rules-digest");
+    let first_rules = scratch.write("first.yaml", &rules(2, "second"));
+    // A typo: the second node allows 20 a second.
+    let second_rules = scratch.write("second.yaml", &rules(20, "second"));
+    let first = start(&scratch, "d1", &first_rules, &[]);
+    let second = start(&scratch, "d2", &second_rules, &[first.gossip]);
+    let mut nodes = vec![first, second];
+    wait_formed(&nodes, 2, Duration::from_secs(20));
+    wait_mismatched(&nodes[0], 1);
+    wait_mismatched(&nodes[1], 1);
+    // Fixed and reloaded: agreement, on both sides.
+    scratch.write("second.yaml", &rules(2, "second"));
+    wait_mismatched(&nodes[0], 0);
+    wait_mismatched(&nodes[1], 0);
+    for n in &mut nodes {
+        stop(n);
+    }
+}

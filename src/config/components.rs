@@ -76,7 +76,8 @@ impl Config {
             advertise,
             u64::from_le_bytes(node_id.as_bytes()[..8].try_into().unwrap_or([0; 8])),
         );
-        params.cluster_id = c.cluster_id.clone();
+        params.set_cluster_id(&c.cluster_id);
+        params.ring_key = crate::node::ring_key_of_secret(&self.naming_secret()?);
         params.set_gossip_interval(Duration::from_millis(c.gossip_interval_ms));
         params.anti_entropy_interval = Duration::from_millis(c.anti_entropy_interval_ms);
         params.max_packet_size = c.max_packet_size as usize;

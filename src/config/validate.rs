@@ -158,6 +158,9 @@ pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigErro
              or cluster.insecure = true to gossip unauthenticated",
         ));
     }
+    if cluster.insecure {
+        insecure_on_this_machine_only(config, p)?;
+    }
     at_least(
         "cluster.gossip_interval_ms",
         cluster.gossip_interval_ms,
@@ -229,6 +232,48 @@ pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigErro
 
     if let Err(e) = tracing_subscriber::EnvFilter::try_new(&config.log.filter) {
         return Err(invalid("log.filter", p, e.to_string()));
+    }
+    Ok(())
+}
+
+/// Whether `host:port` (an IP address or a name) names this machine: a loopback address, or
+/// `localhost`.
+fn is_loopback(text: &str) -> bool {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return addr.ip().is_loopback();
+    }
+    text.rsplit_once(':')
+        .is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost"))
+}
+
+/// `cluster.insecure` gossips with a key anyone can derive from the cluster id: anyone who can
+/// send to the gossip port can forge a member. So it is for tests on one machine, and every
+/// address it gossips on must be loopback.
+fn insecure_on_this_machine_only(config: &Config, p: &Provenance) -> Result<(), ConfigError> {
+    let cluster = &config.cluster;
+    let refuse = |field: &'static str, value: &str| {
+        invalid_because_of(
+            field,
+            field,
+            p,
+            format!(
+                "`{value}` is not a loopback address: cluster.insecure (datagrams anyone can \
+                 forge) is for tests on one machine; set cluster.keys or cluster.key_file to \
+                 gossip between machines"
+            ),
+        )
+    };
+    if !cluster.bind.ip().is_loopback() {
+        return Err(refuse("cluster.bind", &cluster.bind.to_string()));
+    }
+    if !cluster.advertise.is_empty() && !is_loopback(&cluster.advertise) {
+        return Err(refuse("cluster.advertise", &cluster.advertise));
+    }
+    if let Some(seed) = cluster.seeds.iter().find(|s| !is_loopback(s)) {
+        return Err(refuse("cluster.seeds", seed));
+    }
+    if !cluster.seed_dns.is_empty() && !is_loopback(&cluster.seed_dns) {
+        return Err(refuse("cluster.seed_dns", &cluster.seed_dns));
     }
     Ok(())
 }

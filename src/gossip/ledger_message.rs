@@ -10,7 +10,9 @@ use bincode::config::{Configuration, Limit, LittleEndian, Varint};
 use serde::{Deserialize, Serialize};
 
 use super::message::MessageError;
-use crate::ledger::{HeldLease, HoldingsReport, Lease};
+use smallvec::SmallVec;
+
+use crate::ledger::{HeldLease, HoldingsReport, Lease, Segment};
 use crate::limiter::{KeyId, LedgerReport};
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -31,7 +33,7 @@ pub enum LedgerEntry {
         lease: Lease,
     },
     /// A user with a request waiting asks the window's owner for `want` tokens, spendable
-    /// within `wait_ms` of the send time.
+    /// within `wait_ms` of the send time; `held` is what it has of that owner's lease.
     Ask {
         key: KeyId,
         window_ms: u64,
@@ -39,6 +41,7 @@ pub enum LedgerEntry {
         limit: u32,
         want: u32,
         wait_ms: u32,
+        held: Option<HeldLease>,
     },
     /// The owner refuses an ask: ask again no sooner than this.
     Refused { key: KeyId, retry_after_ms: u32 },
@@ -47,14 +50,16 @@ pub enum LedgerEntry {
 /// An owner id on the wire: `None` is the one the context says (the receiver of a report).
 type WireOwner = Option<[u8; 16]>;
 
+/// A report's word on one owner's lease: `(owner, seq, expires - sent, [(segment, spent)],
+/// unspent, lapsed)`.
+type WireHeld = (WireOwner, u32, i64, Vec<(u32, u32)>, u32, bool);
+
 #[derive(Debug, Serialize, Deserialize)]
 enum Wire {
     Report {
         index: u32,
         limit: u32,
-        seen: Vec<(WireOwner, u32)>,
-        /// `(owner, seq, unspent, expires - sent)`.
-        held: Vec<(WireOwner, u32, u32, i64)>,
+        held: Vec<WireHeld>,
         closed: bool,
     },
     Lease {
@@ -62,10 +67,10 @@ enum Wire {
         window_ms: u64,
         buckets: u16,
         seq: u32,
-        count: u32,
-        /// `valid_from - sent`.
-        from: i64,
-        lasts_ms: u64,
+        /// `expires - sent`.
+        expires: i64,
+        /// `(id, count, valid_from - sent)`.
+        segments: Vec<(u32, u32, i64)>,
     },
     Ask {
         key: [u8; 16],
@@ -74,11 +79,27 @@ enum Wire {
         limit: u32,
         want: u32,
         wait_ms: u32,
+        /// `(seq, [(segment, spent)])` of the receiver's lease.
+        held: Option<(u32, Vec<(u32, u32)>)>,
     },
     Refused {
         key: [u8; 16],
         retry_after_ms: u32,
     },
+}
+
+/// At most this many segments or held leases are taken from one entry: a lease holds a few.
+const MOST_PARTS: usize = 64;
+
+fn held_out(h: &HeldLease, receiver: u128, sent_ms: u64) -> WireHeld {
+    (
+        owner_out(h.owner, receiver),
+        h.seq,
+        offset(h.expires_ms, sent_ms),
+        h.spent.to_vec(),
+        h.unspent,
+        h.lapsed,
+    )
 }
 
 fn owner_out(owner: u128, implied: u128) -> WireOwner {
@@ -111,24 +132,11 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
             LedgerEntry::Report { index, report } => Wire::Report {
                 index: *index,
                 limit: report.limit,
-                seen: report
-                    .holdings
-                    .seen
-                    .iter()
-                    .map(|(o, s)| (owner_out(*o, receiver), *s))
-                    .collect(),
                 held: report
                     .holdings
                     .held
                     .iter()
-                    .map(|h| {
-                        (
-                            owner_out(h.owner, receiver),
-                            h.seq,
-                            h.unspent,
-                            offset(h.expires_ms, sent_ms),
-                        )
-                    })
+                    .map(|h| held_out(h, receiver, sent_ms))
                     .collect(),
                 closed: report.holdings.closed,
             },
@@ -142,9 +150,12 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
                 window_ms: *window_ms,
                 buckets: *buckets,
                 seq: lease.seq,
-                count: lease.count,
-                from: offset(lease.valid_from_ms, sent_ms),
-                lasts_ms: lease.expires_ms.saturating_sub(lease.valid_from_ms),
+                expires: offset(lease.expires_ms, sent_ms),
+                segments: lease
+                    .segments
+                    .iter()
+                    .map(|s| (s.id, s.count, offset(s.valid_from_ms, sent_ms)))
+                    .collect(),
             },
             LedgerEntry::Ask {
                 key,
@@ -153,6 +164,7 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
                 limit,
                 want,
                 wait_ms,
+                held,
             } => Wire::Ask {
                 key: key.0.to_le_bytes(),
                 window_ms: *window_ms,
@@ -160,6 +172,7 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
                 limit: *limit,
                 want: *want,
                 wait_ms: *wait_ms,
+                held: held.as_ref().map(|h| (h.seq, h.spent.to_vec())),
             },
             LedgerEntry::Refused {
                 key,
@@ -201,22 +214,27 @@ pub fn decode_ledger(
             Wire::Report {
                 index,
                 limit,
-                seen,
                 held,
                 closed,
             } => {
-                let held: Result<Vec<HeldLease>, MessageError> = held
-                    .into_iter()
-                    .map(|(owner, seq, unspent, expires)| {
-                        Ok(HeldLease {
-                            owner: owner_in(owner, receiver),
-                            seq,
-                            unspent,
-                            expires_ms: at(expires, sent_ms)?,
-                        })
+                let held: Option<Vec<HeldLease>> = (held.len() <= MOST_PARTS)
+                    .then(|| {
+                        held.into_iter()
+                            .map(|(owner, seq, expires, spent, unspent, lapsed)| {
+                                Some(HeldLease {
+                                    owner: owner_in(owner, receiver),
+                                    seq,
+                                    expires_ms: at(expires, sent_ms).ok()?,
+                                    spent: (spent.len() <= MOST_PARTS)
+                                        .then(|| spent.into_iter().collect::<SmallVec<_>>())?,
+                                    unspent,
+                                    lapsed,
+                                })
+                            })
+                            .collect()
                     })
-                    .collect();
-                let Ok(held) = held else {
+                    .flatten();
+                let Some(held) = held else {
                     rejects.malformed += 1;
                     continue;
                 };
@@ -224,14 +242,7 @@ pub fn decode_ledger(
                     index,
                     report: LedgerReport {
                         limit,
-                        holdings: HoldingsReport {
-                            seen: seen
-                                .into_iter()
-                                .map(|(o, s)| (owner_in(o, receiver), s))
-                                .collect(),
-                            held,
-                            closed,
-                        },
+                        holdings: HoldingsReport { held, closed },
                     },
                 }
             }
@@ -240,15 +251,29 @@ pub fn decode_ledger(
                 window_ms,
                 buckets,
                 seq,
-                count,
-                from,
-                lasts_ms,
+                expires,
+                segments,
             } => {
-                let Ok(valid_from_ms) = at(from, sent_ms) else {
+                let segments: Option<SmallVec<[Segment; 2]>> = segments
+                    .into_iter()
+                    .map(|(id, count, from)| {
+                        Some(Segment {
+                            id,
+                            count,
+                            valid_from_ms: at(from, sent_ms).ok()?,
+                        })
+                    })
+                    .collect();
+                let (Some(segments), Ok(expires_ms)) = (segments, at(expires, sent_ms)) else {
                     rejects.malformed += 1;
                     continue;
                 };
-                if !shape_ok(window_ms, buckets) || count == 0 || seq == 0 {
+                let ascending = segments.windows(2).all(|w| w[0].id < w[1].id);
+                if !shape_ok(window_ms, buckets)
+                    || seq == 0
+                    || segments.len() > MOST_PARTS
+                    || !ascending
+                {
                     rejects.malformed += 1;
                     continue;
                 }
@@ -259,9 +284,8 @@ pub fn decode_ledger(
                     lease: Lease {
                         owner: sender,
                         seq,
-                        count,
-                        valid_from_ms,
-                        expires_ms: valid_from_ms.saturating_add(lasts_ms),
+                        expires_ms,
+                        segments,
                     },
                 }
             }
@@ -272,8 +296,12 @@ pub fn decode_ledger(
                 limit,
                 want,
                 wait_ms,
+                held,
             } => {
-                if !shape_ok(window_ms, buckets) || want == 0 {
+                if !shape_ok(window_ms, buckets)
+                    || want == 0
+                    || held.as_ref().is_some_and(|(_, s)| s.len() > MOST_PARTS)
+                {
                     rejects.malformed += 1;
                     continue;
                 }
@@ -284,6 +312,14 @@ pub fn decode_ledger(
                     limit,
                     want,
                     wait_ms,
+                    held: held.map(|(seq, spent)| HeldLease {
+                        owner: receiver,
+                        seq,
+                        expires_ms: 0,
+                        spent: spent.into_iter().collect(),
+                        unspent: 0,
+                        lapsed: false,
+                    }),
                 }
             }
             Wire::Refused {
@@ -301,6 +337,8 @@ pub fn decode_ledger(
 
 #[cfg(test)]
 mod tests {
+    use smallvec::smallvec;
+
     use super::*;
 
     const SENT: u64 = 1_700_000_000_000;
@@ -311,13 +349,24 @@ mod tests {
         let report = LedgerReport {
             limit: 100,
             holdings: HoldingsReport {
-                seen: vec![(owner, 4), (3, 1)],
-                held: vec![HeldLease {
-                    owner,
-                    seq: 4,
-                    unspent: 2,
-                    expires_ms: SENT + 150,
-                }],
+                held: vec![
+                    HeldLease {
+                        owner,
+                        seq: 4,
+                        expires_ms: SENT + 150,
+                        spent: smallvec![(3, 2), (4, 0)],
+                        unspent: 5,
+                        lapsed: false,
+                    },
+                    HeldLease {
+                        owner: 3,
+                        seq: 1,
+                        expires_ms: SENT - 10,
+                        spent: smallvec![(1, 1)],
+                        unspent: 0,
+                        lapsed: true,
+                    },
+                ],
                 closed: false,
             },
         };
@@ -330,6 +379,14 @@ mod tests {
                 limit: 100,
                 want: 3,
                 wait_ms: 15,
+                held: Some(HeldLease {
+                    owner,
+                    seq: 4,
+                    expires_ms: 0,
+                    spent: smallvec![(3, 2)],
+                    unspent: 0,
+                    lapsed: false,
+                }),
             },
         ];
         let body = encode_ledger(&entries, owner, SENT);
@@ -340,9 +397,19 @@ mod tests {
         let lease = Lease {
             owner,
             seq: 5,
-            count: 12,
-            valid_from_ms: SENT + 40,
             expires_ms: SENT + 440,
+            segments: smallvec![
+                Segment {
+                    id: 3,
+                    count: 12,
+                    valid_from_ms: SENT,
+                },
+                Segment {
+                    id: 4,
+                    count: 2,
+                    valid_from_ms: SENT + 40,
+                },
+            ],
         };
         let grants = vec![
             LedgerEntry::Lease {
@@ -357,13 +424,13 @@ mod tests {
             },
         ];
         let body = encode_ledger(&grants, user, SENT);
-        // A lease is its window (key and shape, 20 bytes) and six small numbers.
-        assert!(body.len() <= 48, "{} bytes", body.len());
+        // A lease is its window (key and shape, 20 bytes), a few numbers, and its segments.
+        assert!(body.len() <= 56, "{} bytes", body.len());
         let (back, _) = decode_ledger(&body, owner, user, SENT).unwrap();
         assert_eq!(back, grants);
         // A lease always names its sender as the owner: a datagram cannot lease for another.
         let (forged, _) = decode_ledger(&body, 8, user, SENT).unwrap();
-        assert!(matches!(forged[0], LedgerEntry::Lease { lease, .. } if lease.owner == 8));
+        assert!(matches!(&forged[0], LedgerEntry::Lease { lease, .. } if lease.owner == 8));
     }
 
     #[test]
@@ -374,9 +441,16 @@ mod tests {
                 window_ms: 1_000,
                 buckets: 7,
                 seq: 1,
-                count: 1,
-                from: 0,
-                lasts_ms: 400,
+                expires: 400,
+                segments: vec![(1, 1, 0)],
+            },
+            Wire::Lease {
+                key: [0; 16],
+                window_ms: 1_000,
+                buckets: 10,
+                seq: 1,
+                expires: 400,
+                segments: vec![(2, 1, 0), (1, 1, 0)],
             },
             Wire::Refused {
                 key: [1; 16],
@@ -386,7 +460,7 @@ mod tests {
         let body = bincode::serde::encode_to_vec(&bad, WIRE).unwrap();
         let (entries, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
         assert_eq!(entries.len(), 1);
-        assert_eq!(rejects.malformed, 1);
+        assert_eq!(rejects.malformed, 2, "a bad shape, segments out of order");
         assert!(decode_ledger(&[0xFF; 9], 1, 2, SENT).is_err());
         let mut trailing = body.clone();
         trailing.push(0);

@@ -106,7 +106,19 @@ impl Collector for ClusterCollector {
                 ("future", m.future),
                 ("bad_shape", m.bad_shape + wire.bad_shape_entries),
                 ("table_full", m.table_full),
+                ("unsolicited", m.unsolicited),
+                ("version_jump", m.version_jump),
+                ("superseded", m.superseded),
+                ("not_from_origin", m.not_from_origin),
             ],
+        )?;
+        gauge(
+            e,
+            "rules_mismatched_members",
+            "Live members whose rules (as they last said) differ from this node's",
+            self.view
+                .rules_mismatched_members
+                .load(std::sync::atomic::Ordering::Relaxed) as i64,
         )?;
         counter(
             e,

@@ -27,6 +27,7 @@ use super::member_log::MemberLog;
 use super::outbox::{Outbox, Outgoing};
 use super::ownership::{Ownership, SPREAD_WHEN_MISSING};
 use super::return_route::ReturnRoute;
+use super::rules_digest::RulesAgreement;
 use super::timers::{Periodic, Timers};
 use super::view::ClusterView;
 use super::warmup::Warmup;
@@ -52,6 +53,8 @@ pub struct NodeCore<T> {
     pub(super) liveness: Liveness,
     /// What each member's build reads of the wire (`features.rs`).
     pub(super) features: PeerFeatures,
+    /// What the members said of their rules (`rules_digest.rs`).
+    pub(super) rules: RulesAgreement,
     /// Which addresses have shown they receive what this node sends, when that must be
     /// checked (`verify_return_route`).
     pub(super) return_route: Option<ReturnRoute>,
@@ -158,6 +161,7 @@ impl<T: TimeSource> NodeCore<T> {
             clock_sync: ClockSync::new(limiter.config().max_clock_drift_ms, clock.base()),
             liveness: Liveness::new(params.silence_threshold, params.join_grace),
             features: PeerFeatures::default(),
+            rules: RulesAgreement::default(),
             timers,
             discovered: Vec::new(),
             boot_ms: now.cluster_ms,
@@ -342,6 +346,7 @@ impl<T: TimeSource> NodeCore<T> {
         let ids = self.liveness.set_members(&members, now.at);
         self.clock_sync.retain(|s| ids.contains(&s));
         self.features.retain(&ids);
+        self.rules.retain(&ids, now.at);
         if let Some(route) = &mut self.return_route {
             let addrs = members.iter().map(|m| m.addr).collect();
             route.retain(&ids, &addrs);

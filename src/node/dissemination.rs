@@ -64,6 +64,7 @@ impl<T: TimeSource> NodeCore<T> {
         }
         self.update_live(now);
         self.update_readiness(now);
+        self.compare_rules(now);
         self.view
             .wire
             .summary_rounds
@@ -92,6 +93,12 @@ impl<T: TimeSource> NodeCore<T> {
                     Ordering::Relaxed,
                 );
                 self.send_batch(now, Kind::Summary, &batch, &receiving);
+                // Every member hears now and then what this build reads and which rules it
+                // enforces (in owner mode, the members this node exchanges with:
+                // `owner_round`); these in a heartbeat of their own.
+                for peer in &receiving {
+                    self.announce_features(now, *peer);
+                }
                 unverified
             }
             _ => receiving.into_iter().chain(unverified).collect(),
@@ -103,7 +110,10 @@ impl<T: TimeSource> NodeCore<T> {
             {
                 continue;
             }
-            let body = self.body_prefix(peer);
+            // The others in the heartbeat they get anyway.
+            let flags = (self.may_push_to(peer.addr) && self.announce_due(now, peer))
+                .then_some(super::features::READS);
+            let body = self.heartbeat_body(peer, flags);
             self.seal(now, Kind::Heartbeat, &body, peer);
         }
         now
@@ -200,18 +210,47 @@ impl<T: TimeSource> NodeCore<T> {
     /// Pushes `to` this node's live registers and those of origins that are no longer
     /// members; in a large cluster, of the windows `to` owns.
     pub(super) fn push_bootstrap(&mut self, now: Now, to: Destination) {
-        let mut own = self.limiter.snapshot_local(now.cluster_ms);
-        let mut relayed = self.departed_registers(now);
-        if self.ownership.is_some()
-            && let Some(newcomer) = to.node
-        {
-            // In a large cluster a newcomer needs only the windows it now owns.
-            own.updates.retain(|u| self.owned_by(u.key, newcomer));
-            for batch in &mut relayed {
-                batch.updates.retain(|u| self.owned_by(u.key, newcomer));
-            }
-            relayed.retain(|b| !b.updates.is_empty());
+        self.push_bootstraps(now, &[to]);
+    }
+
+    /// [`NodeCore::push_bootstrap`] to each of `targets`, from one emission: the newcomers of
+    /// a round of a fleet forming may be hundreds, and an emission per newcomer would copy the
+    /// key table as often and advance this origin's version by as many (which peers bound:
+    /// `crdt::succession`).
+    pub(super) fn push_bootstraps(&mut self, now: Now, targets: &[Destination]) {
+        if targets.is_empty() {
+            return;
         }
+        let own = self.limiter.snapshot_local(now.cluster_ms);
+        let relayed = self.departed_registers(now);
+        for &to in targets {
+            match to.node.filter(|_| self.ownership.is_some()) {
+                // In a large cluster a newcomer needs only the windows it now owns.
+                Some(newcomer) => {
+                    let mut owned = |batch: &Batch| Batch {
+                        origin: batch.origin,
+                        updates: batch
+                            .updates
+                            .iter()
+                            .filter(|u| self.owned_by(u.key, newcomer))
+                            .cloned()
+                            .collect(),
+                    };
+                    let own = owned(&own);
+                    let relayed: Vec<Batch> = relayed
+                        .iter()
+                        .map(&mut owned)
+                        .filter(|b| !b.updates.is_empty())
+                        .collect();
+                    self.push_to(now, to, &own, &relayed);
+                }
+                None => self.push_to(now, to, &own, &relayed),
+            }
+        }
+    }
+
+    /// One bootstrap push: `own` and `relayed` registers to `to`, or word that there are none.
+    fn push_to(&mut self, now: Now, to: Destination, own: &Batch, relayed: &[Batch]) {
         if own.updates.is_empty() && relayed.is_empty() {
             // Nothing to push, said all the same: the newcomer waits for word from every
             // member before it serves (see `warmup.rs`).
@@ -222,9 +261,9 @@ impl<T: TimeSource> NodeCore<T> {
                 .seal(Kind::AntiEntropy, now.wall_ms, &body, to, compact);
             return;
         }
-        self.send_batch(now, Kind::AntiEntropy, &own, &[to]);
+        self.send_batch(now, Kind::AntiEntropy, own, &[to]);
         for batch in relayed {
-            self.send_batch(now, Kind::AntiEntropy, &batch, &[to]);
+            self.send_batch(now, Kind::AntiEntropy, batch, &[to]);
         }
     }
 
@@ -245,11 +284,43 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// A heartbeat to `to` with `flags` after its prefix (`features.rs`), which older builds
-    /// read no further than the prefix.
+    /// read no further than the prefix, and then the digest of this node's rules
+    /// (`rules_digest.rs`), which they do not read.
     pub(super) fn send_flags(&mut self, now: Now, to: Destination, flags: u8) {
-        let mut body = self.body_prefix(to);
-        body.push(flags);
+        let body = self.heartbeat_body(to, Some(flags));
         self.seal(now, Kind::Heartbeat, &body, to);
+    }
+
+    /// A heartbeat's body to `to`: the prefix, and `flags` with this node's rules digest.
+    fn heartbeat_body(&self, to: Destination, flags: Option<u8>) -> Vec<u8> {
+        let mut body = self.body_prefix(to);
+        if let Some(flags) = flags {
+            body.push(flags);
+            let digest = self.params.rules_digest.get();
+            if digest != 0 {
+                body.extend_from_slice(&digest.to_le_bytes());
+            }
+        }
+        body
+    }
+
+    /// Compares this node's rules with what the live members said of theirs; a change of this
+    /// node's is announced to every member at its next chance.
+    fn compare_rules(&mut self, now: Now) {
+        let live = self
+            .membership
+            .member_ids()
+            .into_iter()
+            .filter(|m| !self.suspects.contains(m));
+        let (changed, mismatched) = self
+            .rules
+            .round(self.params.rules_digest.get(), live, now.at);
+        if changed {
+            self.features.announce_again();
+        }
+        self.view
+            .rules_mismatched_members
+            .store(mismatched as u64, Ordering::Relaxed);
     }
 
     /// Whether a datagram to `to` goes under the compact header: once `to` said it reads one
@@ -269,12 +340,17 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// Tells `to` what this build reads, unless it was told lately (`features.rs`).
     pub(super) fn announce_features(&mut self, now: Now, to: Destination) {
-        let Some(member) = to.node.filter(|m| self.liveness.is_member(*m)) else {
-            return;
-        };
-        if self.features.announce_due(member, now.at) {
+        if self.announce_due(now, to) {
             self.send_flags(now, to, super::features::READS);
         }
+    }
+
+    /// Whether `to` is a member due this node's flags (`features.rs`); if so, counts them as
+    /// told.
+    fn announce_due(&mut self, now: Now, to: Destination) -> bool {
+        to.node
+            .filter(|m| self.liveness.is_member(*m))
+            .is_some_and(|m| self.features.announce_due(m, now.at))
     }
 
     /// Sends `to` this node's `registers` of windows it owns and this node's `sums` of windows

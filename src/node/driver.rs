@@ -2,6 +2,13 @@
 //! the core's next wake-up, a command channel and a shutdown signal, in one `select!` with
 //! `biased;` (no hidden randomness). Each turn reads the time once, hands the core one input,
 //! and sends what it sealed.
+//!
+//! Invariant: work that is due runs before another datagram is taken. The socket is polled
+//! last, and one datagram is handled per turn, so a wake-up that is due waits behind at most
+//! the datagram being handled: a socket that always has a datagram ready (a flood, garbage
+//! is enough) cannot hold back summary rounds, SWIM's probes, the clock's steering or the end
+//! of the warm-up. (tokio's cooperative budget makes a busy socket yield now and then, but a
+//! socket polled first would win every turn after it.)
 
 use std::future::Future;
 use std::sync::Arc;
@@ -44,13 +51,6 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
             tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
-                r = self.socket.recv_from(&mut buf) => {
-                    if let Ok((n, from)) = r {
-                        let len = n.min(buf.len());
-                        let now = Now::read(&self.core.clock);
-                        self.core.on_datagram(now, &mut buf[..len], from);
-                    }
-                }
                 _ = tokio::time::sleep_until(wake) => {
                     self.core.on_wake(Now::read(&self.core.clock));
                 }
@@ -58,6 +58,13 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
                     Some(command) => self.core.on_command(Now::read(&self.core.clock), command),
                     None => commands_open = false,
                 },
+                r = self.socket.recv_from(&mut buf) => {
+                    if let Ok((n, from)) = r {
+                        let len = n.min(buf.len());
+                        let now = Now::read(&self.core.clock);
+                        self.core.on_datagram(now, &mut buf[..len], from);
+                    }
+                }
             }
             self.send().await;
         }

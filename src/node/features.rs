@@ -7,6 +7,9 @@
 //! time keeps every register and sum: until both ends run the newer build, they talk as the
 //! older one did.
 //!
+//! The flags may be followed by the digest of the sender's rules (`rules_digest.rs`), which
+//! builds that predate it do not read either.
+//!
 //! Entries are kept for members only (the callers check), and dropped with them. What a member
 //! said lapses unless it says it again: a flag that could be forged (in an insecure cluster)
 //! could otherwise mark a member of an older build for good, and every exchange to it would be
@@ -69,6 +72,11 @@ impl PeerFeatures {
     /// Whether `member` said, lately as of `at`, that it reads the compact header.
     pub fn reads_compact(&self, member: u128, at: Instant) -> bool {
         self.reads(member, COMPACT, at)
+    }
+
+    /// Every member is due this node's flags at its next chance (what they carry changed).
+    pub fn announce_again(&mut self) {
+        self.announced.clear();
     }
 
     /// Whether `member` is due this node's flags at `at` (never told, or not for

@@ -40,7 +40,7 @@ pub(super) struct LedgerNode {
     /// The ring generation and lease permission the limiter's view was made from.
     installed: Option<(u64, bool)>,
     /// The ring of the installed view.
-    ring: Ring,
+    ring: Option<Ring>,
 }
 
 /// The limiter's view of the owners: see the module documentation.
@@ -107,11 +107,11 @@ impl<T: TimeSource> NodeCore<T> {
         if ledger.installed == Some((generation, may_lease)) {
             return;
         }
-        if ledger.installed.is_some_and(|(g, _)| g != generation) {
-            let old = std::mem::replace(&mut ledger.ring, ring.clone());
+        let old = ledger.ring.replace(ring.clone());
+        if ledger.installed.is_some_and(|(g, _)| g != generation)
+            && let Some(old) = old
+        {
             ledger.before.push_back((now.cluster_ms, old));
-        } else {
-            ledger.ring = ring.clone();
         }
         ledger
             .before
@@ -123,7 +123,7 @@ impl<T: TimeSource> NodeCore<T> {
         }
         ledger.installed = Some((generation, may_lease));
         self.limiter.set_owner_view(Box::new(RingView {
-            ring: ledger.ring.clone(),
+            ring: ring.clone(),
             before: ledger.before.iter().cloned().collect(),
             floor_quiet_until_ms: ledger.floor_quiet_until_ms,
             quiet_ms,
@@ -250,6 +250,9 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         }
         let wait_ms = self.limiter.config().ledger.ask_wait_ms;
+        let held = self
+            .limiter
+            .held_word(need.key, owner.owner, now.cluster_ms);
         // Asked: further requests wait for this answer rather than ask again.
         self.limiter.ask_refused(need.key, wait_ms, now.cluster_ms);
         let ask = LedgerEntry::Ask {
@@ -259,6 +262,7 @@ impl<T: TimeSource> NodeCore<T> {
             limit: need.limit,
             want: need.want,
             wait_ms: u32::try_from(wait_ms).unwrap_or(u32::MAX),
+            held,
         };
         self.send_ledger(now, to, Vec::new(), vec![ask]);
     }
@@ -341,14 +345,14 @@ impl<T: TimeSource> NodeCore<T> {
                     limit,
                     want,
                     wait_ms,
+                    held,
                 } => answers.push(self.answer_ask(
                     now,
                     header,
                     key,
                     (window_ms, buckets),
-                    limit,
-                    want,
-                    wait_ms,
+                    (limit, want, wait_ms),
+                    held,
                 )),
             }
         }
@@ -360,17 +364,17 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// This node's answer to an ask for `want` tokens of `key`.
-    #[allow(clippy::too_many_arguments)]
+    /// This node's answer to an ask for `want` tokens of `key`, under the asker's `limit`,
+    /// spendable within `wait_ms` of the ask's sending; `held` is what the asker has of this
+    /// node's lease.
     fn answer_ask(
         &mut self,
         now: Now,
         header: &Header,
         key: KeyId,
         (window_ms, buckets): (u64, u16),
-        limit: u32,
-        want: u32,
-        wait_ms: u32,
+        (limit, want, wait_ms): (u32, u32, u32),
+        held: Option<crate::ledger::HeldLease>,
     ) -> LedgerEntry {
         let refused = |retry_after_ms: u64| LedgerEntry::Refused {
             key,
@@ -392,6 +396,7 @@ impl<T: TimeSource> NodeCore<T> {
             &spec,
             limit,
             want,
+            held,
             deadline,
             now.cluster_ms,
             quiet_until,

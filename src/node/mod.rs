@@ -13,8 +13,9 @@
 //!   owner does not answer; `liveness.rs`: whose demand counts; `member_log.rs`: membership changes in the log;
 //!   `warmup.rs`: when a starting node may admit; `status.rs`: who counts, readiness, the
 //!   published member list; `clock_sync.rs`: cluster time;
-//!   `return_route.rs`: who may be sent registers in an insecure cluster; `timers.rs`: the
-//!   periodic work; `outbox.rs`: sealing.
+//!   `return_route.rs`: who may be sent registers in an insecure cluster; `rules_digest.rs`:
+//!   whether the members enforce the same rules; `timers.rs`: the periodic work;
+//!   `outbox.rs`: sealing.
 //! - `driver.rs`: the tokio loop; `builder.rs`: building a node.
 //! - `view.rs`, `stats.rs`, `collector.rs`: what the node publishes (members, wire counters,
 //!   metrics).
@@ -35,6 +36,7 @@ mod params;
 mod placement;
 mod receive;
 mod return_route;
+mod rules_digest;
 mod stats;
 mod status;
 mod timers;
@@ -57,6 +59,8 @@ pub use self::driver::Node;
 pub use self::outbox::Outgoing;
 pub use self::ownership::{BACK_TO_FULL_MESH, Dissemination, FULL_MESH_UP_TO};
 pub use self::params::NodeParams;
+pub use self::placement::{ring_key_of_cluster, ring_key_of_secret};
+pub use self::rules_digest::RulesDigest;
 pub use self::stats::{WireSnapshot, WireStats};
 pub use self::view::{ClusterView, MemberInfo, MemberState};
 

@@ -78,7 +78,7 @@ struct Subscriber {
 }
 
 /// The state of owner mode.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Ownership {
     ring: Ring,
     /// Owners of the windows looked up since the ring was built (the same windows come up
@@ -114,13 +114,23 @@ pub struct Ownership {
 }
 
 impl Ownership {
-    fn new() -> Self {
+    /// Owner mode on a ring whose points `ring_key` places.
+    fn new(ring_key: super::placement::RingKey) -> Self {
         Self {
+            ring: Ring::new(ring_key),
+            cache: Default::default(),
             stale: true,
+            suspects: BTreeSet::new(),
             members_dirty: true,
+            bootstraps: Vec::new(),
+            subscribers: BTreeMap::new(),
+            acting: BTreeMap::new(),
+            changed: BTreeSet::new(),
+            unanswered: UnansweredRegisters::default(),
             resend_all: true,
             spread_every: 1,
-            ..Self::default()
+            spread_wait: 0,
+            generation: 0,
         }
     }
 
@@ -303,7 +313,7 @@ impl<T: TimeSource> NodeCore<T> {
         match (owners, self.ownership.is_some()) {
             (true, false) => {
                 tracing::info!(members = size, "large cluster: registers go through owners");
-                self.ownership = Some(Ownership::new());
+                self.ownership = Some(Ownership::new(self.params.ring_key));
             }
             (false, true) => {
                 tracing::info!(
@@ -327,10 +337,14 @@ impl<T: TimeSource> NodeCore<T> {
     /// leave its users without sums until SWIM declares it down, seconds later, while both
     /// sides admit. So a change of the suspects rebuilds the ring too.
     pub(super) fn refresh_ring(&mut self) {
+        // Under the ledger a suspect stays on the ring until SWIM declares it down: a window
+        // changes owner only once its owner is down (or gone), by which time an owner cut off
+        // with a partition's minority has stopped leasing (`ledger.rs`).
+        let keep_suspects = self.limiter.is_ledger();
         let Some(ownership) = self.ownership.as_mut() else {
             return;
         };
-        if self.suspects != ownership.suspects {
+        if !keep_suspects && self.suspects != ownership.suspects {
             ownership.suspects = self.suspects.clone();
             ownership.stale = true;
         }
@@ -341,7 +355,7 @@ impl<T: TimeSource> NodeCore<T> {
             .membership
             .members()
             .iter()
-            .filter(|m| !ownership.suspects.contains(&m.node.as_u128()))
+            .filter(|m| keep_suspects || !ownership.suspects.contains(&m.node.as_u128()))
             .map(|m| Member {
                 id: m.node.as_u128(),
                 addr: m.addr,
@@ -447,9 +461,7 @@ impl<T: TimeSource> NodeCore<T> {
             .as_mut()
             .map(|o| std::mem::take(&mut o.bootstraps))
             .unwrap_or_default();
-        for to in newcomers {
-            self.push_bootstrap(now, to);
-        }
+        self.push_bootstraps(now, &newcomers);
         let calm_round = self.rounds.is_multiple_of(CALM_EVERY);
         let resend_all = self
             .ownership
@@ -655,7 +667,7 @@ mod tests {
     /// Node 1's ownership in a cluster of nodes 1-5, and a window whose first owner in its
     /// view is neither node 1 nor node 5 (node 5 will claim it).
     fn viewed_from_node_1() -> (Ownership, KeyId, Member) {
-        let mut o = Ownership::new();
+        let mut o = Ownership::new([3; 32]);
         o.ring.update(&(1..=5).map(member).collect::<Vec<_>>());
         let key = (0u128..)
             .map(|i| KeyId(i.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)))
@@ -729,7 +741,7 @@ mod tests {
 
     #[test]
     fn announcements_slow_down_while_nothing_is_missing_and_resume_when_the_members_change() {
-        let mut o = Ownership::new();
+        let mut o = Ownership::new([3; 32]);
         // Gaps of 1, 2, 4, 8, then 16 rounds.
         assert_eq!(
             announcing(&mut o, 64),

@@ -50,6 +50,16 @@ pub struct NodeParams {
     pub state_path: Option<std::path::PathBuf>,
     /// How registers spread: by cluster size (the default), or one way whatever the size.
     pub dissemination: super::Dissemination,
+    /// Places members on the ring of window owners (`placement.rs`): a secret every member
+    /// shares, so that nobody outside the cluster can compute where a boot id lands and no one
+    /// can solve for a boot id that lands where it likes (a member that holds the key can only
+    /// try ids at random). Every member must have the same. Default: derived from
+    /// `cluster_id` as [`NodeParams::new`] and [`NodeParams::set_cluster_id`] set it
+    /// ([`super::ring_key_of_cluster`]).
+    pub ring_key: [u8; 32],
+    /// The digest of the rules this node enforces, as the rules layer keeps it up to date
+    /// (`rules_digest.rs`): said to the members, compared with theirs. Default: none (0).
+    pub rules_digest: super::RulesDigest,
 }
 
 impl NodeParams {
@@ -74,7 +84,16 @@ impl NodeParams {
             verify_return_route: false,
             state_path: None,
             dissemination: super::Dissemination::Auto,
+            ring_key: super::placement::ring_key_of_cluster("limitmesh"),
+            rules_digest: super::RulesDigest::default(),
         }
+    }
+
+    /// Sets the cluster id, and the ring key derived from it (which a cluster with a secret
+    /// of its own then sets after this).
+    pub fn set_cluster_id(&mut self, cluster_id: &str) {
+        self.cluster_id = cluster_id.to_owned();
+        self.ring_key = super::placement::ring_key_of_cluster(cluster_id);
     }
 
     /// Sets the summary-round interval, and the times measured in rounds with it: a member is

@@ -3,9 +3,18 @@
 //! moves only the keys it takes or gives up.
 //!
 //! Each member (this node included) has [`POINTS`] points on a ring of `u64`, placed by a hash
-//! of its boot id; a window's id hashes to a point, and its owners are the members of the
-//! first two distinct points clockwise from it. The ring is updated when the members change
-//! (at most once per summary round), and a lookup is a binary search.
+//! of its boot id keyed with a secret every member holds ([`RingKey`]); a window's id hashes
+//! to a point, and its owners are the members of the first two distinct points clockwise from
+//! it. The ring is updated when the members change (at most once per summary round), and a
+//! lookup is a binary search.
+//!
+//! The points are a keyed PRF (blake3 in keyed mode) of the boot id, not a function anyone can
+//! invert: a node picks its own boot id, and with a public, invertible placement it could
+//! solve for an id whose point lands just before a window's and so be that window's first
+//! owner, whose sums every user of the window counts by. Without the key the placement of an
+//! id cannot be computed at all. A member that holds the key can still try boot ids until one
+//! lands where it wants (about one in `N` does, in a cluster of `N`); the key takes away the
+//! outright solution, and everyone outside the cluster.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -16,6 +25,24 @@ use crate::limiter::KeyId;
 /// Points per member: enough that a member's share of the keys stays within a few tens of
 /// percent of `1/N`, few enough that a rebuild of a thousand members is a sort of 64 000 words.
 pub const POINTS: u64 = 64;
+
+/// The secret that places members' points: the same on every member, or their rings differ.
+pub type RingKey = [u8; 32];
+
+/// The ring key a cluster uses unless it is given one: derived from the cluster id, which is
+/// no secret, so every node of the cluster computes the same without configuration.
+pub fn ring_key_of_cluster(cluster_id: &str) -> RingKey {
+    blake3::derive_key("limitmesh ring points", cluster_id.as_bytes())
+}
+
+/// The ring key of a cluster with a naming secret (`cluster.naming_key`): the points then
+/// are as hard to place as the window names are to guess.
+pub fn ring_key_of_secret(naming_secret: &[u8; 32]) -> RingKey {
+    blake3::derive_key(
+        "limitmesh ring points from the naming secret",
+        naming_secret,
+    )
+}
 
 /// A member on the ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,8 +65,10 @@ impl Member {
 /// Members hold slots that stay theirs while they are members, so a change of the members
 /// moves only their own points: the ring is updated in time linear in its points, with no
 /// sort of the whole (in a fleet's formation it changes every round, on every node).
-#[derive(Debug, Clone, Default)]
+#[derive(Clone)]
 pub struct Ring {
+    /// Places the members' points (see the module documentation).
+    key: RingKey,
     /// `(point, slot)`, sorted.
     points: Vec<(u64, u32)>,
     /// The members, by slot; `None`: a free slot.
@@ -47,29 +76,59 @@ pub struct Ring {
     free: Vec<u32>,
 }
 
-/// A 64-bit mix (the finalizer of SplitMix64): ids and key ids are uniformly random already
-/// (boot uuids; keyed hashes), so this only has to spread points and combine halves.
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the key.
+        f.debug_struct("Ring")
+            .field("points", &self.points.len())
+            .field("members", &(self.slots.len() - self.free.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// A 64-bit mix (the finalizer of SplitMix64): window ids are uniformly random already (keyed
+/// hashes of their names), so this only has to combine their halves.
 fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^ (x >> 31)
 }
 
-fn fold(v: u128) -> u64 {
-    (v as u64) ^ mix((v >> 64) as u64)
+/// A window id's point on the ring.
+fn point_of_key(key: KeyId) -> u64 {
+    (key.0 as u64) ^ mix((key.0 >> 64) as u64)
 }
 
-/// The points of the member with boot id `id`.
-fn points_of(id: u128) -> impl Iterator<Item = u64> {
-    let base = fold(id);
-    (0..POINTS).map(move |p| mix(base ^ mix(p + 1)))
+/// The points of the member with boot id `id` on the ring keyed with `key`: the first
+/// `8 * POINTS` bytes of blake3's keyed output for the id.
+fn points_of(key: &RingKey, id: u128) -> impl Iterator<Item = u64> + use<> {
+    let mut bytes = [0u8; 8 * POINTS as usize];
+    blake3::Hasher::new_keyed(key)
+        .update(&id.to_le_bytes())
+        .finalize_xof()
+        .fill(&mut bytes);
+    (0..POINTS as usize).map(move |p| {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[8 * p..8 * p + 8]);
+        u64::from_le_bytes(word)
+    })
 }
 
 impl Ring {
-    /// The ring of `members` (this node included, in any order).
+    /// An empty ring whose points `key` places.
+    pub fn new(key: RingKey) -> Self {
+        Self {
+            key,
+            points: Vec::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    /// The ring of `members` (this node included, in any order), keyed with `key`.
     #[cfg(test)]
-    pub fn new(members: &[Member]) -> Self {
-        let mut ring = Self::default();
+    pub fn of(key: RingKey, members: &[Member]) -> Self {
+        let mut ring = Self::new(key);
         ring.update(members);
         ring
     }
@@ -77,17 +136,17 @@ impl Ring {
     /// Makes this the ring of `members` (in any order): the points of members that left
     /// go, those of members that joined come in. Returns whether anything changed.
     ///
-    /// Two members whose ids fold to the same value would have the same points, and which of
-    /// them owns those would depend on the order they came in: the same id at two addresses,
-    /// or an id made up to collide (in an insecure cluster). Only the least of them, by id and
-    /// address, is on the ring, so every node names the same owners.
+    /// Two members with the same id (one id at two addresses: a restart's old entry, or a
+    /// member that took another's id) would have the same points, and which of them owns those
+    /// would depend on the order they came in. Only the least of them, by address, is on the
+    /// ring, so every node names the same owners.
     pub fn update(&mut self, members: &[Member]) -> bool {
-        let mut by_fold: std::collections::BTreeMap<u64, (u128, SocketAddr)> = Default::default();
+        let mut by_id: std::collections::BTreeMap<u128, SocketAddr> = Default::default();
         for m in members {
-            let entry = by_fold.entry(fold(m.id)).or_insert((m.id, m.addr));
-            *entry = (*entry).min((m.id, m.addr));
+            let addr = by_id.entry(m.id).or_insert(m.addr);
+            *addr = (*addr).min(m.addr);
         }
-        let wanted: BTreeSet<(u128, SocketAddr)> = by_fold.into_values().collect();
+        let wanted: BTreeSet<(u128, SocketAddr)> = by_id.into_iter().collect();
         let mut gone = vec![false; self.slots.len()];
         let mut kept: BTreeSet<(u128, SocketAddr)> = BTreeSet::new();
         for (slot, m) in self.slots.iter_mut().enumerate() {
@@ -114,7 +173,7 @@ impl Ring {
                     (self.slots.len() - 1) as u32
                 }
             };
-            added.extend(points_of(id).map(|p| (p, slot)));
+            added.extend(points_of(&self.key, id).map(|p| (p, slot)));
         }
         let removed_any = gone.iter().any(|g| *g);
         if !removed_any && added.is_empty() {
@@ -133,7 +192,7 @@ impl Ring {
         if self.points.is_empty() {
             return None;
         }
-        let at = fold(key.0);
+        let at = point_of_key(key);
         let start = self.points.partition_point(|(p, _)| *p < at) % self.points.len();
         let first = self.points[start].1;
         // The next point of another member: with `POINTS` points per member, almost always
@@ -171,6 +230,8 @@ fn merge_sorted(a: Vec<(u64, u32)>, b: Vec<(u64, u32)>) -> Vec<(u64, u32)> {
 mod tests {
     use super::*;
 
+    const KEY: RingKey = [7; 32];
+
     fn members(n: u128) -> Vec<Member> {
         (1..=n)
             .map(|i| Member {
@@ -190,7 +251,7 @@ mod tests {
     fn reference_ring(members: &[Member]) -> Vec<(u64, u128, SocketAddr)> {
         let mut points: Vec<(u64, u128, SocketAddr)> = members
             .iter()
-            .flat_map(|m| points_of(m.id).map(move |p| (p, m.id, m.addr)))
+            .flat_map(|m| points_of(&KEY, m.id).map(move |p| (p, m.id, m.addr)))
             .collect();
         points.sort_unstable();
         points.dedup();
@@ -201,7 +262,7 @@ mod tests {
         if points.is_empty() {
             return None;
         }
-        let at = fold(k.0);
+        let at = point_of_key(k);
         let start = points.partition_point(|(p, _, _)| *p < at) % points.len();
         let member = |i: usize| Member {
             id: points[i].1,
@@ -220,7 +281,7 @@ mod tests {
         let m = members(50);
         let mut shuffled = m.clone();
         shuffled.reverse();
-        let (a, b) = (Ring::new(&m), Ring::new(&shuffled));
+        let (a, b) = (Ring::of(KEY, &m), Ring::of(KEY, &shuffled));
         for k in 0..1_000 {
             let owners = a.owners(key(k)).unwrap();
             assert_eq!(owners, b.owners(key(k)).unwrap());
@@ -231,7 +292,7 @@ mod tests {
     #[test]
     fn keys_spread_over_the_members_and_a_leaver_moves_only_its_own() {
         let m = members(100);
-        let ring = Ring::new(&m);
+        let ring = Ring::of(KEY, &m);
         let mut owned = vec![0u32; 100];
         let keys = 20_000;
         for k in 0..keys {
@@ -248,7 +309,7 @@ mod tests {
         // Member 7 leaves: keys it did not own keep their first owner.
         let gone = m[7].id;
         let rest: Vec<Member> = m.iter().copied().filter(|x| x.id != gone).collect();
-        let after = Ring::new(&rest);
+        let after = Ring::of(KEY, &rest);
         for k in 0..keys {
             let [before, next] = ring.owners(key(k)).unwrap();
             let [now, _] = after.owners(key(k)).unwrap();
@@ -265,7 +326,7 @@ mod tests {
         use rand::{RngExt, SeedableRng};
         let all = members(120);
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        let mut ring = Ring::default();
+        let mut ring = Ring::new(KEY);
         let mut current: Vec<Member> = Vec::new();
         for step in 0..60 {
             let before: BTreeSet<u128> = current.iter().map(|m| m.id).collect();
@@ -281,7 +342,7 @@ mod tests {
             shuffled.rotate_left(step % current.len().max(1));
             let after: BTreeSet<u128> = current.iter().map(|m| m.id).collect();
             assert_eq!(ring.update(&shuffled), before != after, "step {step}");
-            let fresh = Ring::new(&current);
+            let fresh = Ring::of(KEY, &current);
             assert_eq!(ring.points.len(), fresh.points.len(), "step {step}");
             let reference = reference_ring(&current);
             for k in 0..300 {
@@ -300,7 +361,7 @@ mod tests {
         let mut moved = current.clone();
         moved[0].addr = SocketAddr::from(([10, 9, 9, 9], 1));
         assert!(ring.update(&moved));
-        assert!((0..300).all(|k| ring.owners(key(k)) == Ring::new(&moved).owners(key(k))));
+        assert!((0..300).all(|k| ring.owners(key(k)) == Ring::of(KEY, &moved).owners(key(k))));
     }
 
     #[test]
@@ -309,12 +370,12 @@ mod tests {
         let mut twin = m[3];
         twin.addr = SocketAddr::from(([10, 7, 7, 7], 1));
         // The twin joins after its original in one history, before it in another.
-        let mut a = Ring::default();
+        let mut a = Ring::new(KEY);
         a.update(&m);
         let mut with_twin = m.clone();
         with_twin.push(twin);
         a.update(&with_twin);
-        let mut b = Ring::default();
+        let mut b = Ring::new(KEY);
         b.update(&[twin]);
         b.update(&with_twin);
         let one = if (twin.id, twin.addr) < (m[3].id, m[3].addr) {
@@ -344,7 +405,74 @@ mod tests {
     #[test]
     fn a_ring_of_one_names_its_member_twice() {
         let m = members(1);
-        assert_eq!(Ring::new(&m).owners(key(1)), Some([m[0], m[0]]));
-        assert_eq!(Ring::new(&[]).owners(key(1)), None);
+        assert_eq!(Ring::of(KEY, &m).owners(key(1)), Some([m[0], m[0]]));
+        assert_eq!(Ring::of(KEY, &[]).owners(key(1)), None);
+    }
+
+    #[test]
+    fn rings_under_the_same_key_agree_and_another_key_places_members_elsewhere() {
+        let m = members(40);
+        let mut reversed = m.clone();
+        reversed.reverse();
+        let (a, b) = (Ring::of(KEY, &m), Ring::of(KEY, &reversed));
+        let other = Ring::of([8; 32], &m);
+        let mut moved = 0;
+        for k in 0..1_000 {
+            assert_eq!(a.owners(key(k)), b.owners(key(k)), "key {k}");
+            if a.owners(key(k)).map(|[o, _]| o.id) != other.owners(key(k)).map(|[o, _]| o.id) {
+                moved += 1;
+            }
+        }
+        // Under an unrelated key a window keeps its first owner by chance, 1 in 40.
+        assert!(
+            moved > 900,
+            "{moved} of 1000 windows have another first owner"
+        );
+    }
+
+    /// The inverse of `mix`: each xor-shift and each odd multiplier undone.
+    fn unmix(mut x: u64) -> u64 {
+        fn inverse(a: u64) -> u64 {
+            // Newton's iteration for the inverse modulo 2^64 (each step doubles the bits).
+            let mut inv = a;
+            for _ in 0..6 {
+                inv = inv.wrapping_mul(2u64.wrapping_sub(a.wrapping_mul(inv)));
+            }
+            inv
+        }
+        let unshift = |x: u64, s: u32| (1..=64 / s).fold(x, |y, i| y ^ (x >> (s * i)));
+        x = unshift(x, 31);
+        x = x.wrapping_mul(inverse(0x94D0_49BB_1331_11EB));
+        x = unshift(x, 27);
+        x = x.wrapping_mul(inverse(0xBF58_476D_1CE4_E5B9));
+        unshift(x, 30)
+    }
+
+    #[test]
+    fn a_boot_id_solved_for_a_windows_point_does_not_make_its_node_the_owner() {
+        // An unkeyed placement, `mix(fold(id) ^ mix(p + 1))` with `fold(v) = low ^ mix(high)`,
+        // is solved for a boot id whose first point is exactly a window's point.
+        let unkeyed_first_point = |id: u128| mix(((id as u64) ^ mix((id >> 64) as u64)) ^ mix(1));
+        let solve = |at: u64, high: u64| -> u128 {
+            let base = unmix(at) ^ mix(1);
+            (u128::from(high) << 64) | u128::from(base ^ mix(high))
+        };
+        let honest = members(50);
+        let mut owned = 0;
+        for target in 0..20u128 {
+            let window = key(1_000 + target);
+            let id = solve(point_of_key(window), 0xA77A_C4E5 + target as u64);
+            assert_eq!(unkeyed_first_point(id), point_of_key(window), "solved");
+            let attacker = Member {
+                id,
+                addr: SocketAddr::from(([10, 66, 0, target as u8], 7946)),
+            };
+            let mut all = honest.clone();
+            all.push(attacker);
+            let [first, _] = Ring::of(KEY, &all).owners(window).unwrap();
+            owned += usize::from(first.id == attacker.id);
+        }
+        // By chance a member is first owner of 1 window in 51.
+        assert!(owned <= 3, "the solved ids own {owned} of their 20 windows");
     }
 }

@@ -158,6 +158,18 @@ impl<T: TimeSource> NodeCore<T> {
             self.liveness.counted(header.sender, count, now.at);
         }
         if header.kind == Kind::Heartbeat {
+            // The digest of the sender's rules, after its flags (`rules_digest.rs`): taken from
+            // a datagram bound to this node, from a sender shown to receive, whether or not it
+            // is a member yet (it announces as soon as it sees this node, often first).
+            if header.addressed
+                && from_receives
+                && let Some(digest) = rest
+                    .get(1..1 + super::rules_digest::DIGEST_LEN)
+                    .and_then(|d| <[u8; 8]>::try_from(d).ok())
+            {
+                self.rules
+                    .heard(header.sender, u64::from_le_bytes(digest), now.at);
+            }
             // Flags past the prefix: what the sender's build reads (`features.rs`). Taken only
             // from a datagram bound to this node and sent from the member's own address.
             if let Some(flags) = rest.first()
@@ -205,11 +217,28 @@ impl<T: TimeSource> NodeCore<T> {
             _ => decode_batch_stamped(rest, sender, stamp)
                 .map(|(registers, rejects)| (Some(registers), None, rejects)),
         };
-        let Ok((registers, sums, rejects)) = decoded else {
+        let Ok((mut registers, mut sums, rejects)) = decoded else {
             self.view.wire.dropped(DropReason::Malformed);
             return;
         };
         let mut report = MergeReport::default();
+        // A live member speaks for itself: its registers relayed by another are refused, or
+        // any member holding the key could send zero counts for it, or a version no register
+        // of its own would rank above. Registers of origins that are not live come relayed
+        // (bootstrap pushes of departed and restarted origins). Sums are their sender's own.
+        if let Some(batch) = &registers
+            && batch.origin != sender
+            && self.speaks_for_itself(batch.origin.0)
+        {
+            report.not_from_origin += batch.updates.len() as u64;
+            registers = None;
+        }
+        if let Some(batch) = &sums
+            && batch.origin != sender
+        {
+            report.not_from_origin += batch.updates.len() as u64;
+            sums = None;
+        }
         // In an insecure cluster, a sender is a subscriber (or an owner registers go to) only
         // at its own address: a forged datagram must not point an owner's sums, or a user's
         // registers, elsewhere.
@@ -220,7 +249,7 @@ impl<T: TimeSource> NodeCore<T> {
             node: Some(header.sender),
         };
         if let Some(batch) = registers {
-            report.add(&self.limiter.merge(&batch, now.cluster_ms));
+            report.add(&self.limiter.merge_sent_by(&batch, sender, now.cluster_ms));
             if matches!(header.kind, Kind::Summary | Kind::Exchange)
                 && self.ownership.is_some()
                 && at_own_address
@@ -249,6 +278,12 @@ impl<T: TimeSource> NodeCore<T> {
             }
         }
         self.view.wire.merged(&report, rejects.bad_shape);
+    }
+
+    /// Whether `origin` is a live member (in the member list, not suspected at the last
+    /// round): only its own datagrams carry its registers.
+    fn speaks_for_itself(&self, origin: u128) -> bool {
+        self.liveness.is_member(origin) && !self.suspects.contains(&origin)
     }
 
     /// The windows of `batch` this node holds.

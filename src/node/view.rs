@@ -60,6 +60,9 @@ pub struct ClusterView {
     members: ArcSwap<Vec<MemberInfo>>,
     pub wire: WireStats,
     pub clock: ClockStats,
+    /// Live members whose rules differ from this node's, as they last said
+    /// (`rules_digest.rs`).
+    pub rules_mismatched_members: std::sync::atomic::AtomicU64,
     /// Whether the node holds the cluster's state (see `Node::update_readiness`).
     ready: tokio::sync::watch::Sender<bool>,
     /// Woken whenever an owner's lease or refusal arrives (`ledger.rs`): requests waiting for

@@ -24,6 +24,7 @@
 //! A [`RuleSet`] is immutable; [`RulesHandle`] swaps in a new one on reload and keeps the old
 //! one if the new files are invalid.
 
+mod digest;
 mod error;
 mod handle;
 mod key;

@@ -18,6 +18,7 @@ mod counts;
 mod hlc;
 mod register;
 mod replica;
+pub mod succession;
 mod version;
 
 #[cfg(test)]

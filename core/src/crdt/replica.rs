@@ -216,6 +216,24 @@ impl Replica {
                 Ordering::Greater => {}
             }
         }
+        self.store(origin, reg, found)
+    }
+
+    /// Puts `reg` in place of `origin`'s register, whatever their order: the origin itself
+    /// sent it, and the held one is not its (see `crdt::succession`).
+    pub fn supersede(&mut self, origin: OriginIdx, reg: RegisterRef<'_>) -> MergeOutcome {
+        let found = self.find(origin);
+        self.store(origin, reg, found)
+    }
+
+    /// Writes `reg` for `origin`, at `found` (its place, or where it goes).
+    fn store(
+        &mut self,
+        origin: OriginIdx,
+        reg: RegisterRef<'_>,
+        found: Result<usize, usize>,
+    ) -> MergeOutcome {
+        let stride = self.stride();
         let fits_narrow = match reg.admitted {
             Counts::Wide(slice) => slice.iter().take(stride).all(|c| *c <= u32::from(u16::MAX)),
             // Narrow counts fit by construction.

@@ -1,10 +1,13 @@
-//! An owner's books for one window: what it leased to whom, and what each user last said it
-//! holds. With the spends the users' registers record, they say which slots are taken at each
-//! moment (`occupancy.rs`); a lease is granted only from slots free for its whole span.
+//! An owner's books for one window: the lease it holds open for each user, and what each user
+//! last said it spent of it. With the spends the users' registers record, they say which slots
+//! are taken at each moment (`occupancy.rs`); tokens are leased, and a lease's end moved, only
+//! where slots stay free for the whole span those tokens could occupy a sliding window.
 
 use std::collections::BTreeMap;
 
-use super::lease::{HoldingsReport, Lease};
+use smallvec::SmallVec;
+
+use super::lease::{HeldLease, HoldingsReport, Lease, Segment};
 use super::occupancy::{Occupancy, Span};
 
 /// The owner's side of a window's ledger: the window's shape and limit, and the timing of
@@ -13,32 +16,25 @@ use super::occupancy::{Occupancy, Span};
 pub struct LedgerParams {
     pub limit: u64,
     pub window_ms: u64,
-    /// How long a lease can be spent from its start.
+    /// How long a lease lasts from a renewal.
     pub lease_ms: u64,
     /// Users stop spending this long before a lease ends, and a spend counts this long past
     /// its bucket: how far cluster clocks may disagree.
     pub margin_ms: u64,
-    /// Post-dated starts are rounded up to a multiple of this, so that a round grants each
-    /// user a few leases rather than one per freed slot.
+    /// Post-dated segments start on multiples of this, so that a round grants each user a
+    /// few segments rather than one per freed slot.
     pub start_step_ms: u64,
     /// How far ahead a round looks for slots that free.
     pub horizon_ms: u64,
 }
 
 impl LedgerParams {
-    /// The span over which a token of a lease starting at `from_ms` may occupy the window:
-    /// from its start until `W` past the last moment it may be spent, plus the margin.
-    pub fn span_of(&self, from_ms: u64, expires_ms: u64) -> (u64, u64) {
-        (
-            from_ms,
-            expires_ms
-                .saturating_add(self.window_ms)
-                .saturating_add(self.margin_ms),
-        )
-    }
-
-    fn hold_ms(&self) -> u64 {
-        self.lease_ms + self.window_ms + self.margin_ms
+    /// The last moment a token of a lease ending at `expires_ms` may occupy the window: `W`
+    /// past the lease's end, plus the margin.
+    pub fn tail_of(&self, expires_ms: u64) -> u64 {
+        expires_ms
+            .saturating_add(self.window_ms)
+            .saturating_add(self.margin_ms)
     }
 
     fn round_up(&self, t_ms: u64) -> u64 {
@@ -47,18 +43,8 @@ impl LedgerParams {
     }
 }
 
-/// What a user's emission tells the owner.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Heard {
-    pub report: HoldingsReport,
-    /// Requests per second the user is offered.
-    pub demand_per_s: u32,
-    /// The window's limit by the user's rules.
-    pub limit: u32,
-}
-
 /// What an owner answers a user that asked for tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AskAnswer {
     Granted(Lease),
     /// None can be had before the ask's deadline: ask again no sooner than this.
@@ -67,28 +53,133 @@ pub enum AskAnswer {
     },
 }
 
+/// What a user's emission tells the owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Heard {
+    pub report: HoldingsReport,
+    /// What the user was offered over the window (its register's demand).
+    pub demand: u32,
+    /// The window's limit by the user's rules.
+    pub limit: u32,
+}
+
+/// What a round renews for a user: `want` tokens more, and its lease moved to end a lease
+/// from now if `extend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    pub user: u128,
+    pub want: u64,
+    pub extend: bool,
+}
+
+/// A user's ask: `want` tokens for a request waiting until `deadline_ms`; `held` is what the
+/// user says of this owner's lease (for its numbering only).
+#[derive(Debug, Clone)]
+pub struct Ask {
+    pub user: u128,
+    pub want: u64,
+    pub held: Option<HeldLease>,
+    pub deadline_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Granted {
+    segment: Segment,
+    /// The first message that carried it.
+    sent_in: u32,
+}
+
 #[derive(Debug, Clone, Default)]
 struct UserBooks {
-    /// The last sequence number granted to this user.
-    last_seq: u32,
-    /// Leases granted and not yet known spent or lapsed.
-    granted: Vec<Lease>,
+    /// The last message sent (0: none).
+    seq: u32,
+    expires_ms: u64,
+    last_segment: u32,
+    /// Segments that may still hold tokens.
+    segments: Vec<Granted>,
     /// The user's newest report, and the version of the emission it came with.
     report: Option<(u64, HoldingsReport)>,
-    /// Requests per second the user last said it is offered.
-    demand_per_s: u32,
+    /// What the user last said it was offered over the window.
+    demand: u32,
     /// The limit the user last said the window has (its rules).
     limit: u32,
     last_heard_ms: u64,
+}
+
+impl UserBooks {
+    /// Tokens of `g` the user may still spend, by its last report: all of them if the report
+    /// was made before the user had `g`.
+    fn unspent(&self, me: u128, g: &Granted) -> u32 {
+        let Some((_, report)) = &self.report else {
+            return g.segment.count;
+        };
+        let Some(mine) = report.of(me).filter(|m| m.seq >= g.sent_in) else {
+            return g.segment.count;
+        };
+        // Closed, or ended with no newer message on its way to revive it: nothing more.
+        if report.closed || (mine.lapsed && mine.seq >= self.seq) {
+            return 0;
+        }
+        mine.spent
+            .iter()
+            .find(|(id, _)| *id == g.segment.id)
+            .map_or(g.segment.count, |(_, spent)| {
+                g.segment.count.saturating_sub(*spent)
+            })
+    }
+
+    fn unspent_total(&self, me: u128) -> u64 {
+        self.segments
+            .iter()
+            .map(|g| u64::from(self.unspent(me, g)))
+            .sum()
+    }
+
+    /// Forgets what is spent, and a lease whose every token has left the window.
+    fn prune(&mut self, me: u128, now_ms: u64, params: &LedgerParams) {
+        if params.tail_of(self.expires_ms) <= now_ms {
+            self.segments.clear();
+            return;
+        }
+        let keep: Vec<Granted> = self
+            .segments
+            .iter()
+            .filter(|g| self.unspent(me, g) > 0)
+            .copied()
+            .collect();
+        self.segments = keep;
+    }
+
+    /// What an ask says of this owner's lease, taken only for the numbering: the next
+    /// message and segment continue the user's. What it says was spent is not taken: no
+    /// register of those spends came with it, and a report counts only with one.
+    fn take_word(&mut self, me: u128, h: HeldLease) {
+        if h.owner != me {
+            return;
+        }
+        self.seq = self.seq.max(h.seq);
+        let last = h.spent.iter().map(|(id, _)| *id).max().unwrap_or(0);
+        self.last_segment = self.last_segment.max(last);
+    }
+
+    fn message(&mut self, me: u128) -> Lease {
+        self.seq += 1;
+        Lease {
+            owner: me,
+            seq: self.seq,
+            expires_ms: self.expires_ms,
+            segments: self.segments.iter().map(|g| g.segment).collect(),
+        }
+    }
 }
 
 /// One window's books at its owner. See the module documentation.
 #[derive(Debug, Clone)]
 pub struct Books {
     me: u128,
-    /// Nothing is leased before this: an owner that took the window over without its
-    /// previous owner's books waits until every lease that owner may have granted has lapsed
-    /// and the users have reported what they spent and hold.
+    /// Nothing is leased before this: an owner that took the window over from another waits
+    /// until every lease that owner may have granted has ended and the users have reported
+    /// what they spent and hold.
     quiet_until_ms: u64,
     users: BTreeMap<u128, UserBooks>,
 }
@@ -108,15 +199,22 @@ impl Books {
         self.quiet_until_ms
     }
 
-    /// A user's report, from its emission `version`, with the demand it is offered and the
-    /// limit its rules give the window. An older report than the one held changes nothing.
+    /// A user's report, from its emission `version`. An older report than the one held
+    /// changes nothing. A user new to these books continues the lease it already has of this
+    /// owner (after the books were dropped), so that its spent counts stay right.
     pub fn heard(&mut self, user: u128, version: u64, heard: Heard, now_ms: u64) {
+        let me = self.me;
         let books = self.users.entry(user).or_default();
         books.last_heard_ms = books.last_heard_ms.max(now_ms);
         if books.report.as_ref().is_some_and(|(v, _)| *v >= version) {
             return;
         }
-        books.demand_per_s = heard.demand_per_s;
+        if let Some(mine) = heard.report.of(me) {
+            books.seq = books.seq.max(mine.seq);
+            let last = mine.spent.iter().map(|(id, _)| *id).max().unwrap_or(0);
+            books.last_segment = books.last_segment.max(last);
+        }
+        books.demand = heard.demand;
         books.limit = heard.limit;
         books.report = Some((version, heard.report));
     }
@@ -131,41 +229,36 @@ impl Books {
             .min()
     }
 
-    /// Users heard from since `since_ms`, with the demand each last said.
+    /// Users heard from since `since_ms`, with what each last said it was offered over the
+    /// window.
     pub fn demands(&self, since_ms: u64) -> impl Iterator<Item = (u128, u32)> + '_ {
         self.users
             .iter()
             .filter(move |(_, b)| b.last_heard_ms >= since_ms)
-            .map(|(u, b)| (*u, b.demand_per_s))
+            .map(|(u, b)| (*u, b.demand))
     }
 
-    /// Tokens `user` holds spendable from `from_ms` on, by its last report and what was
-    /// granted since.
-    pub fn held_by(&self, user: u128, from_ms: u64, params: &LedgerParams) -> u64 {
-        let Some(b) = self.users.get(&user) else {
-            return 0;
-        };
-        let report = b.report.as_ref().map(|(_, r)| r);
-        let mine: u64 = b
-            .granted
-            .iter()
-            .filter(|l| from_ms.saturating_add(params.margin_ms) < l.expires_ms)
-            .map(|l| u64::from(unspent(report, self.me, l)))
-            .sum();
-        let foreign: u64 = report.map_or(0, |r| {
-            r.held
-                .iter()
-                .filter(|h| h.owner != self.me && from_ms < h.expires_ms)
-                .map(|h| u64::from(h.unspent))
-                .sum()
-        });
-        mine + foreign
+    /// Tokens `user` may still spend of its lease from this owner (by its last report).
+    pub fn held_by(&self, user: u128) -> u64 {
+        self.users
+            .get(&user)
+            .map_or(0, |b| b.unspent_total(self.me))
+    }
+
+    /// When `user` was last heard from (its last report), or 0.
+    pub fn heard_at(&self, user: u128) -> u64 {
+        self.users.get(&user).map_or(0, |b| b.last_heard_ms)
+    }
+
+    /// When `user`'s lease from this owner ends (0: it has none).
+    pub fn lease_end(&self, user: u128) -> u64 {
+        self.users.get(&user).map_or(0, |b| b.expires_ms)
     }
 
     /// Slots taken from `now_ms` on: `spends` (what the registers record, each spend to the
     /// end of its span) and every token that may yet be spent: of this owner's leases, what
     /// the user's last report does not show spent; of other owners', what the user says it
-    /// holds. Leases known spent, or past any span they could occupy, are forgotten here.
+    /// holds. What is known spent, or past any span it could occupy, is forgotten here.
     pub fn occupancy(&mut self, spends: &[Span], now_ms: u64, params: &LedgerParams) -> Occupancy {
         let mut occupancy = Occupancy::default();
         for s in spends {
@@ -173,25 +266,20 @@ impl Books {
         }
         let me = self.me;
         for b in self.users.values_mut() {
-            let report = b.report.as_ref().map(|(_, r)| r);
-            b.granted.retain(|l| {
-                let (_, until) = params.span_of(l.valid_from_ms, l.expires_ms);
-                until > now_ms && unspent(report, me, l) > 0
-            });
-            for l in &b.granted {
-                let (from_ms, until_ms) = params.span_of(l.valid_from_ms, l.expires_ms);
+            b.prune(me, now_ms, params);
+            let until_ms = params.tail_of(b.expires_ms);
+            for g in &b.segments {
                 occupancy.add(Span {
-                    from_ms,
+                    from_ms: g.segment.valid_from_ms,
                     until_ms,
-                    count: u64::from(unspent(report, me, l)),
+                    count: u64::from(b.unspent(me, g)),
                 });
             }
-            if let Some(r) = report.filter(|r| !r.closed) {
-                for h in r.held.iter().filter(|h| h.owner != me) {
-                    let (_, until_ms) = params.span_of(now_ms, h.expires_ms);
+            if let Some((_, r)) = b.report.as_ref().filter(|(_, r)| !r.closed) {
+                for h in r.held.iter().filter(|h| h.owner != me && !h.lapsed) {
                     occupancy.add(Span {
                         from_ms: now_ms,
-                        until_ms,
+                        until_ms: params.tail_of(h.expires_ms),
                         count: u64::from(h.unspent),
                     });
                 }
@@ -200,59 +288,83 @@ impl Books {
         occupancy
     }
 
-    /// Records a lease of `count` tokens to `user` from `valid_from_ms`, and returns it.
-    fn lease(
+    /// Moves `user`'s lease to end at `expires_ms`, if the slots its unspent tokens would
+    /// then hold past the old end are free. Returns whether it did.
+    fn extend(
         &mut self,
         user: u128,
-        count: u32,
-        valid_from_ms: u64,
+        expires_ms: u64,
+        occupancy: &mut Occupancy,
         params: &LedgerParams,
-    ) -> Lease {
+    ) -> bool {
+        let me = self.me;
         let b = self.users.entry(user).or_default();
-        b.last_seq += 1;
-        let lease = Lease {
-            owner: self.me,
-            seq: b.last_seq,
-            count,
-            valid_from_ms,
-            expires_ms: valid_from_ms + params.lease_ms,
-        };
-        b.granted.push(lease);
-        lease
+        if expires_ms <= b.expires_ms {
+            return true;
+        }
+        let unspent = b.unspent_total(me);
+        let (from_ms, until_ms) = (params.tail_of(b.expires_ms), params.tail_of(expires_ms));
+        if unspent > 0 {
+            if occupancy.room(params.limit, from_ms, until_ms) < unspent {
+                return false;
+            }
+            occupancy.add(Span {
+                from_ms,
+                until_ms,
+                count: unspent,
+            });
+        }
+        b.expires_ms = expires_ms;
+        true
     }
 
-    /// A round's leases: `wants` (tokens per user for the coming period) met from the slots
-    /// free now and those that free within the horizon, each lease starting when its slots
-    /// are free. Where they do not all fit, each user gets its share in proportion to its
-    /// want, and every user's tokens spread over the freed slots in time order.
+    /// A round's renewals: each lease that is extended moves its end a lease from now (where
+    /// its unspent tokens fit), and each user's `want` is met from the slots free now and
+    /// those that free within the horizon, each segment starting when its slots are free.
+    /// Where the wants do not all fit, each user gets its part in proportion to its want, and
+    /// every user's tokens spread over the freed slots in time order. Returns each renewed
+    /// lease's message.
     pub fn grant_round(
         &mut self,
-        wants: &[(u128, u64)],
+        renewals: &[Renewal],
         spends: &[Span],
         now_ms: u64,
         params: &LedgerParams,
     ) -> Vec<(u128, Lease)> {
-        if now_ms < self.quiet_until_ms || wants.iter().all(|(_, w)| *w == 0) {
+        if now_ms < self.quiet_until_ms {
             return Vec::new();
         }
         let mut occupancy = self.occupancy(spends, now_ms, params);
+        let expires_ms = now_ms + params.lease_ms;
+        let mut renewed: Vec<Renewal> = Vec::new();
+        for r in renewals {
+            if (r.extend || r.want > 0) && self.extend(r.user, expires_ms, &mut occupancy, params) {
+                renewed.push(*r);
+            }
+        }
+        let wants: Vec<(u128, u64)> = renewed.iter().map(|r| (r.user, r.want)).collect();
+        let mut given = vec![0u64; wants.len()];
         let starts = std::iter::once(now_ms).chain(
             occupancy
                 .frees_between(now_ms, now_ms + params.horizon_ms)
                 .into_iter()
                 .map(|t| params.round_up(t)),
         );
-        let mut starts: Vec<u64> = starts.collect();
+        let mut starts: Vec<u64> = starts
+            .filter(|t| *t + params.margin_ms < expires_ms)
+            .collect();
         starts.dedup();
-        let mut given = vec![0u64; wants.len()];
-        let mut out: Vec<(u128, Lease)> = Vec::new();
+        let until_ms = params.tail_of(expires_ms);
+        let mut new: BTreeMap<u128, SmallVec<[Segment; 2]>> = BTreeMap::new();
         for start in starts {
-            let (from_ms, until_ms) = params.span_of(start, start + params.lease_ms);
-            let room = occupancy.room(params.limit, from_ms, until_ms);
+            if given.iter().zip(&wants).all(|(g, (_, w))| g >= w) {
+                break;
+            }
+            let room = occupancy.room(params.limit, start, until_ms);
             if room == 0 {
                 continue;
             }
-            let split = proportional(wants, &given, room);
+            let split = proportional(&wants, &given, room);
             let mut granted = 0;
             for (i, n) in split.into_iter().enumerate() {
                 if n == 0 {
@@ -260,76 +372,103 @@ impl Books {
                 }
                 given[i] += n;
                 granted += n;
-                let count = u32::try_from(n).unwrap_or(u32::MAX);
-                out.push((wants[i].0, self.lease(wants[i].0, count, start, params)));
+                let b = self.users.entry(wants[i].0).or_default();
+                b.last_segment += 1;
+                let segment = Segment {
+                    id: b.last_segment,
+                    count: u32::try_from(n).unwrap_or(u32::MAX),
+                    valid_from_ms: start,
+                };
+                new.entry(wants[i].0).or_default().push(segment);
             }
             occupancy.add(Span {
-                from_ms,
+                from_ms: start,
                 until_ms,
                 count: granted,
             });
-            if given.iter().zip(wants).all(|(g, (_, w))| g >= w) {
-                break;
+        }
+        let me = self.me;
+        let mut out = Vec::new();
+        for r in renewed {
+            let b = self.users.entry(r.user).or_default();
+            let added = new.remove(&r.user).unwrap_or_default();
+            if added.is_empty() && b.unspent_total(me) == 0 {
+                continue;
             }
+            let sent_in = b.seq + 1;
+            b.segments.extend(
+                added
+                    .into_iter()
+                    .map(|segment| Granted { segment, sent_in }),
+            );
+            out.push((r.user, b.message(me)));
         }
         out
     }
 
     /// A user with a request waiting and no token asks for `want`: granted from the earliest
-    /// moment before `deadline_ms` at which a token is free for a lease's whole span (post-dated
-    /// if that is later than now); refused otherwise, with when to ask again.
+    /// moment before `deadline_ms` at which a token is free for a lease's whole span
+    /// (post-dated if that is later than now); refused otherwise, with when to ask again.
     pub fn ask(
         &mut self,
-        user: u128,
-        want: u64,
+        ask: Ask,
         spends: &[Span],
         now_ms: u64,
-        deadline_ms: u64,
         params: &LedgerParams,
     ) -> AskAnswer {
+        let Ask {
+            user,
+            want,
+            held,
+            deadline_ms,
+        } = ask;
+        if let Some(h) = held {
+            self.users.entry(user).or_default().take_word(self.me, h);
+        }
         let start = now_ms.max(self.quiet_until_ms);
         let mut occupancy = self.occupancy(spends, now_ms, params);
+        let expires_ms = start + params.lease_ms;
         let horizon = now_ms + params.horizon_ms.max(params.window_ms + params.lease_ms);
-        match occupancy.earliest_room(params.limit, 1, start, params.hold_ms(), horizon) {
-            Some(at) if at < deadline_ms => {
-                let room = occupancy.room(params.limit, at, at + params.hold_ms());
-                let count = want.clamp(1, room);
-                occupancy.add(Span {
-                    from_ms: at,
-                    until_ms: at + params.hold_ms(),
-                    count,
-                });
-                let count = u32::try_from(count).unwrap_or(u32::MAX);
-                AskAnswer::Granted(self.lease(user, count, at, params))
-            }
-            Some(at) => AskAnswer::Refused {
-                retry_after_ms: at.saturating_sub(now_ms).max(1),
-            },
-            None => AskAnswer::Refused {
-                retry_after_ms: params.horizon_ms.max(1),
-            },
+        let hold = params.tail_of(expires_ms) - start;
+        let refused = |retry_after_ms: u64| AskAnswer::Refused {
+            retry_after_ms: retry_after_ms.max(1),
+        };
+        let Some(at) = occupancy.earliest_room(params.limit, 1, start, hold, horizon) else {
+            return refused(params.horizon_ms);
+        };
+        if at >= deadline_ms {
+            return refused(at.saturating_sub(now_ms));
         }
+        if !self.extend(user, at + params.lease_ms, &mut occupancy, params) {
+            return refused(params.horizon_ms);
+        }
+        let me = self.me;
+        let b = self.users.entry(user).or_default();
+        let until_ms = params.tail_of(b.expires_ms);
+        let count = want.clamp(1, occupancy.room(params.limit, at, until_ms).max(1));
+        b.last_segment += 1;
+        let segment = Segment {
+            id: b.last_segment,
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            valid_from_ms: at,
+        };
+        b.segments.push(Granted {
+            segment,
+            sent_in: b.seq + 1,
+        });
+        AskAnswer::Granted(b.message(me))
     }
 
     /// Forgets users not heard from since `since_ms` that hold nothing of this owner's.
     pub fn forget_idle(&mut self, since_ms: u64) {
         self.users
-            .retain(|_, b| b.last_heard_ms >= since_ms || !b.granted.is_empty());
+            .retain(|_, b| b.last_heard_ms >= since_ms || !b.segments.is_empty());
     }
 
     /// Whether the books hold nothing worth keeping.
     pub fn is_empty(&self) -> bool {
-        self.users.values().all(|b| b.granted.is_empty())
+        self.users.values().all(|b| b.segments.is_empty())
     }
-}
-
-/// Tokens of `lease` (this owner's) that may still be spent: what the report says, or the
-/// whole lease if the report was sent before the user received it.
-fn unspent(report: Option<&HoldingsReport>, me: u128, lease: &Lease) -> u32 {
-    report
-        .and_then(|r| r.unspent_of(me, lease.seq))
-        .unwrap_or(lease.count)
-        .min(lease.count)
 }
 
 /// Splits `room` tokens among `wants` in proportion to each want, given what each was given

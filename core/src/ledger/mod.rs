@@ -12,9 +12,11 @@ mod books;
 mod holdings;
 mod lease;
 mod occupancy;
+mod quantile;
 pub mod tuning;
 
-pub use books::{AskAnswer, Books, Heard, LedgerParams};
+pub use books::{Ask, AskAnswer, Books, Heard, LedgerParams, Renewal};
 pub use holdings::{Charge, Holdings};
-pub use lease::{HeldLease, HoldingsReport, Lease};
+pub use lease::{HeldLease, HoldingsReport, Lease, Segment};
 pub use occupancy::{Occupancy, Span};
+pub use quantile::poisson_quantile;

@@ -29,3 +29,17 @@ pub const START_STEP_MS: u64 = 25;
 /// further than that the request is refused, and the answer serves the next one. Test:
 /// `tests/ledger_process.rs`.
 pub const ASK_WAIT_MS: u64 = 15;
+
+/// A window far from its limit (its owner's books take less than half of it, counting what its
+/// users want) is reported once in this many rounds, and leased for one more than that: what
+/// it admits is the same whether its owner hears of it every round or every few, and the
+/// datagrams are fewer. A window that refused anything, or whose tokens run low, is reported
+/// every round. Test: `limiter::tests::ledger::a_calm_window_is_reported_and_leased_less_often`.
+pub const CALM_ROUNDS: u64 = 5;
+
+/// A lease gives each user, where the window has room, what the user's demand (a Poisson
+/// count of what it was offered over the window, scaled to the lease) stays under with this
+/// probability: so a user under its limit runs out of tokens before its next lease at most
+/// once in a thousand leases, and asks the owner then. Test:
+/// `limiter::tests::ledger::steady_users_never_run_dry`, `ledger::quantile::tests`.
+pub const LEASE_QUANTILE: f64 = 0.999;

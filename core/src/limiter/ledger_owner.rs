@@ -8,10 +8,14 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::replication::{Batch, RegisterUpdate};
+use super::replication::Batch;
 use super::state::{WindowState, is_aggregate};
 use super::{KeyId, Limiter};
-use crate::ledger::{AskAnswer, Books, Heard, HoldingsReport, Lease, LedgerParams, Span};
+use crate::ledger::tuning::LEASE_QUANTILE;
+use crate::ledger::{
+    Ask, AskAnswer, Books, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal, Span,
+    poisson_quantile,
+};
 use crate::window::{EstimateMode, WindowSpec};
 
 /// Who owns a window in this node's view of the members.
@@ -41,8 +45,8 @@ pub struct LedgerReport {
     pub holdings: HoldingsReport,
 }
 
-/// A lease for a user, to send it (or, for this node, to take at once).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A message of a user's lease, to send it (or, for this node, to take at once).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseGrant {
     pub user: u128,
     pub key: KeyId,
@@ -192,13 +196,13 @@ impl Limiter {
                 books: Books::new(self.origin.0, quiet),
                 spec,
             });
-            let demand_per_s = demand_per_s(update, &spec);
+
             entry.books.heard(
                 user.0,
                 update.register.version,
                 Heard {
                     report: report.holdings.clone(),
-                    demand_per_s,
+                    demand: update.register.demand,
                     limit: report.limit,
                 },
                 now_ms,
@@ -206,39 +210,100 @@ impl Limiter {
         }
     }
 
-    /// A round's leases for every window this node leases: each user heard from within the
-    /// last two leases wants what it is offered over a lease (less what it holds).
+    /// A round's renewals for every window this node leases. Each user heard from within a
+    /// calm lease is renewed: it wants what covers its demand over a lease
+    /// ([`LEASE_QUANTILE`]), less what it holds; a lease that would end within two rounds is
+    /// moved a lease on. A calm window (see [`CALM_ROUNDS`])
+    /// is leased for that many rounds and one more; a busy one for
+    /// [`LedgerTiming::lease_ms`].
+    ///
+    /// [`CALM_ROUNDS`]: crate::ledger::tuning::CALM_ROUNDS
+    /// [`LedgerTiming::lease_ms`]: super::LedgerTiming
     pub fn owner_round(&self, now_ms: u64, owns: impl Fn(KeyId) -> bool) -> Vec<LeaseGrant> {
         let guard = self.table.guard();
         let mut owned = self.lock_owned();
-        let lease_ms = self.config.ledger.lease_ms;
-        let since = now_ms.saturating_sub(2 * lease_ms);
+        let round = self.config.gossip_interval_ms;
+        let calm_lease_ms = (crate::ledger::tuning::CALM_ROUNDS + 1) * round;
+        let kept_since = now_ms.saturating_sub(2 * calm_lease_ms);
+        let active_since = now_ms.saturating_sub(calm_lease_ms);
         let mut out = Vec::new();
         owned.windows.retain(|key, w| {
             if !owns(*key) {
                 return false;
             }
-            w.books.forget_idle(since);
+            w.books.forget_idle(kept_since);
             let Some(state) = self.table.get(key, &guard) else {
                 return !w.books.is_empty();
             };
-            let Some(limit) = w.books.limit(since) else {
+            let Some(limit) = w.books.limit(kept_since) else {
                 return !w.books.is_empty();
             };
-            let params = self.ledger_params(&w.spec, limit);
-            let wants: Vec<(u128, u64)> = w
+            let demands: Vec<(u128, u32)> = w.books.demands(active_since).collect();
+            if demands.is_empty() {
+                return true;
+            }
+            let spends = self.spends_of(state, &w.spec, now_ms);
+            let mut params = self.ledger_params(&w.spec, limit);
+            let window_ms = w.spec.window_ms() as f64;
+            // What a user is expected to be offered over `lease_ms`: its count over the window,
+            // scaled; and the tokens that cover it with LEASE_QUANTILE.
+            let expected =
+                |demand: u32, lease_ms: u64| f64::from(demand) * lease_ms as f64 / window_ms;
+            let cover = |demand: u32, lease_ms: u64| {
+                poisson_quantile(expected(demand, lease_ms), LEASE_QUANTILE)
+            };
+            // Calm: what is taken, with every user covered over a calm lease, is at most half
+            // the limit.
+            let calm_end = params.tail_of(now_ms + calm_lease_ms);
+            let taken = w
                 .books
-                .demands(since)
-                .map(|(user, per_s)| {
-                    let need = (u64::from(per_s) * lease_ms).div_ceil(1_000);
-                    (
-                        user,
-                        need.saturating_sub(w.books.held_by(user, now_ms, &params)),
-                    )
+                .occupancy(&spends, now_ms, &params)
+                .peak(now_ms, calm_end);
+            let calm_cover: u64 = demands.iter().map(|(_, d)| cover(*d, calm_lease_ms)).sum();
+            let calm = 2 * (taken + calm_cover) <= u64::from(limit);
+            let lease_ms = if calm {
+                calm_lease_ms
+            } else {
+                self.config.ledger.lease_ms
+            };
+            params.lease_ms = lease_ms;
+            // Slots that free before the next round but one: a segment post-dated further
+            // would be spendable only briefly before its lease ends, unless renewed; the next
+            // round offers the later ones.
+            params.horizon_ms = lease_ms.saturating_sub(round).max(round);
+            let room = w.books.occupancy(&spends, now_ms, &params).room(
+                u64::from(limit),
+                now_ms,
+                params.tail_of(now_ms + lease_ms),
+            );
+            // What each holds now: what it said it had left, less what it is expected to
+            // have spent since (a user reports only so often).
+            let held: Vec<u64> = demands
+                .iter()
+                .map(|(user, demand)| {
+                    let since_report = now_ms.saturating_sub(w.books.heard_at(*user));
+                    let spent_since = expected(*demand, since_report) as u64;
+                    w.books.held_by(*user).saturating_sub(spent_since)
                 })
                 .collect();
-            let spends = self.spends_of(state, &w.spec, now_ms);
-            for (user, lease) in w.books.grant_round(&wants, &spends, now_ms, &params) {
+            let targets = cover_targets(
+                &demands
+                    .iter()
+                    .map(|(_, d)| (expected(*d, lease_ms), cover(*d, lease_ms)))
+                    .collect::<Vec<_>>(),
+                room + held.iter().sum::<u64>(),
+            );
+            let renewals: Vec<Renewal> = demands
+                .iter()
+                .zip(targets)
+                .zip(&held)
+                .map(|(((user, _), target), held)| Renewal {
+                    user: *user,
+                    want: target.saturating_sub(*held),
+                    extend: target > 0 && w.books.lease_end(*user) < now_ms + 2 * round,
+                })
+                .collect();
+            for (user, lease) in w.books.grant_round(&renewals, &spends, now_ms, &params) {
                 out.push(LeaseGrant {
                     user,
                     key: *key,
@@ -253,7 +318,8 @@ impl Limiter {
     }
 
     /// `user` asks for `want` tokens of window `key` (shape `spec`, limit `limit` by its
-    /// rules), to be spendable before `deadline_ms`. `quiet_until_ms`: see [`OwnerOf`].
+    /// rules), to be spendable before `deadline_ms`; `held` is what it says of this owner's
+    /// lease. `quiet_until_ms`: see [`OwnerOf`].
     #[allow(clippy::too_many_arguments)]
     pub fn owner_ask(
         &self,
@@ -262,6 +328,7 @@ impl Limiter {
         spec: &WindowSpec,
         limit: u32,
         want: u32,
+        held: Option<HeldLease>,
         deadline_ms: u64,
         now_ms: u64,
         quiet_until_ms: u64,
@@ -286,9 +353,13 @@ impl Limiter {
         let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
         let params = self.ledger_params(spec, limit);
         let spends = self.spends_of(state, spec, now_ms);
-        entry
-            .books
-            .ask(user, u64::from(want), &spends, now_ms, deadline_ms, &params)
+        let ask = Ask {
+            user,
+            want: u64::from(want),
+            held,
+            deadline_ms,
+        };
+        entry.books.ask(ask, &spends, now_ms, &params)
     }
 
     /// A lease from a window's owner: this node may spend it. `false` if it was refused (an
@@ -305,10 +376,23 @@ impl Limiter {
         if !state.has_shape(&spec) {
             return false;
         }
-        let _writer = self.lock_holdings();
-        state
+        let accepted = {
+            let _writer = self.lock_holdings();
+            state.holdings.accept(&grant.lease)
+        };
+        if accepted {
+            self.lock_holding().insert(grant.key);
+        }
+        accepted
+    }
+
+    /// What this node would report now of `owner`'s lease of window `key`, for an ask.
+    pub fn held_word(&self, key: KeyId, owner: u128, now_ms: u64) -> Option<HeldLease> {
+        let guard = self.table.guard();
+        self.table
+            .get(&key, &guard)?
             .holdings
-            .accept(grant.lease, now_ms, self.config.ledger.margin_ms)
+            .word_of(owner, now_ms, self.config.ledger.margin_ms)
     }
 
     /// The windows this node holds books for.
@@ -317,10 +401,40 @@ impl Limiter {
     }
 }
 
-/// A register's demand (offered over its window) per second.
-fn demand_per_s(update: &RegisterUpdate, spec: &WindowSpec) -> u32 {
-    let per_s = u64::from(update.register.demand) * 1_000 / spec.window_ms().max(1);
-    u32::try_from(per_s).unwrap_or(u32::MAX)
+/// What each user of a window should hold, given `(expected, covered)` for each (what it is
+/// expected to be offered over the lease, and what covers that with [`LEASE_QUANTILE`]) and
+/// `capacity`, the tokens they may hold in all (the room, and what they hold now): every user
+/// its expected count where that fits (else the capacity in proportion to it), then the rest
+/// towards each one's cover in proportion to what it lacks. Water-filling, so that a window
+/// whose users' covers do not all fit still gives each the most of its cover it can, rather
+/// than falling back to the expected counts alone.
+fn cover_targets(users: &[(f64, u64)], capacity: u64) -> Vec<u64> {
+    let expected: Vec<u64> = users.iter().map(|(e, _)| e.ceil() as u64).collect();
+    let base: u64 = expected.iter().sum();
+    if base >= capacity {
+        return expected
+            .iter()
+            .map(|e| (u128::from(*e) * u128::from(capacity) / u128::from(base.max(1))) as u64)
+            .collect();
+    }
+    let lack: Vec<u64> = users
+        .iter()
+        .zip(&expected)
+        .map(|((_, c), e)| c.saturating_sub(*e))
+        .collect();
+    let total_lack: u64 = lack.iter().sum();
+    let spare = capacity - base;
+    expected
+        .iter()
+        .zip(&lack)
+        .map(|(e, l)| {
+            e + if total_lack <= spare {
+                *l
+            } else {
+                (u128::from(*l) * u128::from(spare) / u128::from(total_lack)) as u64
+            }
+        })
+        .collect()
 }
 
 /// An [`OwnerView`] behind a pointer the limiter can swap.

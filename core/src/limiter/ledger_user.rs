@@ -75,7 +75,7 @@ impl Limiter {
             let spec = &item.limit.window;
             let available = h.state.holdings.available(now_ms, margin);
             let lacks = !allowed && available < u64::from(h.cost);
-            let valid_at = h.state.holdings.next_valid_after(now_ms);
+            let valid_at = h.state.holdings.next_valid_after(now_ms, margin);
             let retry_after_ms = if !lacks {
                 0
             } else {
@@ -160,21 +160,28 @@ impl Limiter {
         }
         let deadline = now_ms + self.config.ledger.ask_wait_ms;
         let spec = &item.limit.window;
+        let held = state
+            .holdings
+            .word_of(self.origin.0, now_ms, self.config.ledger.margin_ms);
         match self.owner_ask(
             self.origin.0,
             id,
             spec,
             item.limit.max,
             item.cost,
+            held,
             deadline,
             now_ms,
             quiet_until,
         ) {
             AskAnswer::Granted(lease) => {
-                let _writer = self.lock_holdings();
-                state
-                    .holdings
-                    .accept(lease, now_ms, self.config.ledger.margin_ms);
+                let accepted = {
+                    let _writer = self.lock_holdings();
+                    state.holdings.accept(&lease)
+                };
+                if accepted {
+                    self.lock_holding().insert(id);
+                }
             }
             AskAnswer::Refused { retry_after_ms } => {
                 state.holdings.ask_again_at(now_ms + retry_after_ms);

@@ -29,6 +29,7 @@ mod ledger_emission;
 mod ledger_owner;
 mod ledger_user;
 mod liveness;
+mod merge_report;
 mod origin;
 mod own_demand;
 mod replication;
@@ -113,6 +114,8 @@ pub struct Limiter {
     owner_view: arc_swap::ArcSwapOption<ledger_owner::OwnerViewBox>,
     /// Serialises the writers of every window's holdings (grants, reports, asks answered here).
     holdings_write: Mutex<()>,
+    /// Windows that hold leases, so that one that lapses is reported though nothing changed.
+    holding: Mutex<std::collections::BTreeSet<KeyId>>,
 }
 
 impl Limiter {
@@ -146,6 +149,7 @@ impl Limiter {
             owned: Mutex::default(),
             owner_view: arc_swap::ArcSwapOption::empty(),
             holdings_write: Mutex::new(()),
+            holding: Mutex::default(),
         }
     }
 
@@ -221,6 +225,10 @@ impl Limiter {
     /// Whether decisions are made under the ledger ([`Policy::Ledger`]).
     pub fn is_ledger(&self) -> bool {
         matches!(self.config.policy, Policy::Ledger(_))
+    }
+
+    fn lock_holding(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<KeyId>> {
+        self.holding.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock_holdings(&self) -> std::sync::MutexGuard<'_, ()> {

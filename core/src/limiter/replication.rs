@@ -15,7 +15,9 @@ use super::own_demand::{
 use super::state::{WindowState, aggregate_of, is_aggregate, is_held_as_sum_alone};
 use super::{KeyId, Limiter};
 use crate::crdt::Hlc;
-use crate::crdt::{Arbitration, MergeOutcome, Register, Replica};
+use crate::crdt::{Arbitration, Register, Replica, succession};
+
+pub use super::merge_report::MergeReport;
 use crate::window::{EstimateMode, RingSnapshot, WindowSpec};
 
 pub(crate) struct ReplicationState {
@@ -146,57 +148,6 @@ pub struct RegisterUpdate {
 pub struct Batch {
     pub origin: OriginId,
     pub updates: Vec<RegisterUpdate>,
-}
-
-/// What merging a batch did, by outcome.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct MergeReport {
-    pub inserted: u64,
-    pub replaced: u64,
-    pub duplicate: u64,
-    pub stale: u64,
-    /// Dropped before the replica is copied: the held register ranks at or above it.
-    pub dominated: u64,
-    /// Registers of this node, relayed back to it.
-    pub own: u64,
-    pub expired: u64,
-    /// Newest bucket more than a window ahead of local time, or a clock stamp beyond the
-    /// allowed drift: refused so that a bad clock cannot poison a window.
-    pub future: u64,
-    pub bad_shape: u64,
-    pub table_full: u64,
-    /// Aggregates of windows this node does not hold (it never asked for them).
-    pub unsolicited: u64,
-}
-
-impl MergeReport {
-    fn record(&mut self, outcome: MergeOutcome) {
-        match outcome {
-            MergeOutcome::Inserted => self.inserted += 1,
-            MergeOutcome::Replaced => self.replaced += 1,
-            MergeOutcome::Duplicate => self.duplicate += 1,
-            MergeOutcome::Stale => self.stale += 1,
-        }
-    }
-
-    /// Registers that changed local state.
-    pub fn changed(&self) -> u64 {
-        self.inserted + self.replaced
-    }
-
-    pub fn add(&mut self, other: &MergeReport) {
-        self.inserted += other.inserted;
-        self.replaced += other.replaced;
-        self.duplicate += other.duplicate;
-        self.stale += other.stale;
-        self.dominated += other.dominated;
-        self.own += other.own;
-        self.expired += other.expired;
-        self.future += other.future;
-        self.bad_shape += other.bad_shape;
-        self.table_full += other.table_full;
-        self.unsolicited += other.unsolicited;
-    }
 }
 
 /// Where a merged register goes.
@@ -526,9 +477,18 @@ impl Limiter {
         out
     }
 
-    /// Merges a peer's batch into the replica state of each window it names.
+    /// Merges a peer's batch into the replica state of each window it names, as registers
+    /// relayed by a node other than their origin (see [`Limiter::merge_sent_by`]).
     pub fn merge(&self, batch: &Batch, now_ms: u64) -> MergeReport {
-        self.merge_into(batch, now_ms, Held::Registers)
+        self.merge_into(batch, now_ms, Held::Registers, false)
+    }
+
+    /// Merges a batch that arrived from `sender` (the datagram's authenticated sender). When
+    /// the sender is the batch's origin, its registers speak for it: one that ranks below the
+    /// held register of its window replaces it, unless that one can be a later emission of the
+    /// origin that overtook it on the way (`crdt::succession`).
+    pub fn merge_sent_by(&self, batch: &Batch, sender: OriginId, now_ms: u64) -> MergeReport {
+        self.merge_into(batch, now_ms, Held::Registers, batch.origin == sender)
     }
 
     /// Merges an owner's batch of aggregates (see [`Limiter::aggregates_for`]): each is kept
@@ -536,10 +496,10 @@ impl Limiter {
     /// `WindowState::aggregates`). Only windows this node holds take one: it asked for them by
     /// sending its own register.
     pub fn merge_aggregates(&self, batch: &Batch, now_ms: u64) -> MergeReport {
-        self.merge_into(batch, now_ms, Held::Aggregates)
+        self.merge_into(batch, now_ms, Held::Aggregates, false)
     }
 
-    fn merge_into(&self, batch: &Batch, now_ms: u64, into: Held) -> MergeReport {
+    fn merge_into(&self, batch: &Batch, now_ms: u64, into: Held, from_origin: bool) -> MergeReport {
         let mut report = MergeReport::default();
         if batch.origin == self.origin {
             report.own = batch.updates.len() as u64;
@@ -587,16 +547,34 @@ impl Limiter {
                 }
             };
             let (idx, arbitration) = match into {
-                Held::Registers => {
-                    sync.origins.observe_version(idx, reg.version);
-                    (idx, arbitration)
-                }
+                Held::Registers => (idx, arbitration),
                 // An owner's aggregates of a window are ordered by its emissions.
                 Held::Aggregates => (aggregate_of(idx), Arbitration::VectorDominance),
             };
             let slot = &state.remote;
             let current = slot.load_full();
-            if let Some(cur) = &current
+            let stamp = (reg.version, reg.hlc);
+            let held = current
+                .as_ref()
+                .and_then(|c| c.get(idx))
+                .map(|h| (h.version, h.hlc));
+            if let Some(held) = held
+                && succession::leads_too_far(held, stamp)
+            {
+                report.version_jump += 1;
+                continue;
+            }
+            if into == Held::Registers {
+                sync.origins.observe_version(idx, reg.version);
+            }
+            // The origin's own register below one it cannot have emitted after it.
+            let supersede = from_origin
+                && held.is_some_and(|held| {
+                    arbitration.rank(stamp.0, stamp.1) < arbitration.rank(held.0, held.1)
+                        && !succession::genuinely_later(held, stamp)
+                });
+            if !supersede
+                && let Some(cur) = &current
                 && cur.dominates([(idx, reg.version, reg.hlc)], arbitration)
             {
                 report.dominated += 1;
@@ -605,12 +583,16 @@ impl Limiter {
             let mut next = current
                 .map(|c| (*c).clone())
                 .unwrap_or_else(|| Replica::new(&state.spec()));
-            let outcome = next.merge_register(idx, reg.as_ref(), arbitration);
+            if supersede {
+                next.supersede(idx, reg.as_ref());
+                report.superseded += 1;
+            } else {
+                report.record(next.merge_register(idx, reg.as_ref(), arbitration));
+            }
             next.expire_except(&state.spec(), now_ms, |o| self.is_held(o));
             slot.store(Some(Arc::new(next)));
             // Remote counts may have grown: the cached bound may no longer hold.
             state.bound.invalidate();
-            report.record(outcome);
         }
         report
     }

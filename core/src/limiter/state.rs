@@ -530,10 +530,10 @@ mod tests {
             state.published_demand(true),
             Some(crate::window::MAX_PUBLISHED)
         );
-        // 128 bytes, and the ledger's holdings (a pointer and the time to ask again).
+        // 128 bytes, and the ledger's holdings (one pointer).
         assert!(
-            std::mem::size_of::<WindowState>() <= 144,
-            "a window stays 144 bytes"
+            std::mem::size_of::<WindowState>() <= 136,
+            "a window stays 136 bytes"
         );
     }
 

@@ -9,8 +9,11 @@ fn environment_overrides_each_kind_of_setting() {
         &[
             ("LIMITMESH__GRPC__LISTEN", "0.0.0.0:9000"),
             ("LIMITMESH__GRPC__REQUEST_TIMEOUT_MS", "15"),
-            ("LIMITMESH__CLUSTER__SEEDS", "10.0.0.1:7946, 10.0.0.2:7946,"),
-            ("LIMITMESH__CLUSTER__ADVERTISE", "10.0.0.9:7946"),
+            (
+                "LIMITMESH__CLUSTER__SEEDS",
+                "127.0.0.1:7946, 127.0.0.2:7946,",
+            ),
+            ("LIMITMESH__CLUSTER__ADVERTISE", "127.0.0.9:7946"),
             ("LIMITMESH__CLUSTER__INSECURE", "true"),
             ("LIMITMESH__LIMITER__PARTITION_POLICY", "available"),
             ("LIMITMESH__LOG__FORMAT", "json"),
@@ -24,13 +27,13 @@ fn environment_overrides_each_kind_of_setting() {
         "env wins over the file"
     );
     assert_eq!(c.grpc.request_timeout_ms, 15);
-    assert_eq!(c.cluster.seeds, ["10.0.0.1:7946", "10.0.0.2:7946"]);
+    assert_eq!(c.cluster.seeds, ["127.0.0.1:7946", "127.0.0.2:7946"]);
     assert!(c.cluster.insecure);
     assert_eq!(c.limiter.partition_policy, PartitionPolicyName::Available);
     assert_eq!(c.log.format, LogFormat::Json);
     // An empty list variable empties the list.
     let cleared = parse_ok(
-        "[cluster]\nseeds = [\"10.0.0.1:1\"]\ninsecure = true\nadvertise = \"10.0.0.2:1\"\n",
+        "[cluster]\nseeds = [\"127.0.0.1:1\"]\ninsecure = true\nadvertise = \"127.0.0.2:1\"\n",
         &[("LIMITMESH__CLUSTER__SEEDS", "")],
     );
     assert!(cleared.cluster.seeds.is_empty());

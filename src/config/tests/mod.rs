@@ -319,7 +319,7 @@ fn node_params_carry_the_cluster_section() {
         Some(std::path::Path::new("/var/lib/limitmesh/state"))
     );
     let insecure = parse_ok(
-        "[cluster]\nseeds = [\"10.0.0.2:7946\"]\ninsecure = true\n",
+        "[cluster]\nseeds = [\"127.0.0.2:7946\"]\ninsecure = true\n",
         &[],
     );
     let p = insecure.node_params(id, addr).unwrap();

@@ -18,10 +18,73 @@ fn seeds_without_keys_need_insecure_and_the_error_names_cluster_keys() {
             var: "LIMITMESH__CLUSTER__SEED_DNS".to_owned(),
         },
     );
-    parse_ok(&format!("{text}insecure = true\n"), &[]);
     parse_ok(&format!("{text}keys = [\"{KEY_ONES}\"]\n"), &[]);
     parse_ok(
         &format!("{text}key_file = \"/run/secrets/limitmesh\"\n"),
+        &[],
+    );
+}
+
+#[test]
+fn insecure_gossip_stays_on_this_machine_and_the_error_says_so() {
+    let ok = "[cluster]\nadvertise = \"127.0.0.1:7946\"\n\
+              seeds = [\"127.0.0.2:7946\", \"localhost:7947\", \"[::1]:7948\"]\n\
+              seed_dns = \"localhost:7946\"\ninsecure = true\n";
+    parse_ok(ok, &[]);
+    // Each address that leaves the machine, in the file or from the environment.
+    // The field, a line of the file, variables of the environment.
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+    let cases: [Case; 5] = [
+        // Listening on every interface, even if it advertises loopback.
+        (
+            "cluster.bind",
+            "bind = \"0.0.0.0:7946\"\nadvertise = \"127.0.0.1:7946\"\n",
+            &[],
+        ),
+        ("cluster.advertise", "advertise = \"10.0.0.1:7946\"\n", &[]),
+        (
+            "cluster.seeds",
+            "seeds = [\"127.0.0.2:7946\", \"10.0.0.2:7946\"]\n",
+            &[],
+        ),
+        (
+            "cluster.seed_dns",
+            "seed_dns = \"limitmesh.svc:7946\"\n",
+            &[],
+        ),
+        (
+            "cluster.seeds",
+            "",
+            &[("LIMITMESH__CLUSTER__SEEDS", "seed.example:7946")],
+        ),
+    ];
+    for (field, line, env) in cases {
+        let text = format!("[cluster]\ninsecure = true\nseeds = [\"127.0.0.2:1\"]\n{line}");
+        // A later `seeds` line replaces the first (TOML refuses a key twice: keep one).
+        let text = if line.starts_with("seeds") {
+            text.replacen("seeds = [\"127.0.0.2:1\"]\n", "", 1)
+        } else {
+            text
+        };
+        let err = parse_err(&text, env);
+        let ConfigError::Invalid { field: got, .. } = &err else {
+            panic!("{field}: {err}");
+        };
+        assert_eq!(*got, field, "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("not a loopback address")
+                && message.contains("tests on one machine")
+                && message.contains("cluster.keys"),
+            "{message}"
+        );
+    }
+    // With keys, the same addresses are what a cluster is.
+    parse_ok(
+        &format!(
+            "[cluster]\nbind = \"0.0.0.0:7946\"\nadvertise = \"10.0.0.1:7946\"\n\
+             seeds = [\"10.0.0.2:7946\"]\nkeys = [\"{KEY_ONES}\"]\n"
+        ),
         &[],
     );
 }

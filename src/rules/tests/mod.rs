@@ -1,5 +1,6 @@
 //! Rules: parsing, every validation error (with its file and line), matching, and reload.
 
+mod digest;
 mod errors;
 mod matching;
 mod merging;

@@ -1,5 +1,5 @@
 //! The books' promise, tested as an adversary would: users that spend whenever they can,
-//! leases and reports delayed, reordered or lost, rounds and asks at any moment. Whatever
+//! messages and reports delayed, reordered or lost, rounds and asks at any moment. Whatever
 //! happens, no sliding window holds more than `L` spends.
 
 use std::collections::VecDeque;
@@ -11,6 +11,7 @@ use crate::ledger::Holdings;
 
 const W: u64 = 1_000;
 const BUCKET: u64 = 100;
+const OWNER: u128 = 99;
 
 fn params(limit: u64) -> LedgerParams {
     LedgerParams {
@@ -23,7 +24,7 @@ fn params(limit: u64) -> LedgerParams {
     }
 }
 
-/// A user: its tokens, every spend it made, and what its last emission said.
+/// A user: its tokens, and every spend it made.
 #[derive(Default)]
 struct User {
     holdings: Holdings,
@@ -33,7 +34,7 @@ struct User {
 /// The spans of `spends` (as of an emission at `at_ms`) the way a register reports them: by
 /// bucket, each until its bucket's end plus `W`.
 fn spans_of(spends: &[u64], at_ms: u64) -> Vec<Span> {
-    let mut by_bucket: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut by_bucket: BTreeMap<u64, u64> = Default::default();
     for t in spends.iter().filter(|t| **t <= at_ms) {
         *by_bucket.entry(t / BUCKET).or_default() += 1;
     }
@@ -64,9 +65,9 @@ fn busiest_window(mut spends: Vec<u64>) -> usize {
 enum Step {
     /// Time passes.
     Wait(u64),
-    /// User `u` tries to spend one token (or `cost`).
+    /// User `u` tries to spend `cost` tokens.
     Spend(usize, u32),
-    /// The owner's round, wanting this many for each user.
+    /// The owner's round, wanting this many more for each user.
     Round(Vec<u64>),
     /// User `u` asks for `want`, with a deadline this far ahead.
     Ask(usize, u64, u64),
@@ -88,8 +89,17 @@ fn step(users: usize) -> impl Strategy<Value = Step> {
     ]
 }
 
+/// What the owner's registers say was spent: each user's spends up to its last emission the
+/// owner heard. (A register and its report travel together; a lost one loses both.)
+fn owner_spends(us: &[User], known_at: &[u64]) -> Vec<Span> {
+    us.iter()
+        .zip(known_at)
+        .flat_map(|(u, at)| spans_of(&u.spends, *at))
+        .collect()
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(ProptestConfig::with_cases(400))]
 
     #[test]
     fn no_sliding_window_holds_more_than_the_limit(
@@ -98,13 +108,14 @@ proptest! {
         steps in proptest::collection::vec(step(4), 1..400),
     ) {
         let p = params(limit);
-        let me = 99u128;
-        let mut books = Books::new(me, 0);
+        let mut books = Books::new(OWNER, 0);
         let mut now = 1_000_000u64;
-        let mut us: Vec<User> = (0..users).map(|_| User::default()).collect();
-        // In flight: leases to each user; (report, version, spends-as-of) from each user.
+        let us: Vec<User> = (0..users).map(|_| User::default()).collect();
+        let mut us = us;
+        // In flight: messages to each user; (report, version, spends-as-of) from each user.
         let mut to_user: Vec<VecDeque<Lease>> = vec![VecDeque::new(); users];
-        let mut from_user: Vec<VecDeque<(HoldingsReport, u64, u64)>> = vec![VecDeque::new(); users];
+        let mut from_user: Vec<VecDeque<(HoldingsReport, u64, u64)>> =
+            vec![VecDeque::new(); users];
         // What the owner knows of each user's spends: as of the emission time it last heard.
         let mut known_at = vec![0u64; users];
         let mut version = vec![0u64; users];
@@ -120,17 +131,20 @@ proptest! {
                 }
                 Step::Round(wants) => {
                     let spends = owner_spends(&us, &known_at);
-                    let wants: Vec<(u128, u64)> =
-                        (0..users).map(|u| (u as u128, wants[u])).collect();
-                    for (u, lease) in books.grant_round(&wants, &spends, now, &p) {
+                    let renewals: Vec<Renewal> = (0..users)
+                        .map(|u| Renewal { user: u as u128, want: wants[u], extend: true })
+                        .collect();
+                    for (u, lease) in books.grant_round(&renewals, &spends, now, &p) {
                         to_user[u as usize].push_back(lease);
                     }
                 }
                 Step::Ask(u, want, ahead) => {
                     if u < users {
                         let spends = owner_spends(&us, &known_at);
+                        // An ask says what the user spent, as of now: fresher than any report.
+                        let word = us[u].holdings.report(now, p.margin_ms).of(OWNER).cloned();
                         if let AskAnswer::Granted(lease) =
-                            books.ask(u as u128, want, &spends, now, now + ahead, &p)
+                            books.ask(ask(u as u128, want, word, now + ahead), &spends, now, &p)
                         {
                             to_user[u].push_back(lease);
                         }
@@ -150,11 +164,12 @@ proptest! {
                     }
                     if to {
                         if let Some(lease) = to_user[u].pop_front() && arrives {
-                            us[u].holdings.accept(lease, now, p.margin_ms);
+                            us[u].holdings.accept(&lease);
                         }
                     } else if let Some((report, v, at)) = from_user[u].pop_front() && arrives {
                         known_at[u] = known_at[u].max(at);
-                        books.heard(u as u128, v, Heard { report, demand_per_s: 0, limit: limit as u32 }, now);
+                        let heard = Heard { report, demand: 0, limit: limit as u32 };
+                        books.heard(u as u128, v, heard, now);
                     }
                 }
             }
@@ -165,17 +180,16 @@ proptest! {
     }
 }
 
-/// What the owner's registers say was spent: each user's spends up to its last emission the
-/// owner heard. (A register and its report travel together; a lost one loses both.)
-fn owner_spends(us: &[User], known_at: &[u64]) -> Vec<Span> {
-    us.iter()
-        .zip(known_at)
-        .flat_map(|(u, at)| spans_of(&u.spends, *at))
-        .collect()
+fn renew(user: u128, want: u64) -> Renewal {
+    Renewal {
+        user,
+        want,
+        extend: true,
+    }
 }
 
 #[test]
-fn leases_are_sized_by_want_and_start_when_slots_free() {
+fn segments_are_sized_by_want_and_start_when_slots_free() {
     let p = params(10);
     let mut books = Books::new(1, 0);
     let now = 10_000;
@@ -185,33 +199,100 @@ fn leases_are_sized_by_want_and_start_when_slots_free() {
         until_ms: now + 200,
         count: 8,
     }];
-    let leases = books.grant_round(&[(2, 6), (3, 2)], &spends, now, &p);
-    let now_granted: u32 = leases
+    let leases = books.grant_round(&[renew(2, 6), renew(3, 2)], &spends, now, &p);
+    let segments: Vec<Segment> = leases
         .iter()
-        .filter(|(_, l)| l.valid_from_ms == now)
-        .map(|(_, l)| l.count)
+        .flat_map(|(_, l)| l.segments.clone())
+        .collect();
+    let now_granted: u32 = segments
+        .iter()
+        .filter(|s| s.valid_from_ms == now)
+        .map(|s| s.count)
         .sum();
     assert_eq!(now_granted, 2, "two free now");
-    let later: Vec<&Lease> = leases
-        .iter()
-        .map(|(_, l)| l)
-        .filter(|l| l.valid_from_ms > now)
-        .collect();
     assert!(
-        later.iter().all(|l| l.valid_from_ms == now + 200),
-        "{later:?}"
+        segments
+            .iter()
+            .filter(|s| s.valid_from_ms > now)
+            .all(|s| s.valid_from_ms == now + 200),
+        "{segments:?}"
     );
-    let total: u32 = leases.iter().map(|(_, l)| l.count).sum();
-    assert_eq!(total, 8, "every want met, six of them post-dated");
-    // In proportion: 6 and 2.
-    let of = |u: u128| -> u32 {
+    let of = |u: u128| -> u64 {
         leases
             .iter()
             .filter(|(w, _)| *w == u)
-            .map(|(_, l)| l.count)
+            .map(|(_, l)| l.count())
             .sum()
     };
-    assert_eq!((of(2), of(3)), (6, 2));
+    assert_eq!((of(2), of(3)), (6, 2), "every want met, in proportion");
+}
+
+/// A renewal moves the end of what the user still holds rather than adding to it: the books
+/// count its unspent tokens once.
+#[test]
+fn a_renewal_does_not_double_book_what_the_user_still_holds() {
+    let p = params(10);
+    let mut books = Books::new(1, 0);
+    let (_, first) = books.grant_round(&[renew(2, 6)], &[], 10_000, &p).remove(0);
+    let user = Holdings::default();
+    user.accept(&first);
+    user.try_spend(10_010, 2, 0).unwrap();
+    books.heard(
+        2,
+        1,
+        Heard {
+            report: user.report(10_020, 0),
+            demand: 0,
+            limit: 10,
+        },
+        10_020,
+    );
+    // Four unspent; renewed with two more: six reserved, not ten.
+    let (_, second) = books.grant_round(&[renew(2, 2)], &[], 10_200, &p).remove(0);
+    assert_eq!(second.expires_ms, 10_600, "the end moved");
+    assert_eq!(books.held_by(2), 6);
+    assert_eq!(books.occupancy(&[], 10_200, &p).at(10_300), 6);
+    user.accept(&second);
+    assert_eq!(user.available(10_300, 0), 6);
+}
+
+/// A report that says the lease ended counts nothing unspent only if no newer message of it
+/// is on its way: one could revive what was left.
+#[test]
+fn a_lapsed_lease_is_free_only_once_no_newer_message_can_revive_it() {
+    let p = params(10);
+    let mut books = Books::new(1, 0);
+    let (_, first) = books.grant_round(&[renew(2, 5)], &[], 10_000, &p).remove(0);
+    let user = Holdings::default();
+    user.accept(&first);
+    // The owner renews (the user does not have it yet); the user's lease ends.
+    books.grant_round(&[renew(2, 0)], &[], 10_300, &p);
+    let lapsed = user.report(10_450, 0);
+    assert!(lapsed.of(1).unwrap().lapsed);
+    books.heard(
+        2,
+        1,
+        Heard {
+            report: lapsed,
+            demand: 0,
+            limit: 10,
+        },
+        10_460,
+    );
+    assert_eq!(books.held_by(2), 5, "the renewal in flight may revive them");
+    // The user got the renewal after all, and says so.
+    let renewal = Lease {
+        owner: 1,
+        seq: 2,
+        expires_ms: 10_700,
+        segments: first.segments.clone(),
+    };
+    user.accept(&renewal);
+    assert_eq!(
+        user.available(10_470, 0),
+        5,
+        "revived, with what it spent kept"
+    );
 }
 
 #[test]
@@ -225,16 +306,16 @@ fn an_ask_waits_for_the_next_free_slot_and_is_refused_past_its_deadline() {
         count: 1,
     }];
     assert_eq!(
-        books.ask(2, 1, &spends, now, now + 20, &p),
+        books.ask(ask(2, 1, None, now + 20), &spends, now, &p),
         AskAnswer::Refused { retry_after_ms: 50 }
     );
-    let AskAnswer::Granted(lease) = books.ask(2, 1, &spends, now, now + 60, &p) else {
+    let AskAnswer::Granted(lease) = books.ask(ask(2, 1, None, now + 60), &spends, now, &p) else {
         panic!("a slot frees at +50");
     };
-    assert_eq!(lease.valid_from_ms, now + 50);
+    assert_eq!(lease.segments[0].valid_from_ms, now + 50);
     // The one slot is now leased: another user waits for the lease's whole span.
     assert!(matches!(
-        books.ask(3, 1, &spends, now, now + 60, &p),
+        books.ask(ask(3, 1, None, now + 60), &spends, now, &p),
         AskAnswer::Refused { .. }
     ));
 }
@@ -243,30 +324,30 @@ fn an_ask_waits_for_the_next_free_slot_and_is_refused_past_its_deadline() {
 fn a_quiet_owner_leases_nothing_until_its_time() {
     let p = params(10);
     let mut books = Books::new(1, 5_000);
-    assert!(books.grant_round(&[(2, 5)], &[], 4_999, &p).is_empty());
+    assert!(books.grant_round(&[renew(2, 5)], &[], 4_999, &p).is_empty());
     assert!(matches!(
-        books.ask(2, 1, &[], 4_000, 4_500, &p),
+        books.ask(ask(2, 1, None, 4_500), &[], 4_000, &p),
         AskAnswer::Refused { .. }
     ));
-    assert!(!books.grant_round(&[(2, 5)], &[], 5_000, &p).is_empty());
+    assert!(!books.grant_round(&[renew(2, 5)], &[], 5_000, &p).is_empty());
 }
 
 #[test]
 fn a_closed_report_frees_what_it_hands_back_at_once() {
     let p = params(4);
     let mut books = Books::new(1, 0);
-    let leases = books.grant_round(&[(2, 4)], &[], 10_000, &p);
+    let leases = books.grant_round(&[renew(2, 4)], &[], 10_000, &p);
     assert_eq!(leases.len(), 1);
     assert_eq!(books.occupancy(&[], 10_000, &p).at(10_000), 4);
     let h = Holdings::default();
-    h.accept(leases[0].1, 10_000, 0);
+    h.accept(&leases[0].1);
     h.try_spend(10_010, 1, 0).unwrap();
     books.heard(
         2,
         1,
         Heard {
             report: h.close(),
-            demand_per_s: 0,
+            demand: 0,
             limit: 4,
         },
         10_020,
@@ -279,4 +360,13 @@ fn a_closed_report_frees_what_it_hands_back_at_once() {
     }];
     assert_eq!(books.occupancy(&spent, 10_020, &p).at(10_020), 1);
     assert!(books.is_empty());
+}
+
+fn ask(user: u128, want: u64, held: Option<HeldLease>, deadline_ms: u64) -> Ask {
+    Ask {
+        user,
+        want,
+        held,
+        deadline_ms,
+    }
 }

@@ -46,20 +46,23 @@ impl Cluster {
         &self.nodes[0]
     }
 
-    /// Every node's emission reaches the owner (node `skew[i]` ms late on its own clock);
-    /// then the owner's round reaches every node.
-    fn round(&self, now: u64) {
+    /// Every node's emission reaches the owner; then the owner's round reaches every node.
+    /// Returns the windows each node reported.
+    fn round(&self, now: u64) -> Vec<Vec<KeyId>> {
+        let mut reported = vec![Vec::new(); self.nodes.len()];
         for (i, node) in self.nodes.iter().enumerate() {
-            if let Some((batch, reports)) = node.collect_with_reports(now)
-                && i != 0
-            {
-                self.owner().merge(&batch, now);
-                self.owner().owner_heard(&batch, &reports, now, |_| Some(0));
+            if let Some((batch, reports)) = node.collect_with_reports(now) {
+                reported[i] = batch.updates.iter().map(|u| u.key).collect();
+                if i != 0 {
+                    self.owner().merge(&batch, now);
+                    self.owner().owner_heard(&batch, &reports, now, |_| Some(0));
+                }
             }
         }
         for grant in self.owner().owner_round(now, |_| true) {
             self.nodes[grant.user as usize - 1].accept_lease(&grant, now);
         }
+        reported
     }
 
     /// A check at node `i`; where it lacks a token it may ask for, the owner is asked and
@@ -74,17 +77,20 @@ impl Cluster {
             return false;
         };
         let spec = limit.window;
+        let held = node.held_word(need.key, 1, now);
         match self.owner().owner_ask(
             node.origin().0,
             need.key,
             &spec,
             need.limit,
             need.want,
+            held,
             now + node.config().ledger.ask_wait_ms,
             now,
             0,
         ) {
             AskAnswer::Granted(lease) => {
+                let valid_from = lease.segments.last().map_or(now, |s| s.valid_from_ms);
                 node.accept_lease(
                     &LeaseGrant {
                         user: node.origin().0,
@@ -96,7 +102,7 @@ impl Cluster {
                     now,
                 );
                 // Waits for the token if it is post-dated within the wait.
-                let at = now.max(lease.valid_from_ms);
+                let at = now.max(valid_from);
                 check(node, key, &[limit], 1, at).allowed
             }
             AskAnswer::Refused { retry_after_ms } => {
@@ -221,4 +227,104 @@ fn a_user_whose_clock_is_behind_stays_within_the_limit() {
     }
     let worst = busiest(at, 1_000);
     assert!(worst <= 20, "{worst} in one window of 20");
+}
+
+/// A window far from its limit is reported about once in `CALM_ROUNDS` rounds, and leased for
+/// long enough to last until the next report; one that refuses is reported every round.
+#[test]
+fn a_calm_window_is_reported_and_leased_less_often() {
+    use crate::ledger::tuning::CALM_ROUNDS;
+    let c = Cluster::new(2);
+    let user = &c.nodes[1];
+    let reported = |key: &str, limit: Limit, per_round: u64| {
+        let id = user.key_id(key.as_bytes(), &limit.window);
+        let mut reports = 0;
+        let mut refused = 0;
+        for r in 0..50u64 {
+            let now = T0 + 1_000_000 * per_round + r * 200;
+            for k in 0..per_round {
+                if !c.check(1, key, limit, now + 1 + k) && r > 5 {
+                    refused += 1;
+                }
+            }
+            if c.round(now + 150)[1].contains(&id) {
+                reports += 1;
+            }
+        }
+        (reports, refused)
+    };
+    let (calm_reports, calm_refused) = reported("calm", second(1_000), 2);
+    assert_eq!(
+        calm_refused, 0,
+        "a calm window's leases last until its next report"
+    );
+    assert!(
+        calm_reports <= 50 / CALM_ROUNDS as usize + 3,
+        "a calm window reported in {calm_reports} of 50 rounds"
+    );
+    let (busy_reports, _) = reported("busy", second(5), 4);
+    assert!(
+        busy_reports >= 45,
+        "a refusing window reported in {busy_reports} of 50 rounds"
+    );
+}
+
+/// Tokens a user of a day's window no longer needs go back to the owner within rounds, not a
+/// day later: its renewals shrink to its demand, its report says what it gave up, and the owner
+/// leases those tokens again at once.
+#[test]
+fn unneeded_tokens_of_a_long_window_return_to_the_owner_within_rounds() {
+    let c = Cluster::new(3);
+    let limit = day(10);
+    let spec = limit.window;
+    let id = c.nodes[1].key_id(b"tenant", &spec);
+    let AskAnswer::Granted(lease) = c
+        .owner()
+        .owner_ask(2, id, &spec, 10, 4, None, T0 + 15, T0, 0)
+    else {
+        panic!("ten free");
+    };
+    c.nodes[1].accept_lease(
+        &LeaseGrant {
+            user: 2,
+            key: id,
+            window_ms: spec.window_ms(),
+            buckets: spec.buckets(),
+            lease: lease.clone(),
+        },
+        T0,
+    );
+    assert!(check(&c.nodes[1], "tenant", &[limit], 1, T0 + 1).allowed);
+    // Three left at node 1, leased until the lease ends plus a day: node 2 gets six.
+    // What an ask of node 2's is granted: the new segment of its lease's message.
+    let ask = |now: u64| match c
+        .owner()
+        .owner_ask(3, id, &spec, 10, 9, None, now + 15, now, 0)
+    {
+        AskAnswer::Granted(l) => l.segments.last().map_or(0, |s| s.count),
+        AskAnswer::Refused { .. } => 0,
+    };
+    assert_eq!(ask(T0 + 5), 6);
+    assert_eq!(ask(T0 + 6), 0, "one spent, three at node 1, six at node 2");
+    // Rounds go on; node 1 spends nothing more, its renewals shrink to what its demand needs,
+    // and the round after that reports what it holds.
+    let mut given_back = None;
+    for r in 0..40u64 {
+        let now = T0 + 10 + r * 200;
+        let reported = c.round(now);
+        let held = c.nodes[1]
+            .held_word(id, 1, now)
+            .expect("node 1 holds a lease");
+        if held.unspent < 3 && reported[1].contains(&id) {
+            given_back = Some((now, held.unspent));
+            break;
+        }
+    }
+    let (at, kept) = given_back.expect("node 1 gives tokens back and reports it");
+    assert!(at < T0 + 5_000, "within rounds, not a day: {}", at - T0);
+    assert_eq!(
+        ask(at + 2),
+        3 - kept,
+        "what node 1 gave up is free again (node 2 holds its six)"
+    );
 }

@@ -262,6 +262,7 @@ fn a_zero_limit_blocks_without_error() {
 
 mod cache;
 mod cluster;
+mod forged;
 mod ledger;
 mod table_full;
 

@@ -1,0 +1,137 @@
+use super::*;
+
+const T0: u64 = 1_700_000_000_000;
+const MARGIN: u64 = 10;
+
+fn seg(id: u32, count: u32, from: u64) -> Segment {
+    Segment {
+        id,
+        count,
+        valid_from_ms: T0 + from,
+    }
+}
+
+fn lease(seq: u32, until: u64, segments: &[Segment]) -> Lease {
+    Lease {
+        owner: 7,
+        seq,
+        expires_ms: T0 + until,
+        segments: segments.iter().copied().collect(),
+    }
+}
+
+#[test]
+fn tokens_are_spent_once_within_their_lease_and_never_past_it() {
+    let h = Holdings::default();
+    assert!(h.try_spend(T0, 1, MARGIN).is_none(), "nothing held");
+    assert!(h.accept(&lease(1, 400, &[seg(1, 3, 0)])));
+    assert!(h.try_spend(T0, 2, MARGIN).is_some());
+    assert!(h.try_spend(T0, 2, MARGIN).is_none(), "one left");
+    assert_eq!(h.available(T0, MARGIN), 1);
+    // Within the margin of the end: no more.
+    assert!(h.try_spend(T0 + 400 - MARGIN, 1, MARGIN).is_none());
+    assert!(h.try_spend(T0 + 100, 1, MARGIN).is_some());
+    assert!(h.try_spend(T0 + 100, 1, MARGIN).is_none());
+}
+
+#[test]
+fn a_post_dated_segment_is_spent_only_from_its_start_and_a_cost_may_span_segments() {
+    let h = Holdings::default();
+    h.accept(&lease(1, 500, &[seg(1, 1, 0), seg(2, 2, 100)]));
+    assert_eq!(h.next_valid_after(T0, MARGIN), Some(T0 + 100));
+    assert!(
+        h.try_spend(T0 + 50, 2, MARGIN).is_none(),
+        "the second is not valid yet"
+    );
+    assert_eq!(
+        h.available(T0 + 50, MARGIN),
+        1,
+        "a failed spend takes nothing"
+    );
+    let charge = h.try_spend(T0 + 100, 3, MARGIN).expect("1 + 2");
+    assert_eq!(h.available(T0 + 100, MARGIN), 0);
+    charge.refund();
+    assert_eq!(h.available(T0 + 100, MARGIN), 3, "refunded whole");
+}
+
+/// A renewal keeps what was left and what was spent: it moves the end and adds segments, and
+/// never doubles what a user holds.
+#[test]
+fn a_renewal_keeps_what_was_spent_and_moves_the_end() {
+    let h = Holdings::default();
+    h.accept(&lease(1, 400, &[seg(1, 4, 0)]));
+    h.try_spend(T0 + 10, 3, MARGIN).unwrap();
+    // Renewed: segment 1 again (the owner does not know it is nearly spent), and segment 2.
+    assert!(h.accept(&lease(2, 800, &[seg(1, 4, 0), seg(2, 2, 0)])));
+    assert_eq!(
+        h.available(T0 + 500, MARGIN),
+        3,
+        "1 left of segment 1, and 2 new"
+    );
+    assert!(!h.accept(&lease(2, 900, &[seg(3, 50, 0)])), "a duplicate");
+    assert!(
+        !h.accept(&lease(1, 400, &[seg(1, 4, 0)])),
+        "an older message"
+    );
+    let report = h.report(T0 + 500, MARGIN);
+    let held = report.of(7).unwrap();
+    assert_eq!(held.seq, 2);
+    assert_eq!(held.unspent, 3);
+    assert_eq!(held.spent.as_slice(), &[(1, 3), (2, 0)]);
+    // A message that leaves a segment out: its owner knows it spent.
+    h.try_spend(T0 + 500, 1, MARGIN).unwrap();
+    assert!(h.accept(&lease(3, 900, &[seg(2, 2, 0)])));
+    assert_eq!(h.available(T0 + 600, MARGIN), 2);
+}
+
+#[test]
+fn a_report_says_when_a_lease_lapsed_and_closing_hands_back_the_rest() {
+    let h = Holdings::default();
+    h.accept(&lease(1, 200, &[seg(1, 4, 0)]));
+    h.try_spend(T0, 1, MARGIN).unwrap();
+    let at_300 = h.report(T0 + 300, MARGIN);
+    let held = at_300.of(7).unwrap();
+    assert!(held.lapsed, "ended: 3 tokens forfeit");
+    assert_eq!(held.unspent, 0);
+    assert_eq!(h.available(T0 + 300, MARGIN), 0);
+    // Its sequence number is kept: an old message does not revive it.
+    assert!(!h.accept(&lease(1, 900, &[seg(1, 4, 0)])));
+    assert!(h.accept(&lease(2, 900, &[seg(2, 6, 0)])));
+    h.try_spend(T0 + 300, 2, MARGIN).unwrap();
+    let closed = h.close();
+    assert!(closed.closed);
+    assert_eq!(closed.of(7).unwrap().unspent, 4);
+    assert!(h.try_spend(T0 + 300, 1, MARGIN).is_none(), "closed");
+    assert!(!h.accept(&lease(3, 900, &[seg(3, 1, 0)])), "closed");
+}
+
+/// Threads spending while the book is replaced by renewals: every token is spent at most
+/// once, and none is lost to a replacement.
+#[test]
+fn concurrent_spends_and_renewals_never_spend_a_token_twice() {
+    const THREADS: usize = 4;
+    let h = Arc::new(Holdings::default());
+    h.accept(&lease(1, 100_000, &[seg(1, 1_000, 0)]));
+    let spent: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let h = h.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u32;
+                for _ in 0..2_000 {
+                    if h.try_spend(T0 + 1, 1, MARGIN).is_some() {
+                        n += 1;
+                    }
+                }
+                n
+            })
+        })
+        .collect();
+    let mut segments: Vec<Segment> = vec![seg(1, 1_000, 0)];
+    for seq in 2..50u32 {
+        segments.push(seg(seq, 10, 0));
+        h.accept(&lease(seq, 100_000, &segments));
+    }
+    let total: u32 = spent.into_iter().map(|t| t.join().unwrap()).sum();
+    let left = h.available(T0 + 1, MARGIN) as u32;
+    assert_eq!(total + left, 1_000 + 48 * 10, "spent + left = granted");
+}
