@@ -15,7 +15,7 @@ use limitmesh_sim::scenario::{SCENARIOS, scenario};
 use limitmesh_sim::{Report, run};
 
 // As in the service: a fleet run allocates for every datagram and register of a thousand
-// nodes, and mimalloc takes about 5 % off a 400-node run against glibc's malloc.
+// nodes in one thread, where the allocator's speed is a large part of a run's time.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -67,9 +67,9 @@ fn a_small_fleet_holds_the_limits_and_counts_a_crashed_member_out() {
 
 /// Owner mode's bars on overloaded limits (ALGORITHM.md §4, "a binding share"): 97 % of the
 /// limit used within an over-admission p99 of 5 %. Each node of a tenant key holds a share of
-/// about ten requests, where whole requests lose most; before a binding share counted the
-/// owner's demand vector and smoothed its own, the credit that buys utilization back cost
-/// the p99 first (50 nodes: 95.2 % at a p99 of 5 %).
+/// about ten requests, where whole requests lose most; the credit that buys utilization back
+/// stays within the p99 only while a binding share counts the owner's demand vector and
+/// smooths its own (`own_demand.rs`).
 #[test]
 fn a_fleet_in_owner_mode_uses_its_limits_within_the_over_admission_bars() {
     let cfg = short("fleet", 24);
