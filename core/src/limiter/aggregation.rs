@@ -51,7 +51,7 @@ impl Limiter {
     /// The last: in a partition each side's part is its share of the limit, and a window that
     /// was calm when whole can have about that much demand on one side. It refuses little, so
     /// it would stay calm, and its users would divide their side's part by demand a second old
-    /// while their own moved, their shares summing past the part (see [`NEAR_PART`];
+    /// while their own moved, their shares summing past the part (see `NEAR_PART`;
     /// `a_window_near_its_sides_part_is_contended_on_a_side_only`).
     pub fn contended(&self, key: KeyId, now_ms: u64) -> bool {
         let guard = self.table.guard();
