@@ -7,9 +7,9 @@ use clap::Parser;
 use limitmesh::cli::{self, Cli, Command, ServeArgs};
 use limitmesh::config::{Config, LogFormat};
 
-/// mimalloc rather than the system allocator: under load, glibc's malloc and free took 13 % of
-/// a node's CPU (most of it HTTP/2 buffers freed on another worker than allocated them); with
-/// mimalloc the same node serves 18 % more calls a second (README, "Figures").
+/// mimalloc rather than the system allocator: under load most allocations are HTTP/2 buffers
+/// freed on another worker than allocated them, which glibc's malloc serves slowly; what it
+/// buys is in the benchmarks (README, "Figures").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -21,7 +21,6 @@ use crate::admin::{self, AdminState, JsonRoute};
 use crate::clock::{Clock, OffsetSystemClock};
 use crate::config::{Config, ConfigError};
 use crate::gossip::wire::WireError;
-use crate::limiter::Policy;
 use crate::metrics::Metrics;
 use crate::node::{ClusterCollector, Node, NodeBuilder, NodeError, NodeKeys};
 use crate::rpc::{self, HealthHandle, RpcContext, TokenWait};
@@ -332,11 +331,7 @@ pub async fn run(
         clock: clock.clone() as Arc<dyn Clock>,
         members: view.clone(),
         metrics: metrics.clone(),
-        tokens: matches!(limiter.config().policy, Policy::Ledger(_)).then(|| TokenWait {
-            commands: commands.clone(),
-            view: view.clone(),
-            wait_ms: limiter.config().ledger.ask_wait_ms,
-        }),
+        tokens: TokenWait::for_node(&limiter, &commands, &view),
     };
     let grpc_addr = bound.grpc.local_addr().unwrap_or_else(|_| unspecified());
     let incoming = rpc::tcp_incoming(bound.grpc);

@@ -122,7 +122,7 @@ fn write_seed_corpus() {
     {
         let mut out = Vec::new();
         let node = (i % 2 == 0).then_some(FUZZ_RECEIVER);
-        // Seeds 3 and 4 under the compact header (`gossip/wire/envelope.rs`).
+        // Inputs 3 and 4 (from 0) under the compact header (`gossip/wire/envelope.rs`).
         let compact = i == 3 || i == 4;
         sealer
             .seal(

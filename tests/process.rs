@@ -173,9 +173,10 @@ async fn three_processes_share_a_limit_and_survive_a_kill() {
         "{i} requests, {} admitted, busiest window {worst}",
         admitted_at.len()
     );
-    // Measured on the client's clock, with three nodes and the client on two cores: the
-    // busiest window ranged 100-112 over twenty runs here (the sim measures the cluster's own
-    // over-admission precisely: 2.4 % at most in `steady`).
+    // Measured on the client's clock, with three nodes and the client sharing a machine's
+    // cores: the client's scheduling moves requests between windows, so the bound here is
+    // loose; the cluster's own over-admission is pinned on true time in the simulator
+    // (`sim/tests/faults.rs`).
     assert!(
         worst <= 115,
         "cluster admitted {worst} in one window against 100"

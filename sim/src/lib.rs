@@ -13,7 +13,8 @@
 //!   as a page of plots;
 //! - [`scenario`] and [`scenario_file`]: the built-in scenarios, and runs described in TOML;
 //! - [`grpc`]: the production gRPC server and its clients on simulated TCP;
-//! - [`fleet`]: an in-process simulator of the node core at fleet sizes (up to thousands);
+//! - [`fleet`]: an in-process simulator of the node core at fleet sizes (up to thousands), its
+//!   traffic built in or read from a fleet traffic file, and a matrix of traffic;
 //! - [`results`]: the page of every recorded figure (`docs/results.md`), from their JSON.
 
 pub mod clock;

@@ -1,51 +1,76 @@
 //! `limitmesh-sim <scenario> --seed N [--nodes N] [--json]`, or `limitmesh-sim run FILE --seed N
 //! [--json]` for a scenario file: runs a scenario with limitmesh's admission policy and with
 //! the naive baseline, and prints the measures side by side. The output depends only on the
-//! arguments (wall-clock speed goes to stderr). `limitmesh-sim results`, from the repository's
-//! root, prints `docs/results.md` from the JSON recorded under `docs/results/`.
+//! arguments (wall-clock speed goes to stderr). The fleet simulator's: `limitmesh-sim fleet
+//! ...` (its scenarios), `fleet-run FILE` (a fleet traffic file), `fleet-matrix` (a sweep of
+//! traffic). `limitmesh-sim results`, from the repository's root, prints `docs/results.md`
+//! from the JSON recorded under `docs/results/`.
+
+use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use limitmesh::limiter::{MAX_CREDIT_FROM_SUMS, PartitionPolicy, Policy};
-use limitmesh::node::{Dissemination, FULL_MESH_UP_TO};
-use limitmesh_sim::fleet::{FLEET_SCENARIOS, fleet_scenario};
+use limitmesh::limiter::{PartitionPolicy, Policy};
 use limitmesh_sim::scenario::{SCENARIOS, scenario};
 use limitmesh_sim::{Report, run};
 
 // As in the service: a fleet run allocates for every datagram and register of a thousand
-// nodes, and mimalloc takes about 5 % off a 400-node run against glibc's malloc.
+// nodes in one thread, where the allocator's speed is a large part of a run's time.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The fleet simulator's commands (the binary's, not the library's).
+mod cli {
+    pub mod fleet;
+    pub mod matrix;
+}
+
 #[derive(Debug, Parser)]
 #[command(about = "Deterministic simulation of a limitmesh cluster")]
-struct Args {
+pub(crate) struct Args {
     /// steady, skewed, burst, burst-trickle, partition, restart, loss, loss36, loss40,
     /// loss-oneway, skew, skew500, rollback, skew8, skew-12, skew6x2, skew8-4, skew15, skew90,
     /// step5, pair3, or all; on the in-process simulator: fleet, fleet-partition, fleet-churn,
-    /// fleet-small-share, or fleet-all; or `run` with a scenario file (see sim/scenarios/);
-    /// or `results`, which prints docs/results.md from the recorded JSON (run it from the
-    /// repository's root)
+    /// fleet-small-share, or fleet-all; `fleet-run` with a fleet traffic file (see
+    /// sim/scenarios/fleet/); `fleet-matrix`, a sweep of traffic; or `run` with a scenario
+    /// file (see sim/scenarios/); or `results`, which prints docs/results.md from the recorded
+    /// JSON (run it from the repository's root)
     scenario: String,
-    /// With `run`: the scenario file (TOML).
-    file: Option<std::path::PathBuf>,
+    /// With `run` and `fleet-run`: the file (TOML).
+    file: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    #[arg(long, default_value_t = 5)]
-    nodes: usize,
+    /// Nodes (default 5; with fleet-run, the file's; with fleet-matrix, 40).
+    #[arg(long)]
+    nodes: Option<usize>,
     /// One JSON object per line instead of a table.
     #[arg(long)]
     json: bool,
     /// Write a page of plots of the run (share and naive) to DIR/index.html; with `all`, to
-    /// DIR/<scenario>/index.html.
+    /// DIR/<scenario>/index.html (fleet scenarios: the rows run).
     #[arg(long, value_name = "DIR")]
-    report: Option<std::path::PathBuf>,
-    /// Fleet scenarios: simulated seconds (default 60).
+    report: Option<PathBuf>,
+    /// Fleet scenarios: simulated seconds (default 60); fleet-matrix: seconds measured in
+    /// each cell after its warm-up (default 20, at least a window).
     #[arg(long)]
     seconds: Option<u64>,
-    /// Fleet scenarios: run only this one of share, ledger, mesh, naive.
-    #[arg(long)]
+    /// Fleet runs: only these of share, mesh, ledger, naive (comma-separated; fleet-matrix:
+    /// share,ledger by default).
+    #[arg(long, value_name = "POLICIES")]
     only: Option<String>,
+    /// fleet-matrix: run every cell under each of these faults (comma-separated: none, loss,
+    /// partition, deploy; default none).
+    #[arg(long, value_name = "FAULTS")]
+    faults: Option<String>,
+    /// fleet-matrix: only the cells whose name holds this (`o20-`, `-uall-`, `small`).
+    #[arg(long, value_name = "TEXT")]
+    cells: Option<String>,
+    /// fleet-matrix: write each cell's traffic file to DIR (to rerun one with fleet-run).
+    #[arg(long, value_name = "DIR")]
+    write: Option<PathBuf>,
+    /// fleet-matrix: runs at once (default: the machine's cores).
+    #[arg(long)]
+    jobs: Option<usize>,
     /// Fleet scenarios: how far past its share (in requests) a node may hold where the
     /// others' demand comes in an owner's sum (default 1.05): less trades utilization for
     /// over-admission.
@@ -59,6 +84,14 @@ fn fmt_pct(v: Option<f64>) -> String {
 
 fn fmt_opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+/// Refuses the options given that go with other commands than `command`.
+pub(crate) fn refuse(command: &str, flags: &[(&str, bool)]) -> anyhow::Result<()> {
+    match flags.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => bail!("{flag} does not go with {command}"),
+        None => Ok(()),
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -76,18 +109,27 @@ fn main() -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    let matrix_flags = [
+        ("--faults", args.faults.is_some()),
+        ("--cells", args.cells.is_some()),
+        ("--write", args.write.is_some()),
+        ("--jobs", args.jobs.is_some()),
+    ];
+    if args.scenario == "fleet-matrix" {
+        return cli::matrix::run(&args);
+    }
+    refuse(&args.scenario, &matrix_flags)?;
     if args.scenario.starts_with("fleet") {
-        return fleet(&args);
+        return cli::fleet::run(&args);
     }
-    for (flag, given) in [
-        ("--credit", args.credit.is_some()),
-        ("--seconds", args.seconds.is_some()),
-        ("--only", args.only.is_some()),
-    ] {
-        if given {
-            bail!("{flag} goes with the fleet scenarios (fleet, fleet-partition, ...) only");
-        }
-    }
+    refuse(
+        "the turmoil scenarios (only the fleet runs take it)",
+        &[
+            ("--credit", args.credit.is_some()),
+            ("--seconds", args.seconds.is_some()),
+            ("--only", args.only.is_some()),
+        ],
+    )?;
     let from_file = if args.scenario == "run" {
         let Some(file) = &args.file else {
             bail!("run: which scenario file? (limitmesh-sim run FILE --seed N)");
@@ -133,7 +175,7 @@ fn main() -> anyhow::Result<()> {
         return run_both(&name, &base, args.json, args.report.as_deref());
     }
     for name in names {
-        let Some(base) = scenario(name, args.seed, args.nodes) else {
+        let Some(base) = scenario(name, args.seed, args.nodes.unwrap_or(5)) else {
             bail!("unknown scenario {name:?}; expected one of {SCENARIOS:?} or all");
         };
         let report = match (&args.report, args.scenario == "all") {
@@ -245,116 +287,4 @@ fn fmt_cut_off(nodes: &[(usize, i64)]) -> String {
         .map(|(n, off)| format!("node {n} ({:+.1} s)", *off as f64 / 1e3))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The largest fleet the full mesh is simulated for (its cost grows with the square of the
-/// size).
-const FULL_MESH_SIMULATED_UP_TO: usize = 200;
-
-/// A fleet scenario on the in-process simulator: limitmesh's admission, the same with every
-/// register sent to every member (the full mesh, where the size would use owners), and the
-/// naive admission.
-fn fleet(args: &Args) -> anyhow::Result<()> {
-    if let Some(c) = args.credit
-        && !(c.is_finite() && (0.0..=MAX_CREDIT_FROM_SUMS).contains(&c))
-    {
-        bail!("--credit {c}: expected a number of requests from 0 to {MAX_CREDIT_FROM_SUMS}");
-    }
-    let names: Vec<&str> = if args.scenario == "fleet-all" {
-        FLEET_SCENARIOS.to_vec()
-    } else {
-        vec![args.scenario.as_str()]
-    };
-    if !args.json {
-        println!(
-            "{:<18} {:<7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>8} {:>8} {:>7}",
-            "scenario",
-            "policy",
-            "nodes",
-            "over_mean",
-            "over_p99",
-            "over_max",
-            "util",
-            "refused<L",
-            "part_max",
-            "stale_p50",
-            "stale_p99",
-            "B/node/s",
-            "max_B/s",
-            "dgram/s",
-            "detect",
-            "starved",
-        );
-    }
-    for name in names {
-        let Some(base) = fleet_scenario(name, args.seed, args.nodes) else {
-            bail!("unknown scenario {name:?}; expected one of {FLEET_SCENARIOS:?} or fleet-all");
-        };
-        let share = Policy::DemandShare(PartitionPolicy::Strict);
-        let mut runs = vec![
-            ("share", share, Dissemination::Auto),
-            (
-                "ledger",
-                Policy::Ledger(PartitionPolicy::Strict),
-                Dissemination::Auto,
-            ),
-            ("naive", Policy::GlobalCount, Dissemination::Auto),
-        ];
-        // Today's full mesh beside it, where it can be simulated in minutes.
-        if base.nodes > FULL_MESH_UP_TO && base.nodes <= FULL_MESH_SIMULATED_UP_TO {
-            runs.insert(1, ("mesh", share, Dissemination::FullMesh));
-        }
-        if let Some(only) = &args.only {
-            runs.retain(|(label, _, _)| label == only);
-        }
-        for (label, policy, dissemination) in runs {
-            let mut cfg = base.clone();
-            if let Some(seconds) = args.seconds {
-                cfg.duration_ms = seconds.max(20) * 1_000;
-                for f in &mut cfg.faults {
-                    if let limitmesh_sim::fleet::FleetFault::Crash { at_ms, .. } = f {
-                        *at_ms = cfg.duration_ms * 3 / 4;
-                    }
-                }
-            }
-            cfg.policy = policy;
-            cfg.dissemination = dissemination;
-            if let Some(credit) = args.credit {
-                cfg.credit_from_sums = credit;
-            }
-            let started = limitmesh::clock::monotonic_now();
-            let r = limitmesh_sim::fleet::run(name, label, &cfg);
-            let wall = started.elapsed().as_secs_f64();
-            eprintln!(
-                "{name}/{label}: {} nodes, {:.1} s simulated in {wall:.1} s",
-                cfg.nodes,
-                cfg.duration_ms as f64 / 1e3,
-            );
-            if args.json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(
-                    "{:<18} {:<7} {:>6} {:>9} {:>9} {:>9} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10.0} {:>10.0} {:>8.1} {:>8} {:>7}",
-                    name,
-                    label,
-                    r.nodes,
-                    fmt_pct(Some(r.over_admission_mean)),
-                    fmt_pct(Some(r.over_admission_p99)),
-                    fmt_pct(Some(r.over_admission_max)),
-                    fmt_pct(Some(r.utilization)),
-                    fmt_pct(Some(r.refused_below_limit)),
-                    r.partition_max_ratio
-                        .map_or_else(|| "-".into(), |v| format!("{v:.3}xL")),
-                    fmt_opt(r.staleness_p50_ms),
-                    fmt_opt(r.staleness_p99_ms),
-                    r.gossip_bytes_per_node_per_s_mean,
-                    r.gossip_bytes_per_node_per_s_max,
-                    r.datagrams_per_node_per_s_mean,
-                    fmt_opt(r.detection_ms),
-                    fmt_opt(r.starved_windows_max),
-                );
-            }
-        }
-    }
-    Ok(())
 }

@@ -39,17 +39,23 @@
 //! Every field but `nodes` has the default shown (`[[descriptors]]` has none unless given);
 //! an unknown field is an error. Errors name the file, the line and the field.
 
+mod checks;
+mod descriptors;
+mod limits;
+
 use std::path::Path;
 
 use anyhow::{Context, bail};
 use limitmesh::limiter::{PartitionPolicy, Policy};
-use limitmesh::window::WindowSpec;
 use serde::Deserialize;
 
-use limitmesh::rules::{DescriptorEntry, LoadOptions, Lookup, RuleLimit, RuleSet, RulesSource};
-
-use crate::cluster::{Fault, SimConfig, SimDescriptor};
+use self::checks::{check_limit, check_workload};
+use self::descriptors::{DescriptorDoc, descriptors};
+use self::limits::{descriptor_name, read_rules, resolve_limit};
+use crate::cluster::{Fault, SimConfig};
 use crate::workload::Workload;
+
+pub use self::descriptors::MAX_DESCRIPTORS;
 
 /// Most nodes a turmoil run takes (the fleet simulator is for larger ones).
 pub const MAX_NODES: usize = 64;
@@ -147,197 +153,6 @@ impl Default for LimitDoc {
     }
 }
 
-/// A `[[descriptors]]` table: one more limited descriptor and its own traffic.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DescriptorDoc {
-    /// What reports call it; by default its entries (`tenant=globex`), or `descriptor N`.
-    #[serde(default)]
-    name: Option<String>,
-    /// With a rules file (in `[limit]`): the descriptor's entries, looked up in its domain.
-    #[serde(default)]
-    descriptor: Option<Vec<[String; 2]>>,
-    /// Without a rules file: the limit, defaults as in `[limit]`.
-    #[serde(default)]
-    requests: Option<u32>,
-    #[serde(default)]
-    window_ms: Option<u64>,
-    #[serde(default)]
-    buckets: Option<u16>,
-    traffic: Workload,
-}
-
-/// Most descriptors a file may add to the main one.
-pub const MAX_DESCRIPTORS: usize = 16;
-
-/// A rules file, read once, and where it was read from.
-struct Rules {
-    set: RuleSet,
-    path: std::path::PathBuf,
-    domain: String,
-}
-
-/// `[limit]`'s rules file, read from `dir`, if it names one.
-fn read_rules(doc: &LimitDoc, dir: &Path) -> Result<Option<Rules>, (String, String)> {
-    let Some(rules) = &doc.rules else {
-        if doc.domain.is_some() || doc.descriptor.is_some() {
-            return Err((
-                "limit.rules".into(),
-                "domain and descriptor go with a rules file".into(),
-            ));
-        }
-        return Ok(None);
-    };
-    let Some(domain) = &doc.domain else {
-        return Err(("limit.domain".into(), "a rules file needs a domain".into()));
-    };
-    let path = dir.join(rules);
-    let set = RuleSet::load(&RulesSource::Path(path.clone()), LoadOptions::default())
-        .map_err(|e| ("limit.rules".to_owned(), e.to_string()))?;
-    Ok(Some(Rules {
-        set,
-        path,
-        domain: domain.clone(),
-    }))
-}
-
-/// `key=value` entries joined by `,`: how reports name a descriptor.
-fn descriptor_name(entries: &[[String; 2]]) -> String {
-    entries
-        .iter()
-        .map(|[k, v]| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// The limit of the table at `at` (`limit` or `descriptors[N]`): given (`given`, each
-/// defaulting as in `[limit]`), or what `rules` give its `descriptor`.
-fn resolve_limit(
-    at: &str,
-    rules: Option<&Rules>,
-    descriptor: Option<&[[String; 2]]>,
-    given: (Option<u32>, Option<u64>, Option<u16>),
-) -> Result<(u32, u64, u16), (String, String)> {
-    let field = |f: &str| format!("{at}.{f}");
-    let Some(rules) = rules else {
-        if descriptor.is_some() {
-            return Err((
-                field("descriptor"),
-                "a descriptor goes with a rules file (limit.rules)".into(),
-            ));
-        }
-        return Ok((
-            given.0.unwrap_or(1_000),
-            given.1.unwrap_or(1_000),
-            given.2.unwrap_or(10),
-        ));
-    };
-    if given.0.is_some() || given.1.is_some() || given.2.is_some() {
-        return Err((
-            field("requests"),
-            "the rules give the limit: leave out requests, window_ms and buckets".into(),
-        ));
-    }
-    let Some(descriptor) = descriptor else {
-        return Err((
-            field("descriptor"),
-            "a rules file needs a descriptor".into(),
-        ));
-    };
-    let entries: Vec<DescriptorEntry<'_>> = descriptor
-        .iter()
-        .map(|[key, value]| DescriptorEntry { key, value })
-        .collect();
-    let named = || {
-        format!(
-            "{descriptor:?} in domain {:?} of {}",
-            rules.domain,
-            rules.path.display()
-        )
-    };
-    match rules.set.lookup(&rules.domain, &entries) {
-        Lookup::Matched(m) => match &m.rule.limit {
-            RuleLimit::Limited { limit, .. } => {
-                Ok((limit.max, limit.window.window_ms(), limit.window.buckets()))
-            }
-            RuleLimit::Unlimited => Err((field("descriptor"), format!("{} is unlimited", named()))),
-        },
-        _ => Err((field("descriptor"), format!("no rule limits {}", named()))),
-    }
-}
-
-/// Checks a limit's values; errors name `at`'s fields.
-fn check_limit(
-    at: &str,
-    (requests, window_ms, buckets): (u32, u64, u16),
-) -> Result<(), (String, String)> {
-    if requests == 0 {
-        return Err((format!("{at}.requests"), "0: expected at least 1".into()));
-    }
-    WindowSpec::new(window_ms, buckets, Default::default()).map_err(|e| {
-        (
-            at.to_owned(),
-            format!("window_ms {window_ms} with buckets {buckets}: {e}"),
-        )
-    })?;
-    Ok(())
-}
-
-/// Checks a traffic table's values; errors name `at`'s fields (`traffic`,
-/// `descriptors[0].traffic`).
-fn check_workload(at: &str, w: &Workload) -> Result<(), (String, String)> {
-    let share = |f: &str, v: f64| {
-        if (0.0..=1.0).contains(&v) {
-            Ok(())
-        } else {
-            Err((format!("{at}.{f}"), format!("{v}: expected 0 to 1")))
-        }
-    };
-    let overload = |f: &str, v: f64| {
-        if (0.0..=1_000.0).contains(&v) {
-            Ok(())
-        } else {
-            Err((format!("{at}.{f}"), format!("{v}: expected 0 to 1000")))
-        }
-    };
-    match *w {
-        Workload::Uniform { overload: o } | Workload::Burst { overload: o, .. } => {
-            overload("overload", o)
-        }
-        Workload::Skewed {
-            overload: o,
-            hot_share,
-        } => {
-            overload("overload", o)?;
-            share("hot_share", hot_share)
-        }
-        Workload::BurstAfterTrickle {
-            overload: o,
-            trickle,
-            ..
-        } => {
-            overload("overload", o)?;
-            share("trickle", trickle)
-        }
-        Workload::Ramp {
-            from,
-            to,
-            from_ms,
-            until_ms,
-        } => {
-            overload("from", from)?;
-            overload("to", to)?;
-            if until_ms <= from_ms {
-                return Err((
-                    format!("{at}.until_ms"),
-                    format!("{until_ms} is not after from_ms {from_ms}"),
-                ));
-            }
-            Ok(())
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 enum PartitionPolicyDoc {
@@ -360,92 +175,6 @@ struct BackgroundDoc {
 struct MeasureDoc {
     converge_at_ms: Option<u64>,
     probe_staleness: bool,
-}
-
-/// The `[[descriptors]]` of `doc`, checked; an error gives the byte offset of its table, the
-/// field and what is wrong.
-fn descriptors(
-    doc: &ScenarioDoc,
-    rules: Option<&Rules>,
-) -> Result<Vec<SimDescriptor>, (Option<usize>, String, String)> {
-    if doc.descriptors.len() > MAX_DESCRIPTORS {
-        return Err((
-            None,
-            "descriptors".into(),
-            format!(
-                "{}: at most {MAX_DESCRIPTORS} besides the one in [limit]",
-                doc.descriptors.len()
-            ),
-        ));
-    }
-    // Every node's admissions are kept per millisecond for each descriptor: the run's size
-    // is bounded as a whole, at what the largest run of one descriptor takes.
-    let cells = (1 + doc.descriptors.len() as u64)
-        .saturating_mul(doc.nodes as u64)
-        .saturating_mul(doc.duration_ms);
-    let budget = MAX_NODES as u64 * MAX_DURATION_MS;
-    if cells > budget {
-        return Err((
-            None,
-            "descriptors".into(),
-            format!(
-                "{} descriptors on {} nodes for {} ms: descriptors × nodes × duration_ms is \
-                 at most {budget}",
-                1 + doc.descriptors.len(),
-                doc.nodes,
-                doc.duration_ms
-            ),
-        ));
-    }
-    let mut names: Vec<String> = doc
-        .limit
-        .descriptor
-        .as_deref()
-        .map(descriptor_name)
-        .into_iter()
-        .collect();
-    let mut out = Vec::with_capacity(doc.descriptors.len());
-    for (i, spanned) in doc.descriptors.iter().enumerate() {
-        let at = format!("descriptors[{i}]");
-        let offset = Some(spanned.span().start);
-        let d = spanned.get_ref();
-        let err = |(field, what): (String, String)| (offset, field, what);
-        let limit = resolve_limit(
-            &at,
-            rules,
-            d.descriptor.as_deref(),
-            (d.requests, d.window_ms, d.buckets),
-        )
-        .map_err(err)?;
-        check_limit(&at, limit).map_err(err)?;
-        check_workload(&format!("{at}.traffic"), &d.traffic).map_err(err)?;
-        let name = match (&d.name, &d.descriptor) {
-            (Some(name), _) => name.clone(),
-            (None, Some(entries)) => descriptor_name(entries),
-            (None, None) => format!("descriptor {}", i + 1),
-        };
-        if name.is_empty() || name.len() > 200 {
-            return Err(err((
-                format!("{at}.name"),
-                "expected 1 to 200 characters".into(),
-            )));
-        }
-        if names.contains(&name) {
-            return Err(err((
-                format!("{at}.name"),
-                format!("{name:?} names another descriptor of this file too"),
-            )));
-        }
-        names.push(name.clone());
-        out.push(SimDescriptor {
-            name,
-            limit: limit.0,
-            window_ms: limit.1,
-            buckets: limit.2,
-            workload: d.traffic.clone(),
-        });
-    }
-    Ok(out)
 }
 
 /// The 1-based line of byte `offset` in `text`.

@@ -88,7 +88,7 @@ fn a_report_is_a_page_of_plots_that_a_browser_renders() {
         "the same plot as on the page"
     );
 
-    renders(&page, dir.path());
+    renders(&page, dir.path(), 900);
 }
 
 /// Writes the report of one run (`share`) to a new directory; returns it and the page.
@@ -113,8 +113,9 @@ fn report_page(
     (dir, page)
 }
 
-/// Has Chromium, if there is one, take a screenshot of `page` and checks it is not blank.
-fn renders(page: &Path, dir: &Path) {
+/// Has Chromium, if there is one, take a screenshot of `page` (the first `height` pixels) and
+/// checks it is not blank.
+fn renders(page: &Path, dir: &Path, height: u32) {
     let Some(browser) = chromium() else {
         assert!(
             std::env::var_os("LIMITMESH_REQUIRE_CHROMIUM").is_none(),
@@ -130,8 +131,8 @@ fn renders(page: &Path, dir: &Path) {
             "--no-sandbox",
             "--disable-gpu",
             "--hide-scrollbars",
-            "--window-size=1000,900",
         ])
+        .arg(format!("--window-size=1000,{height}"))
         .arg(format!("--screenshot={}", shot.display()))
         .arg(format!("file://{}", page.display()))
         .output()
@@ -204,5 +205,120 @@ fn the_documented_example_runs_and_its_report_renders() {
     for file in ["mine-share.svg", "mine-share-1-tenant_globex.svg"] {
         assert!(dir.path().join(file).exists(), "no {file}");
     }
-    renders(&page, dir.path());
+    renders(&page, dir.path(), 900);
+}
+
+/// The fleet traffic example of docs/simulation.md, saved as a user would: it parses as the
+/// page says (and an unknown field is refused on the line the page gives), and `fleet-run`
+/// runs it on 8 nodes under two admissions, prints a JSON report for each named after the
+/// file, and writes a page of plots (a plot for each class and admission) that renders.
+#[test]
+fn the_documented_fleet_example_runs_and_its_report_renders() {
+    use limitmesh_sim::fleet::{FleetFault, file};
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let page = std::fs::read_to_string(root.join("docs/simulation.md")).expect("the page");
+    let from = page
+        .find("\n## Your own fleet's traffic\n")
+        .expect("the section");
+    let block = &page[from..];
+    let start = block.find("```toml\n").expect("a TOML block") + "```toml\n".len();
+    let text = &block[start..start + block[start..].find("```").expect("its end")];
+    let cfg = file::parse("mine.toml", text, 1, None).unwrap_or_else(|e| panic!("{e:#}"));
+    let classes: Vec<&str> = cfg
+        .traffic
+        .classes
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!((cfg.nodes, classes), (50, vec!["tenant", "upload"]));
+    assert!(
+        matches!(cfg.faults[..], [FleetFault::Partition { .. }]),
+        "{:?}",
+        cfg.faults
+    );
+    let misspelt = text.replacen("limit = 100 ", "limits = 100", 1);
+    let e = format!(
+        "{:#}",
+        file::parse("mine.toml", &misspelt, 1, None).unwrap_err()
+    );
+    assert!(
+        e.starts_with("mine.toml:15: unknown field `limits`, expected one of `name`, `keys`,"),
+        "the page's example of an error: {e}"
+    );
+
+    let dir = tempfile::tempdir().expect("a directory");
+    let mine = dir.path().join("mine.toml");
+    std::fs::write(&mine, text).expect("the file");
+    let out = dir.path().join("out");
+    let run = Command::new(env!("CARGO_BIN_EXE_limitmesh-sim"))
+        .args([
+            "fleet-run",
+            mine.to_str().unwrap(),
+            "--seed",
+            "1",
+            "--nodes",
+            "8",
+        ])
+        .args([
+            "--only",
+            "share,ledger",
+            "--json",
+            "--report",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .expect("the simulator runs");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let reports: Vec<serde_json::Value> = String::from_utf8(run.stdout)
+        .expect("UTF-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON report"))
+        .collect();
+    let rows: Vec<(&str, &str)> = reports
+        .iter()
+        .map(|r| {
+            (
+                r["scenario"].as_str().unwrap(),
+                r["policy"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, [("mine", "share"), ("mine", "ledger")]);
+    for r in &reports {
+        assert_eq!(r["nodes"], 8);
+        assert_eq!(r["partitioned"], true, "the partition happened: {r}");
+        for class in ["tenant", "upload"] {
+            assert!(
+                r["utilization_by_class"][class].as_f64().is_some(),
+                "{class} measured: {r}"
+            );
+        }
+    }
+    let page = out.join("index.html");
+    let html = std::fs::read_to_string(&page).expect("the page");
+    assert!(html.starts_with("<!DOCTYPE html>"), "{}", &html[..100]);
+    assert!(
+        html.contains("partition 5 | 3"),
+        "the cut, on the time axis"
+    );
+    for (policy, class) in [
+        ("share", "tenant"),
+        ("share", "upload"),
+        ("ledger", "tenant"),
+        ("ledger", "upload"),
+    ] {
+        let svg = std::fs::read_to_string(out.join(format!("mine-{policy}-{class}.svg")))
+            .unwrap_or_else(|e| panic!("{policy}, {class}: {e}"));
+        assert!(
+            html.contains(&svg) && svg.contains(&format!("{class} keys: {policy}")),
+            "the plot of {class} under {policy} is on the page"
+        );
+    }
+    // Two tables head the page: the plots are further down.
+    renders(&page, dir.path(), 2_000);
 }

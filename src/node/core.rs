@@ -80,7 +80,7 @@ pub struct NodeCore<T> {
     /// In a large cluster: each window's owners, and the windows this node owns.
     pub(super) ownership: Option<Ownership>,
     /// Under the ledger: the rings the limiter's view of the owners is made from.
-    pub(super) ledger: Option<super::ledger::LedgerNode>,
+    pub(super) ledger: Option<super::ledger_view::LedgerNode>,
     /// Summary rounds run, to publish the member list of a large cluster less often.
     pub(super) rounds: u64,
     /// Membership changes as the log tells them.

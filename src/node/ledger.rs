@@ -9,97 +9,18 @@
 //! `strict` a node leases only its side's part of each limit (the members it sees over the
 //! members expected).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 
 use super::core::NodeCore;
-use super::placement::Ring;
+use super::ledger_view::LedgerNode;
 use crate::clock::{Now, TimeSource};
-use crate::gossip::ledger_message::{LedgerEntry, decode_ledger, encode_ledger};
-use crate::gossip::message::{
-    Stamp, decode_leading_batch_stamped, empty_batch_body, encode_batch_stamped,
-};
-use crate::gossip::wire::{Destination, DropReason, Header, Kind};
-use crate::ledger::AskAnswer;
+use crate::gossip::ledger_message::{LedgerEntry, encode_ledger};
+use crate::gossip::message::{Stamp, empty_batch_body, encode_batch_stamped};
+use crate::gossip::wire::{Destination, Kind};
 use crate::limiter::{
-    Batch, KeyId, LeaseGrant, LedgerReport, OriginId, OwnerOf, OwnerView, PartitionPolicy, Policy,
-    RegisterUpdate, TokenNeed,
+    Batch, KeyId, LeaseGrant, LedgerReport, PartitionPolicy, Policy, RegisterUpdate,
 };
-use crate::window::{EstimateMode, WindowSpec};
-
-/// Rings before the last changes, kept for their quiet periods. More changes than this within
-/// a quiet period make every window quiet until the oldest one dropped ends its period.
-const RINGS_KEPT: usize = 8;
-
-/// The ledger's state in a node.
-#[derive(Debug, Default)]
-pub(super) struct LedgerNode {
-    /// `(when the ring changed, the ring before it)`, newest last.
-    before: VecDeque<(u64, Ring)>,
-    /// No window leases before this: a change fell out of `before`.
-    floor_quiet_until_ms: u64,
-    /// The ring generation and lease part the limiter's view was made from.
-    installed: Option<(u64, (u64, u64))>,
-    /// The ring of the installed view.
-    ring: Option<Ring>,
-    /// `(since when, part)` of the lease parts in force within the last quiet period, oldest
-    /// first (see [`NodeCore::lease_part`]).
-    parts: VecDeque<(u64, (u64, u64))>,
-}
-
-impl LedgerNode {
-    /// The part to lease at `now_ms` given the side's part now: the least of those in force
-    /// within the last `quiet_ms`. A part falls at once (members went out of sight); it rises
-    /// only a quiet period after the members came back, once their registers have told the
-    /// owner what their side spent while apart.
-    fn part_at(&mut self, now_ms: u64, part: (u64, u64), quiet_ms: u64) -> (u64, u64) {
-        if self.parts.back().is_none_or(|(_, p)| *p != part) {
-            self.parts.push_back((now_ms, part));
-        }
-        // A part stays while the one after it began within the quiet period.
-        while self.parts.len() > 1 && self.parts[1].0 + quiet_ms <= now_ms {
-            self.parts.pop_front();
-        }
-        self.parts
-            .iter()
-            .map(|(_, p)| *p)
-            .min_by(|a, b| {
-                (u128::from(a.0) * u128::from(b.1)).cmp(&(u128::from(b.0) * u128::from(a.1)))
-            })
-            .unwrap_or(part)
-    }
-}
-
-/// The limiter's view of the owners: see the module documentation.
-#[derive(Debug)]
-struct RingView {
-    ring: Ring,
-    before: Vec<(u64, Ring)>,
-    floor_quiet_until_ms: u64,
-    quiet_ms: u64,
-    part: (u64, u64),
-}
-
-impl OwnerView for RingView {
-    fn owner_of(&self, key: KeyId) -> Option<OwnerOf> {
-        let [owner, _] = self.ring.owners(key)?;
-        let moved = self
-            .before
-            .iter()
-            .filter(|(_, ring)| ring.owners(key).map(|[o, _]| o.id) != Some(owner.id))
-            .map(|(at, _)| at + self.quiet_ms)
-            .max()
-            .unwrap_or(0);
-        Some(OwnerOf {
-            owner: owner.id,
-            quiet_until_ms: moved.max(self.floor_quiet_until_ms),
-        })
-    }
-
-    fn lease_part(&self) -> (u64, u64) {
-        self.part
-    }
-}
 
 impl<T: TimeSource> NodeCore<T> {
     /// How long a new owner leases nothing: a lease of the previous owner's lapses, and two
@@ -135,43 +56,15 @@ impl<T: TimeSource> NodeCore<T> {
         };
         let (ring, generation) = ownership.ring();
         let ledger = self.ledger.get_or_insert_with(LedgerNode::default);
-        let part = ledger.part_at(now.cluster_ms, side, quiet_ms);
-        if ledger.installed == Some((generation, part)) {
-            return;
+        if let Some(view) = ledger.install(now.cluster_ms, ring, generation, side, quiet_ms) {
+            self.limiter.set_owner_view(Box::new(view));
         }
-        let old = ledger.ring.replace(ring.clone());
-        if ledger.installed.is_some_and(|(g, _)| g != generation)
-            && let Some(old) = old
-        {
-            ledger.before.push_back((now.cluster_ms, old));
-        }
-        ledger
-            .before
-            .retain(|(at, _)| at + quiet_ms > now.cluster_ms);
-        while ledger.before.len() > RINGS_KEPT {
-            if let Some((at, _)) = ledger.before.pop_front() {
-                ledger.floor_quiet_until_ms = ledger.floor_quiet_until_ms.max(at + quiet_ms);
-            }
-        }
-        ledger.installed = Some((generation, part));
-        self.limiter.set_owner_view(Box::new(RingView {
-            ring: ring.clone(),
-            before: ledger.before.iter().cloned().collect(),
-            floor_quiet_until_ms: ledger.floor_quiet_until_ms,
-            quiet_ms,
-            part,
-        }));
     }
 
     /// Whether this node leases `key` now, and from when (`Limiter::owner_of` through the
     /// installed view).
-    fn leases(&self, key: KeyId) -> Option<u64> {
-        let may_lease = self
-            .ledger
-            .as_ref()
-            .and_then(|l| l.installed)
-            .is_some_and(|(_, (seen, _))| seen > 0);
-        if !may_lease {
+    pub(super) fn leases(&self, key: KeyId) -> Option<u64> {
+        if !self.ledger.as_ref().is_some_and(LedgerNode::may_lease) {
             return None;
         }
         self.limiter
@@ -311,191 +204,8 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// A request found no token for a window another member leases: asks it.
-    pub(super) fn ask_owner(&mut self, now: Now, need: TokenNeed) {
-        let me = self.params.node_id.as_u128();
-        let Some(owner) = self.limiter.owner_of(need.key).filter(|o| o.owner != me) else {
-            return;
-        };
-        let Some(member) = self
-            .membership
-            .member_by_id(uuid::Uuid::from_u128(owner.owner))
-        else {
-            return;
-        };
-        let to = super::core::destination(&member);
-        if !self.may_send_state(now, to) {
-            return;
-        }
-        let wait_ms = self.limiter.config().ledger.ask_wait_ms;
-        let held = self
-            .limiter
-            .held_word(need.key, owner.owner, now.cluster_ms);
-        // Asked: further requests wait for this answer rather than ask again.
-        self.limiter.asked(need.key, wait_ms, now.cluster_ms);
-        let ask = LedgerEntry::Ask {
-            key: need.key,
-            window_ms: need.window_ms,
-            buckets: need.buckets,
-            limit: need.limit,
-            want: need.want,
-            wait_ms: u32::try_from(wait_ms).unwrap_or(u32::MAX),
-            held,
-        };
-        self.send_ledger(now, to, Vec::new(), vec![ask]);
-    }
-
-    /// A ledger datagram from `header.sender` at `from`: its registers merged, its reports
-    /// taken where this node leases their windows, its leases taken, its asks answered.
-    pub(super) fn on_ledger(
-        &mut self,
-        now: Now,
-        header: &Header,
-        from: std::net::SocketAddr,
-        rest: &[u8],
-    ) {
-        let sender = OriginId(header.sender);
-        let me = self.params.node_id.as_u128();
-        let stamp = Stamp::for_header(header.compact, header.sent_ms);
-        let Ok((batch, used, rejects)) = decode_leading_batch_stamped(rest, sender, stamp) else {
-            self.view.wire.dropped(DropReason::Malformed);
-            return;
-        };
-        let Ok((entries, _)) = decode_ledger(&rest[used..], header.sender, me, header.sent_ms)
-        else {
-            self.view.wire.dropped(DropReason::Malformed);
-            return;
-        };
-        if !batch.updates.is_empty() {
-            let report = self.limiter.merge(&batch, now.cluster_ms);
-            self.view.wire.merged(&report, rejects.bad_shape);
-            let mut reports: Vec<Option<LedgerReport>> = vec![None; batch.updates.len()];
-            for e in &entries {
-                if let LedgerEntry::Report { index, report } = e
-                    && let Some(slot) = reports.get_mut(*index as usize)
-                {
-                    *slot = Some(report.clone());
-                }
-            }
-            // Only the sender's own registers carry its reports.
-            if batch.origin == sender {
-                self.limiter
-                    .owner_heard(&batch, &reports, now.cluster_ms, |k| self.leases(k));
-            }
-        }
-        let to = Destination {
-            addr: from,
-            node: Some(header.sender),
-        };
-        let mut answers = Vec::new();
-        let mut woke = false;
-        for e in entries {
-            match e {
-                LedgerEntry::Report { .. } => {}
-                LedgerEntry::Lease {
-                    key,
-                    window_ms,
-                    buckets,
-                    lease,
-                } => {
-                    let grant = LeaseGrant {
-                        user: me,
-                        key,
-                        window_ms,
-                        buckets,
-                        lease,
-                    };
-                    self.limiter.accept_lease(&grant, now.cluster_ms);
-                    woke = true;
-                }
-                LedgerEntry::Refused {
-                    key,
-                    retry_after_ms,
-                } => {
-                    self.limiter
-                        .ask_refused(key, u64::from(retry_after_ms), now.cluster_ms);
-                    woke = true;
-                }
-                // Its own word only: from the address SWIM holds for it.
-                LedgerEntry::Leaving if self.liveness.address_of(header.sender) == Some(from) => {
-                    self.member_log.leaving_said(header.sender, now.at);
-                }
-                LedgerEntry::Leaving => {}
-                LedgerEntry::Ask {
-                    key,
-                    window_ms,
-                    buckets,
-                    limit,
-                    want,
-                    wait_ms,
-                    held,
-                } => answers.push(self.answer_ask(
-                    now,
-                    header,
-                    key,
-                    (window_ms, buckets),
-                    (limit, want, wait_ms),
-                    held,
-                )),
-            }
-        }
-        if woke {
-            self.view.leases_arrived();
-        }
-        if !answers.is_empty() && self.liveness.address_of(header.sender) == Some(from) {
-            self.send_ledger(now, to, Vec::new(), answers);
-        }
-    }
-
-    /// This node's answer to an ask for `want` tokens of `key`, under the asker's `limit`,
-    /// spendable within `wait_ms` of the ask's sending; `held` is what the asker has of this
-    /// node's lease.
-    fn answer_ask(
-        &mut self,
-        now: Now,
-        header: &Header,
-        key: KeyId,
-        (window_ms, buckets): (u64, u16),
-        (limit, want, wait_ms): (u32, u32, u32),
-        held: Option<crate::ledger::HeldLease>,
-    ) -> LedgerEntry {
-        let refused = |retry_after_ms: u64| LedgerEntry::Refused {
-            key,
-            retry_after_ms: u32::try_from(retry_after_ms.max(1)).unwrap_or(u32::MAX),
-        };
-        let round = self.params.gossip_interval.as_millis() as u64;
-        let Ok(spec) = WindowSpec::new(window_ms, buckets, EstimateMode::Interpolated) else {
-            return refused(round);
-        };
-        let Some(quiet_until) = self.leases(key) else {
-            // Not this node's to lease (views differ, or it is a partition's minority).
-            return refused(round);
-        };
-        // The ask's wait counts from when it was sent.
-        let deadline = header.sent_ms.saturating_add(u64::from(wait_ms));
-        match self.limiter.owner_ask(
-            header.sender,
-            key,
-            &spec,
-            limit,
-            want,
-            held,
-            deadline,
-            now.cluster_ms,
-            quiet_until,
-        ) {
-            AskAnswer::Granted(lease) => LedgerEntry::Lease {
-                key,
-                window_ms,
-                buckets,
-                lease,
-            },
-            AskAnswer::Refused { retry_after_ms } => refused(retry_after_ms),
-        }
-    }
-
     /// Sends `to` registers with their reports, and `entries`, in as few datagrams as fit.
-    fn send_ledger(
+    pub(super) fn send_ledger(
         &mut self,
         now: Now,
         to: Destination,

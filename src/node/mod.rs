@@ -8,18 +8,19 @@
 //! [`NodeBuilder`] builds one the same way for all of them.
 //!
 //! - `core.rs`: the state and the inputs; `receive.rs`: one datagram; `dissemination.rs`:
-//!   summary rounds, anti-entropy, bootstrap pushes; `ownership.rs` and `placement.rs`: in
-//!   large clusters, registers through each window's owners; `unanswered.rs`: windows whose
-//!   owner does not answer; `liveness.rs`: whose demand counts; `member_log.rs`: membership changes in the log;
-//!   `warmup.rs`: when a starting node may admit; `status.rs`: who counts, readiness, the
-//!   published member list; `clock_sync.rs`: cluster time;
-//!   `return_route.rs`: who may be sent registers in an insecure cluster; `rules_digest.rs`:
-//!   whether the members enforce the same rules; `timers.rs`: the periodic work;
-//!   `outbox.rs`: sealing.
+//!   summary rounds, anti-entropy, bootstrap pushes; `bodies.rs`: what goes in each datagram;
+//!   `ownership.rs` (its state), `owner_mode.rs` (its rounds) and `placement.rs`: in large
+//!   clusters, registers through each window's owners; `unanswered.rs`: windows whose owner
+//!   does not answer; `liveness.rs`: whose demand counts; `member_log.rs`: membership changes
+//!   in the log; `warmup.rs`: when a starting node may admit; `status.rs`: who counts,
+//!   readiness, the published member list; `clock_sync.rs`: cluster time; `return_route.rs`:
+//!   who may be sent registers in an insecure cluster; `rules_digest.rs`: whether the members
+//!   enforce the same rules; `timers.rs`: the periodic work; `outbox.rs`: sealing.
 //! - `driver.rs`: the tokio loop; `builder.rs`: building a node.
 //! - `view.rs`, `stats.rs`, `collector.rs`: what the node publishes (members, wire counters,
 //!   metrics).
 
+mod bodies;
 mod builder;
 mod clock_sync;
 mod collector;
@@ -28,9 +29,12 @@ mod dissemination;
 mod driver;
 mod features;
 mod ledger;
+mod ledger_inbox;
+mod ledger_view;
 mod liveness;
 mod member_log;
 mod outbox;
+mod owner_mode;
 mod ownership;
 mod params;
 mod placement;

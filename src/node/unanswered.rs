@@ -93,9 +93,10 @@ impl UnansweredRegisters {
     /// it was this node's alone when it last heard, and a user that came since, cut off from
     /// this node's owner, cannot hear of this node either; under `strict` both are held to
     /// their side's part (a partition). Capped, a key used by one node was refused nearly
-    /// whole from its owner's crash until SWIM suspected the owner, seconds later. Clearing
-    /// that on every change of the ring as well cost the partition's overloaded keys 0.3
-    /// points of utilization at 50 nodes and moved no bound the right way.
+    /// whole from its owner's crash until SWIM suspected the owner, seconds later. A change of
+    /// the ring does not clear it: in a partition the ring changes as the far side goes, and
+    /// the window is then still this node's alone on its side. Pinned by
+    /// `a_sum_that_said_the_window_was_alone_keeps_it_from_blind_for_ten_seconds_only`.
     pub fn blind(&mut self, at: Instant) -> Vec<KeyId> {
         self.windows
             .retain(|_, u| at.saturating_duration_since(u.last) < FORGET_AFTER);

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::limiter::TokenNeed;
+use crate::limiter::{Limiter, Policy, TokenNeed};
 use crate::node::{ClusterView, Command};
 
 /// What a request needs to wait for tokens: the node's command channel (for asks) and its
@@ -34,6 +34,19 @@ impl std::fmt::Debug for TokenWait {
 }
 
 impl TokenWait {
+    /// What requests to `limiter` wait with, if it admits under the ledger.
+    pub fn for_node(
+        limiter: &Limiter,
+        commands: &mpsc::Sender<Command>,
+        view: &Arc<ClusterView>,
+    ) -> Option<Self> {
+        matches!(limiter.config().policy, Policy::Ledger(_)).then(|| Self {
+            commands: commands.clone(),
+            view: view.clone(),
+            wait_ms: limiter.config().ledger.ask_wait_ms,
+        })
+    }
+
     /// Asks the owners `needs` names (where the limiter says to) and waits until a lease or an
     /// owner's answer arrives, a held token becomes valid, or `until_ms` (cluster time, read at
     /// `now_ms`). A full command channel skips the ask: the request still waits for what

@@ -10,6 +10,10 @@ use smallvec::SmallVec;
 use super::lease::{HeldLease, HoldingsReport, Lease, Segment};
 use super::occupancy::{Occupancy, Span};
 
+mod user_books;
+
+use self::user_books::{Granted, UserBooks};
+
 /// The owner's side of a window's ledger: the window's shape and limit, and the timing of
 /// leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,97 +84,6 @@ pub struct Ask {
     pub want: u64,
     pub held: Option<HeldLease>,
     pub deadline_ms: u64,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Granted {
-    segment: Segment,
-    /// The first message that carried it.
-    sent_in: u32,
-}
-
-#[derive(Debug, Clone, Default)]
-struct UserBooks {
-    /// The last message sent (0: none).
-    seq: u32,
-    expires_ms: u64,
-    last_segment: u32,
-    /// Segments that may still hold tokens.
-    segments: Vec<Granted>,
-    /// The user's newest report, and the version of the emission it came with.
-    report: Option<(u64, HoldingsReport)>,
-    /// What the user last said it was offered over the window.
-    demand: u32,
-    /// The limit the user last said the window has (its rules).
-    limit: u32,
-    last_heard_ms: u64,
-}
-
-impl UserBooks {
-    /// Tokens of `g` the user may still spend, by its last report: all of them if the report
-    /// was made before the user had `g`.
-    fn unspent(&self, me: u128, g: &Granted) -> u32 {
-        let Some((_, report)) = &self.report else {
-            return g.segment.count;
-        };
-        let Some(mine) = report.of(me).filter(|m| m.seq >= g.sent_in) else {
-            return g.segment.count;
-        };
-        // Closed, or ended with no newer message on its way to revive it: nothing more.
-        if report.closed || (mine.lapsed && mine.seq >= self.seq) {
-            return 0;
-        }
-        mine.spent
-            .iter()
-            .find(|(id, _)| *id == g.segment.id)
-            .map_or(g.segment.count, |(_, spent)| {
-                g.segment.count.saturating_sub(*spent)
-            })
-    }
-
-    fn unspent_total(&self, me: u128) -> u64 {
-        self.segments
-            .iter()
-            .map(|g| u64::from(self.unspent(me, g)))
-            .sum()
-    }
-
-    /// Forgets what is spent, and a lease whose every token has left the window.
-    fn prune(&mut self, me: u128, now_ms: u64, params: &LedgerParams) {
-        if params.tail_of(self.expires_ms) <= now_ms {
-            self.segments.clear();
-            return;
-        }
-        let keep: Vec<Granted> = self
-            .segments
-            .iter()
-            .filter(|g| self.unspent(me, g) > 0)
-            .copied()
-            .collect();
-        self.segments = keep;
-    }
-
-    /// What an ask says of this owner's lease, taken only for the numbering: the next
-    /// message and segment continue the user's. What it says was spent is not taken: no
-    /// register of those spends came with it, and a report counts only with one.
-    fn take_word(&mut self, me: u128, h: HeldLease) {
-        if h.owner != me {
-            return;
-        }
-        self.seq = self.seq.max(h.seq);
-        let last = h.spent.iter().map(|(id, _)| *id).max().unwrap_or(0);
-        self.last_segment = self.last_segment.max(last);
-    }
-
-    fn message(&mut self, me: u128) -> Lease {
-        self.seq += 1;
-        Lease {
-            owner: me,
-            seq: self.seq,
-            expires_ms: self.expires_ms,
-            segments: self.segments.iter().map(|g| g.segment).collect(),
-        }
-    }
 }
 
 /// One window's books at its owner. See the module documentation.

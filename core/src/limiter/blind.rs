@@ -5,14 +5,18 @@
 //! (`Limiter::aggregates_for`), so registers that go unanswered mean this node has no owner
 //! for the window: the member it takes for the first owner counts itself the second (a
 //! member missing from this node's view of the cluster), or is gone. Hearing of no other
-//! user, the node would take the whole limit while every other user takes its share: in a
-//! 1 000-node `fleet` a window reached 1.31 x L that way. A blind window of which this node
+//! user, the node would take the whole limit while every other user takes its share, and the
+//! window would pass its limit by up to that node's part. A blind window of which this node
 //! knows no other user's demand gets the onset share instead, `1 / live` of the limit
 //! (`1 / N_e` under strict), as a node whose peers cannot have been heard yet does; one whose
 //! other users' demand it still knows (an owner's last sum, for a window) keeps its demand
 //! share. The node layer says which windows are blind (`node::unanswered`). No bound of a
 //! blind window is cached: whether it is capped changes when the others' demand lapses,
 //! within a bucket.
+//!
+//! Pinned by `a_blind_window_takes_the_onset_share_until_it_is_not_and_a_cached_bound_follows`
+//! and `a_blind_window_whose_other_users_are_known_keeps_its_demand_share`
+//! (`limiter/tests/cluster.rs`).
 
 use std::sync::atomic::Ordering;
 

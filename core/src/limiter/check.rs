@@ -260,9 +260,9 @@ impl Limiter {
         // Young by the window's buckets alone is not new: sparse traffic (5 requests a
         // window) often leaves the older half of a window empty, and peers have this node's
         // demand from before the gap. Traffic that lasted past its onset stays established
-        // until a window with none (`WindowState::published_demand` forgets it then). In
-        // `fleet` at 100 nodes, without this, tenant keys offered half their limit had 9 % of
-        // their requests refused, at the onset share of `1/N`.
+        // until a window with none (`WindowState::published_demand` forgets it then). Without
+        // this, keys offered half their limit would be refused at the onset share of `1/N`
+        // (`keys_offered_half_their_limit_are_seldom_refused`, `sim/tests/fleet.rs`).
         if !young {
             state.establish();
         }

@@ -6,7 +6,6 @@
 //! through the `owns` argument of the methods the node calls.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use super::replication::Batch;
 use super::state::{WindowState, is_aggregate};
@@ -17,27 +16,6 @@ use crate::ledger::{
     poisson_quantile,
 };
 use crate::window::{EstimateMode, WindowSpec};
-
-/// Who owns a window in this node's view of the members.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OwnerOf {
-    /// The owner's boot id.
-    pub owner: u128,
-    /// It leases nothing before this (ms): it took the window over from another owner whose
-    /// leases may still be spent.
-    pub quiet_until_ms: u64,
-}
-
-/// The node's view of which member owns which window (its ring).
-pub trait OwnerView: Send + Sync + std::fmt::Debug {
-    /// The owner of `key`; `None` if no member can lease it in this node's view.
-    fn owner_of(&self, key: KeyId) -> Option<OwnerOf>;
-    /// This node's side's part of every limit it leases, as `(members seen, members
-    /// expected)`: under `strict`, a side cut off from some of the cluster leases only its
-    /// part, so that the sides' leases together stay within the limit; `(1, 1)` otherwise.
-    /// Nothing is leased where the part is 0.
-    fn lease_part(&self) -> (u64, u64);
-}
 
 /// What a user's emission carries for its window's owner besides the register.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -121,44 +99,6 @@ impl Limiter {
 
     fn lock_owned(&self) -> std::sync::MutexGuard<'_, OwnedWindows> {
         self.owned.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether this node leases `key` now, and since when it may (its view of the owners).
-    pub(super) fn leases_here(&self, key: KeyId) -> Option<u64> {
-        match self.owner_view.load().as_ref() {
-            // No view: a node alone owns every window.
-            None => Some(0),
-            Some(view) => {
-                let view = &view.0;
-                view.owner_of(key)
-                    .filter(|o| o.owner == self.origin.0 && view.lease_part().0 > 0)
-                    .map(|o| o.quiet_until_ms)
-            }
-        }
-    }
-
-    /// This node's side's part of the limits it leases (see [`OwnerView::lease_part`]).
-    fn lease_part(&self) -> (u64, u64) {
-        self.owner_view
-            .load()
-            .as_ref()
-            .map_or((1, 1), |view| view.0.lease_part())
-    }
-
-    /// Sets the node's view of the owners (its ring); see [`OwnerView`].
-    pub fn set_owner_view(&self, view: Box<dyn OwnerView>) {
-        self.owner_view.store(Some(Arc::new(OwnerViewBox(view))));
-    }
-
-    /// The owner of `key` in this node's view (this node, without a view).
-    pub fn owner_of(&self, key: KeyId) -> Option<OwnerOf> {
-        match self.owner_view.load().as_ref() {
-            None => Some(OwnerOf {
-                owner: self.origin.0,
-                quiet_until_ms: 0,
-            }),
-            Some(view) => view.0.owner_of(key),
-        }
     }
 
     /// `user`'s reports of an emission (`batch`, and `reports` by the same index), for the
@@ -447,7 +387,3 @@ fn cover_targets(users: &[(f64, u64)], capacity: u64) -> Vec<u64> {
         })
         .collect()
 }
-
-/// An [`OwnerView`] behind a pointer the limiter can swap.
-#[derive(Debug)]
-pub(crate) struct OwnerViewBox(pub Box<dyn OwnerView>);

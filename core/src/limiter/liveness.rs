@@ -78,9 +78,10 @@ impl Limiter {
     /// members that went down lately. A sum is mostly the demand of the window's other users
     /// (the owner's own is one part of it); they are still there (most of them), and until the
     /// new owners' sums arrive it is all this node knows of them. Released with its owner, it
-    /// left a node on the side of a partition that had lost the owner alone on the window (its
-    /// share the whole of its side's) for the round trip to the new owners, or for as long as
-    /// no new owner served it: a window of `fleet-partition` at 50 nodes reached 1.42 x L.
+    /// would leave a node on the side of a partition that lost the owner alone on the window
+    /// (its share the whole of its side's) for the round trip to the new owners, or for as long
+    /// as no new owner served it. Pinned by
+    /// `a_departed_owners_sum_is_held_without_holding_its_own_register` (`limiter/tests/cluster.rs`).
     pub fn set_held(&self, held: &[OriginId], sums_held: &[OriginId], now_ms: u64) {
         let mut sync = self.lock_sync();
         let mut idx = sync.intern_list(OriginList::Held, held, self.origin, now_ms);

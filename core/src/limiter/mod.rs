@@ -32,6 +32,7 @@ mod liveness;
 mod merge_report;
 mod origin;
 mod own_demand;
+mod owner_view;
 mod replication;
 mod state;
 mod table;
@@ -54,9 +55,10 @@ pub use decision::{
 pub use expected_size::ExpectedSize;
 pub use inspection::{Inspection, OriginUsage};
 pub use key::{IdHashBuilder, KeyHasher, KeyId, KeyIdHashBuilder, Limit, seed_id_hashes};
-pub use ledger_owner::{LeaseGrant, LedgerReport, OwnerOf, OwnerView};
+pub use ledger_owner::{LeaseGrant, LedgerReport};
 pub use ledger_user::TokenNeed;
 pub use origin::OriginId;
+pub use owner_view::{OwnerOf, OwnerView};
 pub use replication::{Batch, MergeReport, RegisterUpdate};
 pub use table::GcReport;
 
@@ -111,7 +113,7 @@ pub struct Limiter {
     /// Under the ledger: the books of the windows this node leases.
     owned: Mutex<ledger_owner::OwnedWindows>,
     /// Under the ledger: who owns which window, in the node's view (none: this node alone).
-    owner_view: arc_swap::ArcSwapOption<ledger_owner::OwnerViewBox>,
+    owner_view: arc_swap::ArcSwapOption<owner_view::OwnerViewBox>,
     /// Serialises the writers of every window's holdings (grants, reports, asks answered here).
     holdings_write: Mutex<()>,
     /// Windows that hold leases, so that one that lapses is reported though nothing changed.

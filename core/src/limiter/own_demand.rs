@@ -4,8 +4,9 @@
 //!
 //! Shares sum to the limit only while every node divides it by the same demands, and a node's
 //! count holds what it admitted under its share of the last window, not its share of now. Where
-//! shares bind (a node refusing much of its load), two things kept them from both, and the
-//! whole-request credit had to stay small to hold the over-admission p99 at 5 %:
+//! shares bind (a node refusing much of its load), two things keep them from both, and every
+//! share that drifts past its part of the limit leaves less room for the whole-request credit
+//! within the over-admission p99 of 5 %:
 //!
 //! - **Chance.** A node's demand is a Poisson count over the window: at 20 requests a window
 //!   it moves by a fifth from one second to the next with the load steady. Each move shifts
@@ -16,12 +17,15 @@
 //! - **The owner's round.** In a large cluster a node hears of the others from the window's
 //!   owner, whose sum holds the registers it had when it made the sum: this node's demand as
 //!   of its emission before that, the others' likewise. Dividing by its newer demand, the node
-//!   used a vector nobody else had, one round apart. So a node whose share bound at its last
-//!   emission counts its own demand as the owner had it: the one it published before, while
-//!   the newest sum it holds is older than its last emission.
+//!   would use a vector nobody else had, one round apart. So a node whose share bound at its
+//!   last emission counts its own demand as the owner had it: the one it published before,
+//!   while the newest sum it holds is older than its last emission.
 //!
-//! In `fleet` at 50 nodes, with the credit at 0.65 of a request, the second alone took the
-//! over-admission p99 from 5 % to 2 %.
+//! Pinned by `a_smoothed_demand_moves_part_way_and_at_least_one_request`,
+//! `the_demand_counted_is_the_one_the_owner_had_when_it_made_its_sum` (below) and
+//! `a_binding_share_divides_by_the_demand_the_owners_sum_was_made_with`
+//! (`limiter/tests/cluster.rs`); the bars they buy in a fleet by
+//! `a_fleet_in_owner_mode_uses_its_limits_within_the_over_admission_bars` (`sim/tests/fleet.rs`).
 
 use crate::window::{RingSnapshot, WindowSpec};
 
@@ -31,9 +35,11 @@ pub const DEMAND_SMOOTHING_MS: f64 = 600.0;
 
 /// How far a demand may move from the one published, in standard deviations of a Poisson
 /// count of it, and still be smoothed: further is the load moving, which a share follows at
-/// once. Smoothed, a burst's ramp moved shares for a second, each node's demand rising from
-/// where its first emission caught the burst (5-node `burst`: over-admission mean 0.90 %,
-/// p99 5.2 %; 0.13 % and 0.4 % with this).
+/// once. Smoothed, a burst's ramp would move shares for a second, each node's demand rising
+/// from where its first emission caught the burst, and the shares of the nodes the burst
+/// reached first would sum past the limit meanwhile. The burst's bound is pinned by
+/// `burst_from_idle` (`sim/tests/faults.rs`); what the threshold adds to it is not pinned by a
+/// test.
 pub const CHANCE_SIGMAS: f64 = 3.0;
 
 /// The most a demand counted over part of a window is scaled up to the whole
@@ -147,7 +153,7 @@ pub fn smoothed_demand(published: u32, measured: u32, elapsed_ms: u64, scale: f6
 /// at five origins): `binding (1) | emitted at, in 4 ms units modulo 256 (8) | the demand
 /// published before it minus the one published by it (11, two's complement)`. A demand that
 /// moved by more than 1 023 in one emission keeps no previous one, and counts as published
-/// (as every demand did before this rule).
+/// (the node then divides by its newest demand, one emission ahead of the owner's sum).
 ///
 /// Times compare within half the 1 024 ms the units span, which is more than the round
 /// between a binding share's emissions (every round while its ring changes) and its owner's
@@ -211,7 +217,7 @@ impl LastEmission {
     /// Every emission is recorded, including those the owner does not get (a minor part's
     /// register on a round it skips, a snapshot for anti-entropy or a newcomer), and one sent
     /// just before the owner's round may be in flight when the sum is made: the demand counted
-    /// is then one emission off the owner's, as it was for every emission before this rule.
+    /// is then one emission off the owner's, the same as with no record at all.
     pub fn after(self, previous: Option<u32>, demand: u32, at_ms: u64, binding: bool) -> Self {
         let at = Self::at_units(at_ms);
         let before = match previous {

@@ -14,50 +14,14 @@
 //! share a slot and a tag are at least `lcm(B + 1, 2^16)` buckets apart; the key table clears
 //! the slots of windows idle that long ([`LocalRing::clear_stale`]).
 
+mod slot_word;
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::estimate::AgeProfile;
 use super::spec::WindowSpec;
 
-const TAG_SHIFT: u32 = 48;
-const ADMITTED_SHIFT: u32 = 16;
-const REJECTED_MAX: u64 = 0xFFFF;
-
-fn epoch_tag(epoch: u64) -> u64 {
-    epoch & 0xFFFF
-}
-
-fn pack(epoch: u64, admitted: u32, rejected: u64) -> u64 {
-    (epoch_tag(epoch) << TAG_SHIFT)
-        | (u64::from(admitted) << ADMITTED_SHIFT)
-        | rejected.min(REJECTED_MAX)
-}
-
-fn tag(word: u64) -> u64 {
-    word >> TAG_SHIFT
-}
-
-fn admitted(word: u64) -> u32 {
-    (word >> ADMITTED_SHIFT) as u32
-}
-
-fn rejected(word: u64) -> u64 {
-    word & REJECTED_MAX
-}
-
-/// Whether `word` holds `epoch`. A never-written word (0) holds nothing.
-fn holds(word: u64, epoch: u64) -> bool {
-    word != 0 && tag(word) == epoch_tag(epoch)
-}
-
-/// Whether `word` holds a later bucket than `epoch` (wrapping compare on the tag, valid for
-/// buckets less than 2^15 apart).
-fn holds_newer(word: u64, epoch: u64) -> bool {
-    word != 0 && {
-        let d = tag(word).wrapping_sub(epoch_tag(epoch)) & 0xFFFF;
-        d != 0 && d < 0x8000
-    }
-}
+use self::slot_word::{admitted, epoch_tag, holds, holds_newer, pack, rejected, tag};
 
 /// What a ring holds at one instant, by age (0 = current bucket).
 #[derive(Debug, Clone)]

@@ -1,9 +1,29 @@
-//! What a fleet run is: how many nodes, their network, their traffic and the faults.
+//! What a fleet run is: how many nodes, their network, their traffic and the faults; and the
+//! bounds a run is held to, so that no description of one (a traffic file, `--nodes`) makes the
+//! simulator allocate without bound.
 
 use limitmesh::limiter::{LimiterConfig, Policy};
 use limitmesh::node::Dissemination;
 
 use super::traffic::Traffic;
+
+/// Admissions are recorded in slots of this many ms (measured windows slide by one slot).
+pub const SLOT_MS: u64 = 10;
+
+/// Most nodes in a run: a node's core and the tables it keeps of the others take the run's
+/// memory to gigabytes past this.
+pub const MAX_NODES: usize = 5_000;
+/// Longest run: three simulated hours, room for an hour-long window measured after one of
+/// warm-up.
+pub const MAX_DURATION_MS: u64 = 3 * 3_600_000;
+/// Most (key, node using it) streams: each is a few bytes of the arrivals' tables and a key's
+/// state at a node.
+pub const MAX_STREAMS: usize = 1_000_000;
+/// Most requests a second offered at the loads' peaks, all keys together: a run's work.
+pub const MAX_REQUESTS_PER_S: f64 = 10_000_000.0;
+/// Most counters the recorder keeps: two for every 10 ms slot of every overloaded key, two
+/// for every window of every node on a key all nodes share (8 bytes a cell).
+pub const MAX_RECORDED_CELLS: u64 = 100_000_000;
 
 /// A fault, at a time in the run (ms since the start).
 #[derive(Debug, Clone, PartialEq)]
@@ -127,4 +147,62 @@ pub fn fleet_scenario(name: &str, seed: u64, nodes: usize) -> Option<FleetConfig
         at_ms: c.duration_ms - 15_000,
     });
     Some(c)
+}
+
+/// Checks that `cfg` stays within the simulator's bounds ([`MAX_NODES`], [`MAX_STREAMS`],
+/// [`MAX_REQUESTS_PER_S`], [`MAX_RECORDED_CELLS`]); the error says which is passed, and by
+/// how much.
+pub fn check_size(cfg: &FleetConfig) -> Result<(), String> {
+    let nodes = cfg.nodes;
+    if !(2..=MAX_NODES).contains(&nodes) {
+        return Err(format!("{nodes} nodes: expected 2 to {MAX_NODES}"));
+    }
+    let streams = cfg.traffic.streams(nodes);
+    if streams > MAX_STREAMS {
+        return Err(format!(
+            "{streams} streams (a key's nodes, summed over the keys) on {nodes} nodes: \
+             at most {MAX_STREAMS}"
+        ));
+    }
+    let (mut per_s, mut measured) = (0.0f64, 0u64);
+    for c in &cfg.traffic.classes {
+        let keys = c.key_count(nodes);
+        let overloaded = keys.div_ceil(c.overloaded_every.max(1));
+        let rate = f64::from(c.limit) * 1_000.0 / c.window_ms.max(1) as f64 / f64::from(c.cost);
+        for (count, load) in [(overloaded, &c.overload), (keys - overloaded, &c.underload)] {
+            per_s += count as f64 * rate * load.peak();
+            if load.peak() > 1.0 {
+                measured += count as u64;
+            }
+        }
+    }
+    if !per_s.is_finite() || per_s > MAX_REQUESTS_PER_S {
+        return Err(format!(
+            "{per_s:.0} requests a second offered at the peak on {nodes} nodes: at most \
+             {MAX_REQUESTS_PER_S:.0}"
+        ));
+    }
+    let slots = cfg.duration_ms.div_ceil(SLOT_MS);
+    let mut cells = measured.saturating_mul(slots);
+    // The recorder's per-node windows, when the run's only key is every node's.
+    let mut with_keys = cfg
+        .traffic
+        .classes
+        .iter()
+        .filter(|c| c.key_count(nodes) > 0);
+    if let (Some(only), None) = (with_keys.next(), with_keys.next())
+        && only.key_count(nodes) == 1
+        && only.users_per_key(nodes) == nodes
+    {
+        let windows = cfg.duration_ms.div_ceil(only.window_ms.max(1));
+        cells = cells.saturating_add((nodes as u64).saturating_mul(windows));
+    }
+    if cells > MAX_RECORDED_CELLS {
+        return Err(format!(
+            "{measured} overloaded keys over {} ms on {nodes} nodes: {cells} recorded counters, \
+             at most {MAX_RECORDED_CELLS} (fewer overloaded keys or a shorter run)",
+            cfg.duration_ms
+        ));
+    }
+    Ok(())
 }

@@ -20,10 +20,11 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
+use super::arrivals::Arrivals;
 use super::config::{FleetConfig, FleetFault};
 use super::event::{Event, EventQueue};
 use super::record::Recorder;
-use super::traffic::{self, Arrivals, KeySpec, PROBE_KEY};
+use super::traffic::{self, KeySpec, PROBE_KEY};
 use super::vtime::{NodeTime, VirtualClock};
 
 const PORT: u16 = 7946;
@@ -95,7 +96,7 @@ impl<'c> Engine<'c> {
     pub fn new(cfg: &'c FleetConfig) -> Self {
         let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0xF1EE_7000);
         let keys = traffic::keys(&cfg.traffic, cfg.nodes, &mut rng);
-        let arrivals = Arrivals::new(&keys, cfg.seed);
+        let arrivals = Arrivals::new(&keys, &cfg.traffic, cfg.seed, cfg.duration_ms);
         let rec = Recorder::new(cfg, &keys);
         let mut engine = Self {
             cfg,
@@ -214,7 +215,9 @@ impl<'c> Engine<'c> {
         let wake = core.next_wake();
         let from = self.slots[slot].addr;
         let measuring = ms(self.now_us) >= self.cfg.warmup_ms;
+        let now_ms = ms(self.now_us);
         for out in outgoing {
+            self.rec.sent_at(now_ms, out.datagram.len());
             if measuring {
                 self.rec.sent(slot, out.kind.as_str(), out.datagram.len());
             }

@@ -1,33 +1,40 @@
-//! What a fleet run records, on true time: admissions of every overloaded key in 10 ms slots,
-//! bytes and datagrams per node, probe staleness, failure detection, and, for a key shared
-//! by every node, which nodes had requests refused window after window.
+//! What a fleet run records, on true time: admissions of every overloaded key in 10 ms slots
+//! (in units: a request of cost 5 admitted is 5 of its limit), bytes and datagrams per node,
+//! bytes sent over time, probe staleness, failure detection, and, for a key shared by every
+//! node, which nodes had requests refused window after window.
 
-use super::config::FleetConfig;
-use super::traffic::{KeyClass, KeySpec};
+use std::collections::BTreeMap;
 
-/// Admissions are counted in slots of this many ms (windows slide by one slot).
-pub const SLOT_MS: u64 = 10;
+use super::config::{FleetConfig, SLOT_MS};
+use super::traffic::KeySpec;
 
 #[derive(Debug)]
 pub struct Recorder {
     /// Key index → index among measured (overloaded) keys.
     measured: Vec<Option<usize>>,
+    /// Per measured key: its key index, limit (units), class and window (in slots).
+    pub keys: Vec<usize>,
     pub limits: Vec<f64>,
-    pub classes: Vec<KeyClass>,
+    pub classes: Vec<usize>,
+    pub window_slots: Vec<usize>,
+    /// Per measured key and slot: units admitted, and units offered.
     pub admitted: Vec<Vec<u32>>,
     pub offered: Vec<Vec<u32>>,
     /// Bytes sent and received, and datagrams sent, per node, after warm-up.
     pub bytes: Vec<u64>,
     pub datagrams: Vec<u64>,
     /// Bytes sent after warm-up, by datagram kind, all nodes.
-    pub sent_by_kind: std::collections::BTreeMap<&'static str, u64>,
+    pub sent_by_kind: BTreeMap<&'static str, u64>,
     /// Datagrams sent after warm-up, by kind, all nodes.
-    pub datagrams_by_kind: std::collections::BTreeMap<&'static str, u64>,
-    /// Per key class, after warm-up, on keys offered less than their limit: requests offered
-    /// and refused. A refusal there is a request the limit did not call for.
-    pub below_limit: std::collections::BTreeMap<KeyClass, (u64, u64)>,
-    /// Every key's class.
-    key_classes: Vec<KeyClass>,
+    pub datagrams_by_kind: BTreeMap<&'static str, u64>,
+    /// Bytes sent by all nodes in each second of the run, warm-up included.
+    pub sent_per_s: Vec<u64>,
+    /// Per key class (its index), after warm-up, on keys never offered more than their limit:
+    /// requests offered and refused. A refusal there is a request the limit did not call for.
+    pub below_limit: BTreeMap<usize, (u64, u64)>,
+    /// Every key's class and cost.
+    key_classes: Vec<usize>,
+    key_costs: Vec<u32>,
     warmup_ms: u64,
     /// When node 0's probes were admitted (ms), and how many each observer has seen.
     pub probes: Vec<u64>,
@@ -36,12 +43,13 @@ pub struct Recorder {
     pub staleness_ms: Vec<(u64, u64)>,
     /// Crash or replacement to every node counting the member out (ms).
     pub detection_ms: Vec<u64>,
-    /// Per node and window of the key every node shares (when there is only one such key):
+    /// Per node and window of the key every node shares (when it is the run's only key):
     /// requests offered and admitted, for starvation.
     shared_key: Option<usize>,
     pub shared_offered: Vec<Vec<u32>>,
     pub shared_admitted: Vec<Vec<u32>>,
-    window_ms: u64,
+    /// The shared key's window.
+    pub shared_window_ms: u64,
     slots: usize,
     pub partitioned: bool,
     pub crashes: u32,
@@ -52,23 +60,21 @@ impl Recorder {
     pub fn new(cfg: &FleetConfig, keys: &[KeySpec]) -> Self {
         let slots = cfg.duration_ms.div_ceil(SLOT_MS) as usize;
         let mut measured = vec![None; keys.len()];
-        let (mut limits, mut classes) = (Vec::new(), Vec::new());
+        let (mut measured_keys, mut limits, mut classes, mut window_slots) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (k, key) in keys.iter().enumerate() {
             if key.overloaded {
                 measured[k] = Some(limits.len());
+                measured_keys.push(k);
                 limits.push(f64::from(key.limit.max));
                 classes.push(key.class);
+                window_slots.push((key.limit.window.window_ms() / SLOT_MS).max(1) as usize);
             }
         }
         let n = limits.len();
-        let globals: Vec<usize> = keys
-            .iter()
-            .enumerate()
-            .filter(|(_, k)| k.class == KeyClass::Global)
-            .map(|(i, _)| i)
-            .collect();
-        let shared_key = (globals.len() == 1 && keys.len() == 1).then(|| globals[0]);
-        let windows = cfg.duration_ms.div_ceil(cfg.traffic.window_ms) as usize;
+        let shared_key = (keys.len() == 1 && keys[0].users.len() == cfg.nodes).then_some(0);
+        let shared_window_ms = keys.first().map_or(1_000, |k| k.limit.window.window_ms());
+        let windows = cfg.duration_ms.div_ceil(shared_window_ms) as usize;
         let per_node = |on: bool| {
             if on {
                 vec![vec![0u32; windows]; cfg.nodes]
@@ -78,16 +84,20 @@ impl Recorder {
         };
         Self {
             measured,
+            keys: measured_keys,
             limits,
             classes,
+            window_slots,
             admitted: vec![vec![0; slots]; n],
             offered: vec![vec![0; slots]; n],
             bytes: vec![0; cfg.nodes],
             datagrams: vec![0; cfg.nodes],
-            sent_by_kind: std::collections::BTreeMap::new(),
-            datagrams_by_kind: std::collections::BTreeMap::new(),
-            below_limit: std::collections::BTreeMap::new(),
+            sent_by_kind: BTreeMap::new(),
+            datagrams_by_kind: BTreeMap::new(),
+            sent_per_s: vec![0; cfg.duration_ms.div_ceil(1_000) as usize],
+            below_limit: BTreeMap::new(),
             key_classes: keys.iter().map(|k| k.class).collect(),
+            key_costs: keys.iter().map(|k| k.cost).collect(),
             warmup_ms: cfg.warmup_ms,
             probes: Vec::new(),
             seen: vec![0; cfg.nodes],
@@ -96,7 +106,7 @@ impl Recorder {
             shared_key,
             shared_offered: per_node(shared_key.is_some()),
             shared_admitted: per_node(shared_key.is_some()),
-            window_ms: cfg.traffic.window_ms,
+            shared_window_ms,
             slots,
             partitioned: false,
             crashes: 0,
@@ -104,13 +114,19 @@ impl Recorder {
         }
     }
 
+    /// A request for `key` at `node`, decided at `t_ms`: its units count where it was decided.
     pub fn request(&mut self, key: usize, node: usize, t_ms: u64, allowed: bool) {
         match self.measured[key] {
             Some(m) => {
                 let slot = (t_ms / SLOT_MS) as usize;
                 if slot < self.slots {
-                    self.offered[m][slot] += 1;
-                    self.admitted[m][slot] += u32::from(allowed);
+                    let cost = self.key_costs[key];
+                    let offered = &mut self.offered[m][slot];
+                    *offered = offered.saturating_add(cost);
+                    if allowed {
+                        let admitted = &mut self.admitted[m][slot];
+                        *admitted = admitted.saturating_add(cost);
+                    }
                 }
             }
             // Keys not measured for over-admission are those offered less than their limit.
@@ -122,7 +138,7 @@ impl Recorder {
             None => {}
         }
         if self.shared_key == Some(key) {
-            let w = (t_ms / self.window_ms) as usize;
+            let w = (t_ms / self.shared_window_ms) as usize;
             if let (Some(o), Some(a)) = (
                 self.shared_offered[node].get_mut(w),
                 self.shared_admitted[node].get_mut(w),
@@ -138,6 +154,13 @@ impl Recorder {
         self.datagrams[node] += 1;
         *self.sent_by_kind.entry(kind).or_default() += bytes as u64;
         *self.datagrams_by_kind.entry(kind).or_default() += 1;
+    }
+
+    /// Bytes sent at `t_ms` by any node, warm-up included, for the gossip over time.
+    pub fn sent_at(&mut self, t_ms: u64, bytes: usize) {
+        if let Some(second) = self.sent_per_s.get_mut((t_ms / 1_000) as usize) {
+            *second += bytes as u64;
+        }
     }
 
     pub fn received(&mut self, node: usize, bytes: usize) {
@@ -162,5 +185,42 @@ impl Recorder {
 
     pub fn detected(&mut self, after_ms: u64) {
         self.detection_ms.push(after_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+
+    use super::super::report::FleetReport;
+    use super::super::traffic::{self, Traffic};
+    use super::*;
+
+    /// Requests of 5 units on a limit of 10 a second: three admitted in a window are 15 units,
+    /// half again the limit, though they are only three requests of a limit of ten.
+    #[test]
+    fn a_request_of_many_units_counts_all_of_them() {
+        let mut cfg = FleetConfig::new(1, 2);
+        (cfg.duration_ms, cfg.warmup_ms) = (3_000, 1_000);
+        cfg.faults.clear();
+        let mut class = Traffic::small_share().classes.remove(0);
+        (class.limit, class.cost) = (10, 5);
+        cfg.traffic = Traffic {
+            classes: vec![class],
+        };
+        let keys = traffic::keys(&cfg.traffic, 2, &mut rand::rngs::StdRng::seed_from_u64(1));
+        let mut rec = Recorder::new(&cfg, &keys);
+        for (node, t_ms, allowed) in [(0, 1_500, true), (1, 1_600, true), (0, 1_700, true)] {
+            rec.request(0, node, t_ms, allowed);
+        }
+        rec.request(0, 1, 1_800, false);
+        assert_eq!(rec.admitted[0][150], 5);
+        assert_eq!(rec.admitted[0].iter().sum::<u32>(), 15);
+        assert_eq!(rec.offered[0].iter().sum::<u32>(), 20);
+        let r = FleetReport::new("units", "share", &cfg, &rec);
+        assert!(
+            (r.over_admission_max - 0.5).abs() < 1e-9,
+            "15 units on a limit of 10: {r:?}"
+        );
     }
 }

@@ -3,19 +3,51 @@
 //! Over-admission is measured per overloaded key over every sliding window (sliding by 10 ms)
 //! that ends after warm-up: `max(0, admitted / L − 1)`; the mean and maximum are exact, the
 //! 99th percentile is read from a histogram of 0.1 % steps (there are millions of windows at a
-//! thousand nodes). Windows are measured until the first crash.
+//! thousand nodes). Windows are measured until the first crash. Admissions count in units:
+//! a window's admitted units against its limit.
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 
-use super::config::{FleetConfig, FleetFault};
-use super::record::{Recorder, SLOT_MS};
-use super::traffic::KeyClass;
+use super::config::{FleetConfig, FleetFault, SLOT_MS};
+use super::record::Recorder;
 
 /// Histogram steps: 0.1 % of the limit, up to 300 % over.
-const STEP: f64 = 0.001;
-const STEPS: usize = 3_000;
+pub const STEP: f64 = 0.001;
+pub const STEPS: usize = 3_000;
+
+/// A measure per key class, in the order the traffic lists its classes: in JSON, an object
+/// keyed by the classes' names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByClass<T>(pub Vec<(String, T)>);
+
+impl<T> ByClass<T> {
+    pub fn get(&self, class: &str) -> Option<&T> {
+        self.0.iter().find(|(c, _)| c == class).map(|(_, v)| v)
+    }
+}
+
+impl<T> std::ops::Index<&str> for ByClass<T> {
+    type Output = T;
+
+    /// The measure of `class`; panics if the run has no such class (as a map's index does).
+    fn index(&self, class: &str) -> &T {
+        self.get(class)
+            .unwrap_or_else(|| panic!("no key class {class:?} measured"))
+    }
+}
+
+impl<T: Serialize> Serialize for ByClass<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (class, v) in &self.0 {
+            map.serialize_entry(class, v)?;
+        }
+        map.end()
+    }
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct FleetReport {
@@ -30,17 +62,17 @@ pub struct FleetReport {
     pub over_admission_max: f64,
     /// Mean over windows of admitted / min(L, offered).
     pub utilization: f64,
-    pub over_admission_mean_by_class: BTreeMap<KeyClass, f64>,
+    pub over_admission_mean_by_class: ByClass<f64>,
     /// The 99th percentile per key class: the pooled one is mostly the tenant keys', which
     /// have most of the windows.
-    pub over_admission_p99_by_class: BTreeMap<KeyClass, f64>,
-    pub utilization_by_class: BTreeMap<KeyClass, f64>,
-    /// Of the requests on keys offered less than their limit (half of it in `fleet`), the
-    /// fraction refused, after warm-up: what a user sees as a limit that bites too early. It
+    pub over_admission_p99_by_class: ByClass<f64>,
+    pub utilization_by_class: ByClass<f64>,
+    /// Of the requests on keys never offered more than their limit (half of it in `fleet`),
+    /// the fraction refused, after warm-up: what a user sees as a limit that bites too early. It
     /// includes what faults refuse there (a partition's scaled shares, a new node warming up).
     pub refused_below_limit: f64,
     /// The same, per key class.
-    pub refused_below_limit_by_class: BTreeMap<KeyClass, f64>,
+    pub refused_below_limit_by_class: ByClass<f64>,
     /// Largest admitted / L over windows ending inside a partition, over every overloaded key.
     /// It includes the windows that end in the partition's first second, mostly before the cut.
     pub partition_max_ratio: Option<f64>,
@@ -75,12 +107,13 @@ pub struct FleetReport {
 }
 
 #[derive(Debug, Default)]
-struct Windows {
+pub(super) struct Windows {
     count: u64,
     over_sum: f64,
     over_max: f64,
     utilization_sum: f64,
-    histogram: Vec<u64>,
+    /// Windows by over-admission, in steps of [`STEP`] (the last: that much or more).
+    pub histogram: Vec<u64>,
 }
 
 impl Windows {
@@ -154,8 +187,18 @@ fn longest_starvation(offered: &[Vec<u32>], admitted: &[Vec<u32>], from: usize) 
 
 impl FleetReport {
     pub fn new(name: &str, policy: &str, cfg: &FleetConfig, rec: &Recorder) -> Self {
-        let w = (cfg.traffic.window_ms / SLOT_MS) as usize;
-        let from = ((cfg.warmup_ms / SLOT_MS) as usize).max(w);
+        Self::measure(name, policy, cfg, rec).0
+    }
+
+    /// The measures, and every measured window's over-admission (a histogram in steps of
+    /// [`STEP`]).
+    pub(super) fn measure(
+        name: &str,
+        policy: &str,
+        cfg: &FleetConfig,
+        rec: &Recorder,
+    ) -> (Self, Vec<u64>) {
+        let warmup = (cfg.warmup_ms / SLOT_MS) as usize;
         // Windows end at the first crash: a member gone for good keeps its share reserved for
         // `expected_hold_ms` under the strict policy, which is the point of the policy but not
         // what the scenario measures (the crash is there to time failure detection).
@@ -170,13 +213,15 @@ impl FleetReport {
             .unwrap_or(usize::MAX);
         let partition = cfg.partition().map(|(_, a, b)| (a / SLOT_MS, b / SLOT_MS));
         let mut all = Windows::default();
-        let mut by_class: BTreeMap<KeyClass, Windows> = BTreeMap::new();
+        let mut by_class: BTreeMap<usize, Windows> = BTreeMap::new();
         let mut partition_max: Option<f64> = None;
         let mut partition_inside_max: Option<f64> = None;
         let mut partition_heal_max: Option<f64> = None;
         let raise = |max: &mut Option<f64>, r: f64| *max = Some(max.map_or(r, |m| m.max(r)));
         for k in 0..rec.limits.len() {
             let limit = rec.limits[k];
+            let w = rec.window_slots[k];
+            let from = warmup.max(w);
             let to = rec.admitted[k].len().min(until);
             let admitted = crate::report::window_sums(&rec.admitted[k][..to], w, from);
             let offered = crate::report::window_sums(&rec.offered[k][..to], w, from);
@@ -211,10 +256,14 @@ impl FleetReport {
         let per_s: Vec<f64> = rec.bytes.iter().map(|b| *b as f64 / seconds).collect();
         let nodes = cfg.nodes as f64;
         let starved = (!rec.shared_offered.is_empty()).then(|| {
-            let from = (cfg.warmup_ms / cfg.traffic.window_ms) as usize;
+            let from = (cfg.warmup_ms / rec.shared_window_ms) as usize;
             longest_starvation(&rec.shared_offered, &rec.shared_admitted, from)
         });
-        FleetReport {
+        let class = |c: usize| cfg.traffic.classes[c].name.clone();
+        let by = |f: &dyn Fn(&Windows) -> f64| {
+            ByClass(by_class.iter().map(|(c, w)| (class(*c), f(w))).collect())
+        };
+        let report = FleetReport {
             scenario: name.to_owned(),
             policy: policy.to_owned(),
             seed: cfg.seed,
@@ -224,12 +273,9 @@ impl FleetReport {
             over_admission_p99: all.p99(),
             over_admission_max: all.over_max,
             utilization: all.utilization(),
-            over_admission_mean_by_class: by_class.iter().map(|(c, w)| (*c, w.mean())).collect(),
-            over_admission_p99_by_class: by_class.iter().map(|(c, w)| (*c, w.p99())).collect(),
-            utilization_by_class: by_class
-                .iter()
-                .map(|(c, w)| (*c, w.utilization()))
-                .collect(),
+            over_admission_mean_by_class: by(&Windows::mean),
+            over_admission_p99_by_class: by(&Windows::p99),
+            utilization_by_class: by(&Windows::utilization),
             refused_below_limit: {
                 let (offered, refused) = rec
                     .below_limit
@@ -237,11 +283,14 @@ impl FleetReport {
                     .fold((0, 0), |(o, r), (bo, br)| (o + bo, r + br));
                 refused as f64 / u64::max(offered, 1) as f64
             },
-            refused_below_limit_by_class: rec
-                .below_limit
-                .iter()
-                .map(|(c, (offered, refused))| (*c, *refused as f64 / (*offered).max(1) as f64))
-                .collect(),
+            refused_below_limit_by_class: ByClass(
+                rec.below_limit
+                    .iter()
+                    .map(|(c, (offered, refused))| {
+                        (class(*c), *refused as f64 / (*offered).max(1) as f64)
+                    })
+                    .collect(),
+            ),
             partition_max_ratio: partition_max,
             partition_inside_max_ratio: partition_inside_max,
             partition_heal_max_ratio: partition_heal_max,
@@ -268,7 +317,10 @@ impl FleetReport {
             crashes: rec.crashes,
             partitioned: rec.partitioned,
             replacements: rec.replacements,
-        }
+        };
+        let mut histogram = all.histogram;
+        histogram.resize(STEPS + 1, 0);
+        (report, histogram)
     }
 }
 

@@ -26,7 +26,7 @@ impl Engine<'_> {
         let item = [CheckItem {
             key: &self.keys[key].name,
             limit: self.keys[key].limit,
-            cost: 1,
+            cost: self.keys[key].cost,
         }];
         let req = CheckRequest {
             items: &item,

@@ -1,6 +1,8 @@
 //! The load generator: `connections` HTTP/2 connections, each carrying `streams` calls in flight
 //! at once (h2load's `-c` and `-m`), every call timed from send to response.
 
+mod workload;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,15 +11,10 @@ use prost::Message;
 
 use super::super::CliError;
 use crate::clock::monotonic_now;
-use crate::proto::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use crate::proto::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
-    Entry, RateLimitOverride,
-};
-use crate::proto::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
-use crate::proto::envoy::service::ratelimit::v3::{
-    RateLimitRequest, RateLimitResponse, rate_limit_response,
-};
-use crate::proto::limitmesh::v1::{CheckRequest, CheckResponse, Limit};
+use crate::proto::envoy::service::ratelimit::v3::{RateLimitResponse, rate_limit_response};
+use crate::proto::limitmesh::v1::CheckResponse;
+
+pub use self::workload::{Workload, envoy_request, grpc_frame};
 
 /// Which of the node's two rate limit APIs the load calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -77,38 +74,6 @@ impl std::fmt::Display for Shape {
     }
 }
 
-/// The Envoy request the load sends for descriptor value `value`: domain `demo`, descriptor
-/// `client=value`, with a limit override so high that every call is admitted and counted (the
-/// node does all its work; nothing is refused).
-pub fn envoy_request(value: &str) -> RateLimitRequest {
-    RateLimitRequest {
-        domain: "demo".into(),
-        descriptors: vec![RateLimitDescriptor {
-            entries: vec![Entry {
-                key: "client".into(),
-                value: value.into(),
-            }],
-            limit: Some(RateLimitOverride {
-                requests_per_unit: u32::MAX,
-                unit: Unit::Second as i32,
-            }),
-            hits_addend: None,
-        }],
-        hits_addend: 0,
-    }
-}
-
-/// `request` as one gRPC message on the wire (uncompressed flag, big-endian length, bytes):
-/// the body an HTTP/2 load tool posts.
-pub fn grpc_frame(request: &impl Message) -> Vec<u8> {
-    let body = request.encode_to_vec();
-    let mut frame = Vec::with_capacity(5 + body.len());
-    frame.push(0);
-    frame.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
-    frame.extend_from_slice(&body);
-    frame
-}
-
 /// One round's measurements.
 #[derive(Debug, Clone, Default)]
 pub struct Round {
@@ -148,83 +113,6 @@ impl std::fmt::Display for CallError {
 impl From<h2::Error> for CallError {
     fn from(e: h2::Error) -> Self {
         Self::Http2(e)
-    }
-}
-
-/// What the calls send: pre-encoded gRPC messages, one per key, walked in turn.
-#[derive(Debug)]
-pub struct Workload {
-    pub api: Api,
-    bodies: Vec<bytes::Bytes>,
-    /// A real configuration refuses calls over its limits: an answer either way is a call
-    /// served. The synthetic load is always admitted, so a refusal there is an error.
-    refusals_ok: bool,
-    /// How many of the rules' descriptors the bodies cover (0: the synthetic load).
-    pub rules: usize,
-}
-
-impl Workload {
-    /// `keys` distinct keys under a limit no load reaches (every call admitted and counted).
-    pub fn synthetic(api: Api, keys: usize) -> Self {
-        let bodies = (0..keys.max(1))
-            .map(|k| {
-                let key = format!("bench-key-{k}");
-                bytes::Bytes::from(match api {
-                    Api::Envoy => grpc_frame(&envoy_request(&key)),
-                    Api::Own => grpc_frame(&own_request(&key)),
-                })
-            })
-            .collect();
-        Self {
-            api,
-            bodies,
-            refusals_ok: false,
-            rules: 0,
-        }
-    }
-
-    /// Envoy requests for a configuration's own rules: `keys` requests in all, one rule's
-    /// descriptor after another, each value the rule does not fix (a key alone, a wildcard)
-    /// made up from the request's number, so that the calls spread over `keys` windows.
-    pub fn from_rules(rules: &crate::rules::RuleSet, keys: usize) -> Result<Self, CliError> {
-        let templates = rules.descriptor_templates();
-        if templates.is_empty() {
-            return Err(CliError::Bench(
-                "the configuration's rules have no rate_limit to call".into(),
-            ));
-        }
-        let bodies = (0..keys.max(templates.len()))
-            .map(|i| {
-                let t = &templates[i % templates.len()];
-                let made_up = format!("bench-{}", i / templates.len());
-                let request = RateLimitRequest {
-                    domain: t.domain.clone(),
-                    descriptors: vec![RateLimitDescriptor {
-                        entries: t
-                            .entries
-                            .iter()
-                            .map(|(key, value)| Entry {
-                                key: key.clone(),
-                                value: match value {
-                                    None => made_up.clone(),
-                                    Some(v) => v.replace('*', &made_up),
-                                },
-                            })
-                            .collect(),
-                        limit: None,
-                        hits_addend: None,
-                    }],
-                    hits_addend: 0,
-                };
-                bytes::Bytes::from(grpc_frame(&request))
-            })
-            .collect();
-        Ok(Self {
-            api: Api::Envoy,
-            bodies,
-            refusals_ok: true,
-            rules: templates.len(),
-        })
     }
 }
 
@@ -306,20 +194,6 @@ impl Calls {
             }),
             Api::Own => CheckResponse::decode(message).is_ok_and(|r| r.allowed),
         }
-    }
-}
-
-/// An own-API request for `key` with an inline limit no load reaches.
-fn own_request(key: &str) -> CheckRequest {
-    CheckRequest {
-        domain: "bench".into(),
-        key: key.to_owned(),
-        limit: Some(Limit {
-            requests: u32::MAX,
-            window_ms: 1_000,
-            ..Limit::default()
-        }),
-        ..CheckRequest::default()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Load shapes, percentiles and what counts as an admitting answer.
 
 use super::*;
+use crate::proto::envoy::service::ratelimit::v3::RateLimitRequest;
 
 #[test]
 fn shapes_parse_and_refuse_nonsense() {

@@ -1,14 +1,6 @@
-//! Reports a person would rather look at than read: `--report DIR` writes `DIR/index.html`, one
-//! self-contained page (the plots are inline SVG, drawn with `plotters`; each is also written as
-//! `DIR/<scenario>-<policy>.svg`) for a scenario run with limitmesh's admission and with the
-//! naive one, side by side:
-//!
-//! - admitted per sliding window over time against the limit, stacked by node, with the
-//!   faults shaded on the time axis (partitions, crashes and restarts, clock steps): one plot
-//!   for each limited descriptor of the run;
-//! - the members each node sees up over time (a partition is two groups of lines);
-//! - how stale a node's view of another's admissions was (a histogram), when measured;
-//! - the measures of the run in a table.
+//! The page of a turmoil run (`--report DIR`): for a scenario run with limitmesh's admission
+//! and with the naive one, side by side, admitted per sliding window against the limit stacked
+//! by node, the members each node sees up, staleness, and the measures in a table.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -16,6 +8,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use plotters::prelude::*;
 
+use super::chart::{
+    HEIGHT, WIDTH, esc, file_safe, legend, new_chart, page_head, pct, plot_error, series_color,
+    shade_spans, staleness_svg,
+};
 use crate::cluster::{Fault, Outcome, SimConfig};
 use crate::report::Report;
 
@@ -30,8 +26,6 @@ pub struct RunData<'a> {
 
 /// Where the plotted window's sums are taken (ms).
 const STEP_MS: usize = 50;
-const WIDTH: u32 = 900;
-const HEIGHT: u32 = 360;
 
 /// Per node, requests admitted in the window of `window_ms` ending at each step.
 fn window_sums(by_node: &[Vec<u32>], window_ms: usize) -> (Vec<f64>, Vec<Vec<u32>>) {
@@ -129,74 +123,6 @@ fn standing_faults(cfg: &SimConfig) -> String {
     words.join(", ")
 }
 
-type TimeChart<'a, 'b> = ChartContext<
-    'a,
-    SVGBackend<'b>,
-    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
->;
-
-/// A chart on `root` with the house style: a caption, axes over `x` and `y` with their
-/// descriptions and whole-number labels, and no minor grid lines.
-fn new_chart<'a, 'b>(
-    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
-    caption: String,
-    (x, x_desc): (std::ops::Range<f64>, &str),
-    (y, y_desc): (std::ops::Range<f64>, &str),
-    y_labels: usize,
-) -> anyhow::Result<TimeChart<'a, 'b>> {
-    let mut chart = ChartBuilder::on(root)
-        .caption(caption, ("sans-serif", 17))
-        .margin(10)
-        .x_label_area_size(36)
-        .y_label_area_size(56)
-        .build_cartesian_2d(x, y)
-        .map_err(plot_error)?;
-    chart
-        .configure_mesh()
-        .x_desc(x_desc)
-        .y_desc(y_desc)
-        .y_labels(y_labels)
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .x_label_formatter(&|v| format!("{v:.0}"))
-        .light_line_style(WHITE.mix(0.0))
-        .draw()
-        .map_err(plot_error)?;
-    Ok(chart)
-}
-
-/// Shades the faults' spans on the time axis, up to `y_max`; in the legend if `legend`.
-fn shade_faults(
-    chart: &mut TimeChart<'_, '_>,
-    cfg: &SimConfig,
-    y_max: f64,
-    legend: bool,
-) -> anyhow::Result<()> {
-    const FAULT: RGBColor = RGBColor(255, 200, 120);
-    for (from, until, label) in fault_spans(cfg) {
-        let shaded = chart
-            .draw_series(std::iter::once(Rectangle::new(
-                [(from, 0.0), (until, y_max)],
-                FAULT.mix(0.35).filled(),
-            )))
-            .map_err(plot_error)?;
-        if legend {
-            shaded
-                .label(label)
-                .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], FAULT.filled()));
-        }
-    }
-    Ok(())
-}
-
-fn node_color(n: usize) -> RGBColor {
-    let (r, g, b) = Palette99::pick(n).to_rgba().rgb();
-    RGBColor(r, g, b)
-}
-
-fn plot_error<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow::anyhow!("drawing a plot: {e:?}")
-}
-
 /// One limited descriptor of a run, as a plot shows it.
 struct Plotted<'a> {
     /// Its name, when the run limits more than one.
@@ -262,7 +188,7 @@ fn admitted_svg(name: &str, run: &RunData<'_>, what: &Plotted<'_>) -> anyhow::Re
             (0.0..y_max, &y_desc),
             10,
         )?;
-        shade_faults(&mut chart, cfg, y_max, true)?;
+        shade_spans(&mut chart, &fault_spans(cfg), y_max, true)?;
         // Stacked: node n's area runs from the sum of nodes below it to that plus its own.
         let mut below = vec![0u64; times.len()];
         for (n, own) in sums.iter().enumerate() {
@@ -271,7 +197,7 @@ fn admitted_svg(name: &str, run: &RunData<'_>, what: &Plotted<'_>) -> anyhow::Re
                 .zip(own)
                 .map(|(b, o)| b + u64::from(*o))
                 .collect();
-            let color = node_color(n);
+            let color = series_color(n);
             let upper = times.iter().zip(&top).map(|(t, v)| (*t, *v as f64));
             let lower = times.iter().zip(&below).rev().map(|(t, v)| (*t, *v as f64));
             let outline: Vec<(f64, f64)> = upper.chain(lower).collect();
@@ -296,13 +222,7 @@ fn admitted_svg(name: &str, run: &RunData<'_>, what: &Plotted<'_>) -> anyhow::Re
             .map_err(plot_error)?
             .label(format!("limit ({})", what.limit))
             .legend(|(x, y)| PathElement::new([(x, y), (x + 12, y)], BLACK.stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.6))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(plot_error)?;
+        legend(&mut chart)?;
         root.present().map_err(plot_error)?;
     }
     Ok(svg)
@@ -329,11 +249,11 @@ fn members_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
             // Whole members only: labels at halves would print as the same number twice.
             (cfg.nodes + 1).min(10),
         )?;
-        shade_faults(&mut chart, cfg, y_max, false)?;
+        shade_spans(&mut chart, &fault_spans(cfg), y_max, false)?;
         for n in 0..cfg.nodes {
             // Nodes that see the same count would hide each other: each is nudged a little.
             let nudge = (n as f64 - cfg.nodes as f64 / 2.0) * 0.04;
-            let color = node_color(n);
+            let color = series_color(n);
             chart
                 .draw_series(LineSeries::new(
                     samples.iter().map(|(t, live)| {
@@ -350,99 +270,17 @@ fn members_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
                     PathElement::new([(x, y), (x + 12, y)], color.stroke_width(2))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.6))
-            .border_style(BLACK.mix(0.3))
-            .draw()
-            .map_err(plot_error)?;
+        legend(&mut chart)?;
         root.present().map_err(plot_error)?;
     }
     Ok(Some(svg))
-}
-
-/// How stale one node's view of another's admissions was: a histogram of the probes' delays.
-fn staleness_svg(run: &RunData<'_>) -> anyhow::Result<Option<String>> {
-    let samples = &run.outcome.staleness_ms;
-    let Some(&max) = samples.iter().max() else {
-        return Ok(None);
-    };
-    let bin = 25u64;
-    let bins = usize::try_from(max / bin + 1).unwrap_or(1).min(400);
-    let mut counts = vec![0u32; bins];
-    for s in samples {
-        let i = usize::try_from(s / bin).unwrap_or(bins - 1).min(bins - 1);
-        counts[i] += 1;
-    }
-    let top = f64::from(counts.iter().copied().max().unwrap_or(1)) * 1.1;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (WIDTH, 260)).into_drawing_area();
-        root.fill(&WHITE).map_err(plot_error)?;
-        let mut chart = new_chart(
-            &root,
-            format!(
-                "staleness, {}: admission at node 0 until another node counts it",
-                run.label
-            ),
-            (0.0..(bins as u64 * bin) as f64, "ms"),
-            (0.0..top, "probes"),
-            10,
-        )?;
-        chart
-            .draw_series(counts.iter().enumerate().map(|(i, c)| {
-                let x = (i as u64 * bin) as f64;
-                Rectangle::new(
-                    [(x, 0.0), (x + bin as f64 * 0.9, f64::from(*c))],
-                    BLUE.mix(0.6).filled(),
-                )
-            }))
-            .map_err(plot_error)?;
-        root.present().map_err(plot_error)?;
-    }
-    Ok(Some(svg))
-}
-
-fn pct(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".into(), |v| format!("{:.2} %", v * 100.0))
-}
-
-/// Escapes text for HTML.
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// `s` with anything but ASCII letters, digits, `-` and `_` made `_`: a file name.
-fn file_safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
 }
 
 /// Writes `dir/index.html` for scenario `name`, and each run's plot as
 /// `dir/<name>-<label>.svg`; returns the page's path.
 pub fn write_report(dir: &Path, name: &str, runs: &[RunData<'_>]) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut html = String::new();
-    let _ = write!(
-        html,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <title>limitmesh-sim: {n}</title><style>body{{font-family:sans-serif;margin:2em;\
-         max-width:960px}}table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;\
-         padding:4px 8px;text-align:right}}th{{background:#f4f4f4}}</style></head><body>\
-         <h1>{n}</h1>",
-        n = esc(name)
-    );
+    let mut html = page_head(name);
     if let Some(first) = runs.first() {
         let c = first.cfg;
         let _ = write!(
@@ -516,7 +354,7 @@ pub fn write_report(dir: &Path, name: &str, runs: &[RunData<'_>]) -> anyhow::Res
         if let Some(svg) = members_svg(run)? {
             html.push_str(&svg);
         }
-        if let Some(svg) = staleness_svg(run)? {
+        if let Some(svg) = staleness_svg(run.label, &run.outcome.staleness_ms)? {
             html.push_str(&svg);
         }
     }

@@ -1,0 +1,198 @@
+//! The ledger's messages between members (`ledger.rs` has the rounds): a node's asks to a
+//! window's owner, and what comes in: registers with their users' reports for the windows this
+//! node leases, leases and refusals for its own requests, asks to answer, and members saying
+//! they leave.
+
+use super::core::NodeCore;
+use crate::clock::{Now, TimeSource};
+use crate::gossip::ledger_message::{LedgerEntry, decode_ledger};
+use crate::gossip::message::{Stamp, decode_leading_batch_stamped};
+use crate::gossip::wire::{Destination, DropReason, Header};
+use crate::ledger::AskAnswer;
+use crate::limiter::{KeyId, LeaseGrant, LedgerReport, OriginId, TokenNeed};
+use crate::window::{EstimateMode, WindowSpec};
+
+impl<T: TimeSource> NodeCore<T> {
+    /// A request found no token for a window another member leases: asks it.
+    pub(super) fn ask_owner(&mut self, now: Now, need: TokenNeed) {
+        let me = self.params.node_id.as_u128();
+        let Some(owner) = self.limiter.owner_of(need.key).filter(|o| o.owner != me) else {
+            return;
+        };
+        let Some(member) = self
+            .membership
+            .member_by_id(uuid::Uuid::from_u128(owner.owner))
+        else {
+            return;
+        };
+        let to = super::core::destination(&member);
+        if !self.may_send_state(now, to) {
+            return;
+        }
+        let wait_ms = self.limiter.config().ledger.ask_wait_ms;
+        let held = self
+            .limiter
+            .held_word(need.key, owner.owner, now.cluster_ms);
+        // Asked: further requests wait for this answer rather than ask again.
+        self.limiter.asked(need.key, wait_ms, now.cluster_ms);
+        let ask = LedgerEntry::Ask {
+            key: need.key,
+            window_ms: need.window_ms,
+            buckets: need.buckets,
+            limit: need.limit,
+            want: need.want,
+            wait_ms: u32::try_from(wait_ms).unwrap_or(u32::MAX),
+            held,
+        };
+        self.send_ledger(now, to, Vec::new(), vec![ask]);
+    }
+
+    /// A ledger datagram from `header.sender` at `from`: its registers merged, its reports
+    /// taken where this node leases their windows, its leases taken, its asks answered.
+    pub(super) fn on_ledger(
+        &mut self,
+        now: Now,
+        header: &Header,
+        from: std::net::SocketAddr,
+        rest: &[u8],
+    ) {
+        let sender = OriginId(header.sender);
+        let me = self.params.node_id.as_u128();
+        let stamp = Stamp::for_header(header.compact, header.sent_ms);
+        let Ok((batch, used, rejects)) = decode_leading_batch_stamped(rest, sender, stamp) else {
+            self.view.wire.dropped(DropReason::Malformed);
+            return;
+        };
+        let Ok((entries, _)) = decode_ledger(&rest[used..], header.sender, me, header.sent_ms)
+        else {
+            self.view.wire.dropped(DropReason::Malformed);
+            return;
+        };
+        if !batch.updates.is_empty() {
+            let report = self.limiter.merge(&batch, now.cluster_ms);
+            self.view.wire.merged(&report, rejects.bad_shape);
+            let mut reports: Vec<Option<LedgerReport>> = vec![None; batch.updates.len()];
+            for e in &entries {
+                if let LedgerEntry::Report { index, report } = e
+                    && let Some(slot) = reports.get_mut(*index as usize)
+                {
+                    *slot = Some(report.clone());
+                }
+            }
+            // Only the sender's own registers carry its reports.
+            if batch.origin == sender {
+                self.limiter
+                    .owner_heard(&batch, &reports, now.cluster_ms, |k| self.leases(k));
+            }
+        }
+        let to = Destination {
+            addr: from,
+            node: Some(header.sender),
+        };
+        let mut answers = Vec::new();
+        let mut woke = false;
+        for e in entries {
+            match e {
+                LedgerEntry::Report { .. } => {}
+                LedgerEntry::Lease {
+                    key,
+                    window_ms,
+                    buckets,
+                    lease,
+                } => {
+                    let grant = LeaseGrant {
+                        user: me,
+                        key,
+                        window_ms,
+                        buckets,
+                        lease,
+                    };
+                    self.limiter.accept_lease(&grant, now.cluster_ms);
+                    woke = true;
+                }
+                LedgerEntry::Refused {
+                    key,
+                    retry_after_ms,
+                } => {
+                    self.limiter
+                        .ask_refused(key, u64::from(retry_after_ms), now.cluster_ms);
+                    woke = true;
+                }
+                // Its own word only: from the address SWIM holds for it.
+                LedgerEntry::Leaving if self.liveness.address_of(header.sender) == Some(from) => {
+                    self.member_log.leaving_said(header.sender, now.at);
+                }
+                LedgerEntry::Leaving => {}
+                LedgerEntry::Ask {
+                    key,
+                    window_ms,
+                    buckets,
+                    limit,
+                    want,
+                    wait_ms,
+                    held,
+                } => answers.push(self.answer_ask(
+                    now,
+                    header,
+                    key,
+                    (window_ms, buckets),
+                    (limit, want, wait_ms),
+                    held,
+                )),
+            }
+        }
+        if woke {
+            self.view.leases_arrived();
+        }
+        if !answers.is_empty() && self.liveness.address_of(header.sender) == Some(from) {
+            self.send_ledger(now, to, Vec::new(), answers);
+        }
+    }
+
+    /// This node's answer to an ask for `want` tokens of `key`, under the asker's `limit`,
+    /// spendable within `wait_ms` of the ask's sending; `held` is what the asker has of this
+    /// node's lease.
+    fn answer_ask(
+        &mut self,
+        now: Now,
+        header: &Header,
+        key: KeyId,
+        (window_ms, buckets): (u64, u16),
+        (limit, want, wait_ms): (u32, u32, u32),
+        held: Option<crate::ledger::HeldLease>,
+    ) -> LedgerEntry {
+        let refused = |retry_after_ms: u64| LedgerEntry::Refused {
+            key,
+            retry_after_ms: u32::try_from(retry_after_ms.max(1)).unwrap_or(u32::MAX),
+        };
+        let round = self.params.gossip_interval.as_millis() as u64;
+        let Ok(spec) = WindowSpec::new(window_ms, buckets, EstimateMode::Interpolated) else {
+            return refused(round);
+        };
+        let Some(quiet_until) = self.leases(key) else {
+            // Not this node's to lease (views differ, or it is a partition's minority).
+            return refused(round);
+        };
+        // The ask's wait counts from when it was sent.
+        let deadline = header.sent_ms.saturating_add(u64::from(wait_ms));
+        match self.limiter.owner_ask(
+            header.sender,
+            key,
+            &spec,
+            limit,
+            want,
+            held,
+            deadline,
+            now.cluster_ms,
+            quiet_until,
+        ) {
+            AskAnswer::Granted(lease) => LedgerEntry::Lease {
+                key,
+                window_ms,
+                buckets,
+                lease,
+            },
+            AskAnswer::Refused { retry_after_ms } => refused(retry_after_ms),
+        }
+    }
+}
