@@ -222,19 +222,24 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         };
         let mut report = MergeReport::default();
-        // A live member speaks for itself: its registers relayed by another are refused, or
-        // any member holding the key could send zero counts for it, or a version no register
-        // of its own would rank above. Registers of origins that are not live come relayed
-        // (bootstrap pushes of departed and restarted origins). Sums are their sender's own.
+        // The sender a datagram names is only as good as the cluster key, which every member
+        // holds: a datagram is a member's own only if it also comes from that member's
+        // address.
+        let from_sender = self.liveness.address_of(header.sender) == Some(from);
+        // A live member speaks for itself: its registers relayed by another (or sealed in its
+        // name elsewhere) are refused, or any member holding the key could send zero counts
+        // for it, or a version no register of its own would rank above. Registers of origins
+        // that are not live come relayed (bootstrap pushes of departed and restarted
+        // origins). Sums are their sender's own, and a live owner's come from its address.
         if let Some(batch) = &registers
-            && batch.origin != sender
             && self.speaks_for_itself(batch.origin.0)
+            && !(batch.origin == sender && from_sender)
         {
             report.not_from_origin += batch.updates.len() as u64;
             registers = None;
         }
         if let Some(batch) = &sums
-            && batch.origin != sender
+            && (batch.origin != sender || (self.speaks_for_itself(sender.0) && !from_sender))
         {
             report.not_from_origin += batch.updates.len() as u64;
             sums = None;
@@ -249,7 +254,12 @@ impl<T: TimeSource> NodeCore<T> {
             node: Some(header.sender),
         };
         if let Some(batch) = registers {
-            report.add(&self.limiter.merge_sent_by(&batch, sender, now.cluster_ms));
+            // Only a datagram from the origin's own address speaks for it (supersedes).
+            report.add(&if from_sender {
+                self.limiter.merge_sent_by(&batch, sender, now.cluster_ms)
+            } else {
+                self.limiter.merge(&batch, now.cluster_ms)
+            });
             if matches!(header.kind, Kind::Summary | Kind::Exchange)
                 && self.ownership.is_some()
                 && at_own_address
