@@ -20,51 +20,57 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     fn receive(&mut self, now: Now, datagram: &mut [u8], from: SocketAddr) {
-        let opened = match self.opener.open(&self.keyring, datagram, now.cluster_ms) {
-            Ok(o) => o,
-            Err(reason) => {
-                self.view.wire.dropped(reason);
-                // Where anyone can forge datagrams, only an address that has shown it receives
-                // is answered: a forgery must not make this node send to a victim.
-                let may_answer = self
-                    .return_route
-                    .as_ref()
-                    .is_none_or(|r| r.is_verified(from));
-                let Some(stale) = self.opener.take_stale() else {
-                    return;
-                };
-                if !may_answer {
-                    // In an insecure cluster, counted only from an address that has shown it
-                    // receives, as anything else there could be forged.
-                    return;
-                }
-                let sender = stale.sender;
-                // Counted only if sealed for this boot (see `Opener::take_stale`); an
-                // announcement to this node as a seed is only answered, so that its sender
-                // learns of this node and answers with a datagram that is.
-                let tell = self
-                    .liveness
-                    .far_clock(sender, stale.sent_ms, stale.addressed, now.at);
-                // How many members it counts (which includes this node) is as good a word as
-                // any on the cluster's size: a node a minute off learns it only this way.
-                if stale.addressed
-                    && stale.kind != Kind::Membership
-                    && let Some((count, _)) = members_count::decode(stale_body(datagram))
-                {
-                    self.liveness.far_counted(sender, count);
-                }
-                if tell {
-                    // Bound to the sender's boot id, so that only it can open the answer.
-                    let to = Destination {
-                        addr: from,
-                        node: Some(sender),
+        let liveness = &self.liveness;
+        let opened =
+            match self
+                .opener
+                .open_from(&self.keyring, datagram, now.cluster_ms, from, |sender| {
+                    liveness.address_of(sender)
+                }) {
+                Ok(o) => o,
+                Err(reason) => {
+                    self.view.wire.dropped(reason);
+                    // Where anyone can forge datagrams, only an address that has shown it receives
+                    // is answered: a forgery must not make this node send to a victim.
+                    let may_answer = self
+                        .return_route
+                        .as_ref()
+                        .is_none_or(|r| r.is_verified(from));
+                    let Some(stale) = self.opener.take_stale() else {
+                        return;
                     };
-                    let body = self.body_prefix(to);
-                    self.seal(now, Kind::Heartbeat, &body, to);
+                    if !may_answer {
+                        // In an insecure cluster, counted only from an address that has shown it
+                        // receives, as anything else there could be forged.
+                        return;
+                    }
+                    let sender = stale.sender;
+                    // Counted only if sealed for this boot (see `Opener::take_stale`); an
+                    // announcement to this node as a seed is only answered, so that its sender
+                    // learns of this node and answers with a datagram that is.
+                    let tell =
+                        self.liveness
+                            .far_clock(sender, stale.sent_ms, stale.addressed, now.at);
+                    // How many members it counts (which includes this node) is as good a word as
+                    // any on the cluster's size: a node a minute off learns it only this way.
+                    if stale.addressed
+                        && stale.kind != Kind::Membership
+                        && let Some((count, _)) = members_count::decode(stale_body(datagram))
+                    {
+                        self.liveness.far_counted(sender, count);
+                    }
+                    if tell {
+                        // Bound to the sender's boot id, so that only it can open the answer.
+                        let to = Destination {
+                            addr: from,
+                            node: Some(sender),
+                        };
+                        let body = self.body_prefix(to);
+                        self.seal(now, Kind::Heartbeat, &body, to);
+                    }
+                    return;
                 }
-                return;
-            }
-        };
+            };
         let header = opened.header;
         self.liveness.heard_any(header.sender, now.cluster_ms);
         self.view.wire.received(

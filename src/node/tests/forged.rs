@@ -131,9 +131,52 @@ fn a_member_sealing_in_a_live_members_name_from_its_own_address_is_refused() {
     }
     net.nodes[2].as_mut().unwrap().outbox = own;
     assert_eq!(net.seen(0, b"tenant", 2), 30.0, "node 1's count stands");
-    assert_eq!(not_from_origin(&net), 2, "its register and sums refused");
+    // Refused as they are opened: they name a member that is at another address.
+    assert_eq!(
+        dropped(&net, "wrong_address"),
+        2,
+        "its register and sums refused"
+    );
     // Node 1's own registers, from its own address, still count.
     net.admit(1, b"tenant", 5);
     net.run_ms(400);
     assert_eq!(net.seen(0, b"tenant", 2), 35.0);
+}
+
+fn dropped(net: &Net, reason: &str) -> u64 {
+    let dropped = net.node(0).view().wire.snapshot().dropped;
+    dropped.get(reason).copied().unwrap_or(0)
+}
+
+/// Replay windows are kept per sender: a member sealing in a live member's name, bound to node
+/// 0 and numbered far past that member's datagrams, must not move its window there, or every
+/// datagram the member sends node 0 afterwards (registers, heartbeats, SWIM) is refused as a
+/// replay and node 0 stops hearing it.
+#[test]
+fn a_member_sealing_in_a_live_members_name_cannot_move_its_replay_window() {
+    let mut net = formed();
+    net.admit(1, b"tenant", 30);
+    net.run_ms(400);
+    assert_eq!(net.seen(0, b"tenant", 2), 30.0);
+    let own = impersonate(&mut net, 2);
+    let to = Destination {
+        addr: addr(0),
+        node: Some(1),
+    };
+    let now = net.now(2);
+    let node = net.nodes[2].as_mut().unwrap();
+    node.outbox
+        .seal(Kind::Heartbeat, now.wall_ms, &[], to, false);
+    let forged = node.outbox.take();
+    node.outbox = own;
+    for out in forged {
+        net.hand_over(0, out.datagram, 2);
+    }
+    net.deliver();
+    net.admit(1, b"tenant", 5);
+    net.run_ms(3_000);
+    assert_eq!(net.seen(0, b"tenant", 2), 35.0, "node 0 still hears node 1");
+    assert_eq!(dropped(&net, "replayed"), 0);
+    assert_eq!(net.members(0), 2);
+    assert_eq!(dropped(&net, "wrong_address"), 1, "the forgery, counted");
 }
