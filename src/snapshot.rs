@@ -10,15 +10,22 @@
 //! relays them to every peer that joins it.
 //!
 //! ```text
-//! "LMSTATE" 0x02 | ( u32 LE length | 8-byte blake3 of the body | register body )*
+//! "LMSTATE" 0x03 | 16-byte naming fingerprint
+//!     | ( u32 LE length | 8-byte blake3 of the body | register body )*
 //! ```
+//!
+//! Registers name their windows by ids under the naming secret. The fingerprint (the id of a
+//! key no request can name) tells whether a file was written under the secret the node has:
+//! one written under another (`cluster.naming_key`, or `cluster.cluster_id` when it is not set,
+//! changed since) names windows no request reaches, and would hold them, undroppable because
+//! they hold quota, in every member's key table until they expire; it is set aside instead.
 //!
 //! A body is the datagram body format (`gossip::message`), each naming its origin, and each
 //! record stands on its own: a record whose checksum or body is wrong is skipped (a bit flip
 //! must not turn a count into a smaller one), and a file cut short (a crash mid-write of an
 //! older build, a full disk) keeps every record before the cut. A length is checked against
-//! the bytes that follow before anything is read. Files of the first format (`0x01`, no
-//! checksums) are still read.
+//! the bytes that follow before anything is read. Files of the earlier formats (`0x02`, no
+//! fingerprint; `0x01`, no checksums either) are still read.
 
 use std::path::{Path, PathBuf};
 
@@ -26,9 +33,16 @@ use thiserror::Error;
 
 use crate::gossip::message::{MessageError, decode_batch, encode_batch};
 use crate::limiter::{Batch, Limiter, MergeReport, OriginId};
+use crate::window::WindowSpec;
 
 const MAGIC_V1: &[u8; 8] = b"LMSTATE\x01";
-const MAGIC: &[u8; 8] = b"LMSTATE\x02";
+const MAGIC_V2: &[u8; 8] = b"LMSTATE\x02";
+const MAGIC: &[u8; 8] = b"LMSTATE\x03";
+/// Bytes of the naming fingerprint.
+const FINGERPRINT: usize = 16;
+/// The key whose window id is the fingerprint: a request's keys start with a form byte of 1
+/// to 4 (`rules::key`), so none is this.
+const FINGERPRINT_KEY: &[u8] = b"\0limitmesh snapshot naming fingerprint";
 /// Bytes of a record's checksum.
 const CHECKSUM: usize = 8;
 /// Largest body written; bodies are read under the message decoder's own limit.
@@ -43,6 +57,11 @@ pub enum SnapshotError {
     },
     #[error("{path}: not a limitmesh state file (bad magic or version)")]
     BadMagic { path: PathBuf },
+    #[error(
+        "{path}: written under another naming secret (cluster.naming_key, or cluster.cluster_id \
+         when it is not set, changed since): its registers name windows no request reaches"
+    )]
+    OtherNaming { path: PathBuf },
     #[error("{path}: {what}")]
     NotWritable { path: PathBuf, what: String },
     #[error("encoding registers: {0}")]
@@ -94,6 +113,12 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// The fingerprint of the naming secret `limiter` names windows under.
+fn naming_fingerprint(limiter: &Limiter) -> [u8; FINGERPRINT] {
+    let spec = WindowSpec::with_default_buckets(1_000).expect("a second's window is valid");
+    limiter.key_id(FINGERPRINT_KEY, &spec).0.to_le_bytes()
+}
+
 fn checksum(body: &[u8]) -> [u8; CHECKSUM] {
     let hash = blake3::hash(body);
     let mut out = [0; CHECKSUM];
@@ -133,6 +158,7 @@ pub fn check_writable(path: &Path) -> Result<(), SnapshotError> {
 /// written. Saving publishes nothing: it can run while the node serves.
 pub fn save(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<usize, SnapshotError> {
     let mut out = MAGIC.to_vec();
+    out.extend_from_slice(&naming_fingerprint(limiter));
     let mut written = 0;
     let own = limiter.saved_registers(now_ms);
     for batch in std::iter::once(own).chain(limiter.relay(now_ms, |_| true)) {
@@ -173,6 +199,9 @@ pub fn save(limiter: &Limiter, path: &Path, now_ms: u64) -> Result<usize, Snapsh
 #[derive(Debug, Default)]
 pub struct Saved {
     path: PathBuf,
+    /// The fingerprint of the naming secret it was written under (files of earlier formats
+    /// carry none).
+    naming: Option<[u8; FINGERPRINT]>,
     batches: Vec<Batch>,
     damage: Damage,
 }
@@ -188,12 +217,23 @@ impl Saved {
         &self.damage
     }
 
-    /// Merges the registers into `limiter` through the same checks as a peer's.
+    /// Whether the registers name windows as `limiter` does: written under its naming secret,
+    /// or in a format that does not say.
+    pub fn names_as(&self, limiter: &Limiter) -> bool {
+        self.naming
+            .is_none_or(|naming| naming == naming_fingerprint(limiter))
+    }
+
+    /// Merges the registers into `limiter` through the same checks as a peer's; none if they
+    /// were written under another naming secret ([`Saved::names_as`]).
     pub fn merge_into(&self, limiter: &Limiter, now_ms: u64) -> LoadReport {
         let mut report = LoadReport {
             read: self.registers(),
             ..LoadReport::default()
         };
+        if !self.names_as(limiter) {
+            return report;
+        }
         for batch in &self.batches {
             report.merge.add(&limiter.merge(batch, now_ms));
         }
@@ -225,12 +265,22 @@ impl Saved {
     }
 }
 
-/// Reads the saved registers, logging what is wrong. A file that cannot be read at all is set
-/// aside (`<path>.corrupt`) and the node starts without it: a node that cannot start is worse
-/// than one whose peers' state arrives before it serves (warm-up). A damaged file keeps its
-/// good records, and a copy is set aside for a person to look at.
-pub fn read_or_set_aside(path: &Path) -> Saved {
-    match read(path) {
+/// Reads the saved registers for `limiter`, logging what is wrong. A file that cannot be read
+/// at all, or that was written under another naming secret, is set aside (`<path>.corrupt`)
+/// and the node starts without it: a node that cannot start is worse than one whose peers'
+/// state arrives before it serves (warm-up). A damaged file keeps its good records, and a copy
+/// is set aside for a person to look at.
+pub fn read_or_set_aside(path: &Path, limiter: &Limiter) -> Saved {
+    let read = read(path).and_then(|saved| {
+        if saved.names_as(limiter) {
+            Ok(saved)
+        } else {
+            Err(SnapshotError::OtherNaming {
+                path: path.to_owned(),
+            })
+        }
+    });
+    match read {
         Ok(saved) => {
             if !saved.damage.is_empty() {
                 let copy = with_suffix(path, ".corrupt");
@@ -287,6 +337,14 @@ pub fn read(path: &Path) -> Result<Saved, SnapshotError> {
         }
     };
     let (mut rest, checked) = if let Some(rest) = bytes.strip_prefix(MAGIC.as_slice()) {
+        let Some((naming, rest)) = rest.split_first_chunk::<FINGERPRINT>() else {
+            return Err(SnapshotError::BadMagic {
+                path: path.to_owned(),
+            });
+        };
+        saved.naming = Some(*naming);
+        (rest, true)
+    } else if let Some(rest) = bytes.strip_prefix(MAGIC_V2.as_slice()) {
         (rest, true)
     } else if let Some(rest) = bytes.strip_prefix(MAGIC_V1.as_slice()) {
         (rest, false)

@@ -72,7 +72,7 @@ impl<T: TimeSource> NodeBuilder<T> {
             .params
             .state_path
             .as_deref()
-            .map(crate::snapshot::read_or_set_aside);
+            .map(|path| crate::snapshot::read_or_set_aside(path, &limiter));
         let now = Now::read_at(&clock, at);
         NodeCore::new(
             self.params,

@@ -20,51 +20,57 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     fn receive(&mut self, now: Now, datagram: &mut [u8], from: SocketAddr) {
-        let opened = match self.opener.open(&self.keyring, datagram, now.cluster_ms) {
-            Ok(o) => o,
-            Err(reason) => {
-                self.view.wire.dropped(reason);
-                // Where anyone can forge datagrams, only an address that has shown it receives
-                // is answered: a forgery must not make this node send to a victim.
-                let may_answer = self
-                    .return_route
-                    .as_ref()
-                    .is_none_or(|r| r.is_verified(from));
-                let Some(stale) = self.opener.take_stale() else {
-                    return;
-                };
-                if !may_answer {
-                    // In an insecure cluster, counted only from an address that has shown it
-                    // receives, as anything else there could be forged.
-                    return;
-                }
-                let sender = stale.sender;
-                // Counted only if sealed for this boot (see `Opener::take_stale`); an
-                // announcement to this node as a seed is only answered, so that its sender
-                // learns of this node and answers with a datagram that is.
-                let tell = self
-                    .liveness
-                    .far_clock(sender, stale.sent_ms, stale.addressed, now.at);
-                // How many members it counts (which includes this node) is as good a word as
-                // any on the cluster's size: a node a minute off learns it only this way.
-                if stale.addressed
-                    && stale.kind != Kind::Membership
-                    && let Some((count, _)) = members_count::decode(stale_body(datagram))
-                {
-                    self.liveness.far_counted(sender, count);
-                }
-                if tell {
-                    // Bound to the sender's boot id, so that only it can open the answer.
-                    let to = Destination {
-                        addr: from,
-                        node: Some(sender),
+        let liveness = &self.liveness;
+        let opened =
+            match self
+                .opener
+                .open_from(&self.keyring, datagram, now.cluster_ms, from, |sender| {
+                    liveness.address_of(sender)
+                }) {
+                Ok(o) => o,
+                Err(reason) => {
+                    self.view.wire.dropped(reason);
+                    // Where anyone can forge datagrams, only an address that has shown it receives
+                    // is answered: a forgery must not make this node send to a victim.
+                    let may_answer = self
+                        .return_route
+                        .as_ref()
+                        .is_none_or(|r| r.is_verified(from));
+                    let Some(stale) = self.opener.take_stale() else {
+                        return;
                     };
-                    let body = self.body_prefix(to);
-                    self.seal(now, Kind::Heartbeat, &body, to);
+                    if !may_answer {
+                        // In an insecure cluster, counted only from an address that has shown it
+                        // receives, as anything else there could be forged.
+                        return;
+                    }
+                    let sender = stale.sender;
+                    // Counted only if sealed for this boot (see `Opener::take_stale`); an
+                    // announcement to this node as a seed is only answered, so that its sender
+                    // learns of this node and answers with a datagram that is.
+                    let tell =
+                        self.liveness
+                            .far_clock(sender, stale.sent_ms, stale.addressed, now.at);
+                    // How many members it counts (which includes this node) is as good a word as
+                    // any on the cluster's size: a node a minute off learns it only this way.
+                    if stale.addressed
+                        && stale.kind != Kind::Membership
+                        && let Some((count, _)) = members_count::decode(stale_body(datagram))
+                    {
+                        self.liveness.far_counted(sender, count);
+                    }
+                    if tell {
+                        // Bound to the sender's boot id, so that only it can open the answer.
+                        let to = Destination {
+                            addr: from,
+                            node: Some(sender),
+                        };
+                        let body = self.body_prefix(to);
+                        self.seal(now, Kind::Heartbeat, &body, to);
+                    }
+                    return;
                 }
-                return;
-            }
-        };
+            };
         let header = opened.header;
         self.liveness.heard_any(header.sender, now.cluster_ms);
         self.view.wire.received(
@@ -222,19 +228,24 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         };
         let mut report = MergeReport::default();
-        // A live member speaks for itself: its registers relayed by another are refused, or
-        // any member holding the key could send zero counts for it, or a version no register
-        // of its own would rank above. Registers of origins that are not live come relayed
-        // (bootstrap pushes of departed and restarted origins). Sums are their sender's own.
+        // The sender a datagram names is only as good as the cluster key, which every member
+        // holds: a datagram is a member's own only if it also comes from that member's
+        // address.
+        let from_sender = self.liveness.address_of(header.sender) == Some(from);
+        // A live member speaks for itself: its registers relayed by another (or sealed in its
+        // name elsewhere) are refused, or any member holding the key could send zero counts
+        // for it, or a version no register of its own would rank above. Registers of origins
+        // that are not live come relayed (bootstrap pushes of departed and restarted
+        // origins). Sums are their sender's own, and a live owner's come from its address.
         if let Some(batch) = &registers
-            && batch.origin != sender
             && self.speaks_for_itself(batch.origin.0)
+            && !(batch.origin == sender && from_sender)
         {
             report.not_from_origin += batch.updates.len() as u64;
             registers = None;
         }
         if let Some(batch) = &sums
-            && batch.origin != sender
+            && (batch.origin != sender || (self.speaks_for_itself(sender.0) && !from_sender))
         {
             report.not_from_origin += batch.updates.len() as u64;
             sums = None;
@@ -249,7 +260,12 @@ impl<T: TimeSource> NodeCore<T> {
             node: Some(header.sender),
         };
         if let Some(batch) = registers {
-            report.add(&self.limiter.merge_sent_by(&batch, sender, now.cluster_ms));
+            // Only a datagram from the origin's own address speaks for it (supersedes).
+            report.add(&if from_sender {
+                self.limiter.merge_sent_by(&batch, sender, now.cluster_ms)
+            } else {
+                self.limiter.merge(&batch, now.cluster_ms)
+            });
             if matches!(header.kind, Kind::Summary | Kind::Exchange)
                 && self.ownership.is_some()
                 && at_own_address

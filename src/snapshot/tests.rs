@@ -117,6 +117,7 @@ fn saved_with_records(path: &Path, tenants: usize) -> Vec<usize> {
     }
     // One record per body: a body holds as many registers as fit, so save them one by one.
     let mut out = MAGIC.to_vec();
+    out.extend_from_slice(&naming_fingerprint(&a));
     let mut starts = Vec::new();
     for update in a.saved_registers(T0).updates {
         let batch = Batch {
@@ -201,6 +202,50 @@ fn files_of_the_first_format_are_still_read() {
     assert_eq!(saved.registers(), 1);
     let torn = saved.damage().first.clone().unwrap();
     assert!(torn.contains("announced"), "{torn}");
+}
+
+/// A file written under another naming secret names windows no request reaches: nothing
+/// of it is merged (it would hold them, undroppable, in every member's table until they
+/// expire), and a node sets it aside for a person to look at.
+#[test]
+fn a_file_written_under_another_naming_secret_is_not_merged_and_is_set_aside() {
+    let a = limiter(1);
+    admitted(&a, 4, T0);
+    let (_dir, path) = scratch("other-naming");
+    save(&a, &path, T0).unwrap();
+    let renamed = Limiter::new(
+        LimiterConfig::default(),
+        OriginId(3),
+        KeyHasher::from_secret(b"another naming secret"),
+    );
+    let report = read(&path).unwrap().merge_into(&renamed, T0 + 1);
+    assert_eq!((report.read, report.merge.inserted), (1, 0));
+    assert_eq!(renamed.stats().keys, 0);
+    assert_eq!(read_or_set_aside(&path, &renamed).registers(), 0);
+    let aside = with_suffix(&path, ".corrupt");
+    assert!(!path.exists() && aside.exists(), "set aside");
+    // Under its own secret, the same file loads.
+    std::fs::rename(&aside, &path).unwrap();
+    let same = limiter(3);
+    let saved = read_or_set_aside(&path, &same);
+    assert_eq!(saved.merge_into(&same, T0 + 1).merge.inserted, 1);
+    assert_eq!(admitted(&same, 10, T0 + 1), 6, "4 of 10 were used");
+}
+
+#[test]
+fn files_of_the_second_format_are_still_read() {
+    let (_dir, path) = scratch("v2");
+    saved_with_records(&path, 2);
+    let v3 = std::fs::read(&path).unwrap();
+    let mut v2 = MAGIC_V2.to_vec();
+    v2.extend_from_slice(&v3[MAGIC.len() + FINGERPRINT..]);
+    std::fs::write(&path, &v2).unwrap();
+    let saved = read(&path).unwrap();
+    assert_eq!((saved.registers(), saved.damage().is_empty()), (2, true));
+    assert_eq!(saved.merge_into(&limiter(3), T0 + 1).merge.inserted, 2);
+    // A file of this format cut inside its fingerprint is no snapshot.
+    std::fs::write(&path, &v3[..MAGIC.len() + 3]).unwrap();
+    assert!(matches!(read(&path), Err(SnapshotError::BadMagic { .. })));
 }
 
 #[test]

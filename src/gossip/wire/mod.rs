@@ -135,12 +135,14 @@ pub enum DropReason {
     Stale,
     #[error("already received (replay)")]
     Replayed,
+    #[error("names as its sender a member that is at another address")]
+    WrongAddress,
     #[error("body did not decode")]
     Malformed,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 11] = [
+    pub const ALL: [DropReason; 12] = [
         DropReason::TooShort,
         DropReason::Oversized,
         DropReason::BadMagic,
@@ -151,6 +153,7 @@ impl DropReason {
         DropReason::Forged,
         DropReason::Stale,
         DropReason::Replayed,
+        DropReason::WrongAddress,
         DropReason::Malformed,
     ];
 
@@ -167,6 +170,7 @@ impl DropReason {
             DropReason::Forged => "forged",
             DropReason::Stale => "stale",
             DropReason::Replayed => "replayed",
+            DropReason::WrongAddress => "wrong_address",
             DropReason::Malformed => "malformed",
         }
     }

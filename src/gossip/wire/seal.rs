@@ -197,6 +197,25 @@ impl Opener {
         datagram: &'a mut [u8],
         now_ms: u64,
     ) -> Result<Opened<'a>, DropReason> {
+        let anywhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        self.open_from(keyring, datagram, now_ms, anywhere, |_| None)
+    }
+
+    /// [`Opener::open`], for a datagram that came from `from`, where `sender_at` tells the
+    /// address of a sender this node knows. Every member holds the cluster key, so the sender
+    /// a datagram names is only as good as the address it comes from: a datagram naming a
+    /// member known at another address is refused ([`DropReason::WrongAddress`]) before it
+    /// touches that member's replay window, which a member holding the key could otherwise
+    /// move past the member's numbers, so that everything the member sends is refused as a
+    /// replay.
+    pub fn open_from<'a>(
+        &mut self,
+        keyring: &Keyring,
+        datagram: &'a mut [u8],
+        now_ms: u64,
+        from: SocketAddr,
+        sender_at: impl FnOnce(u128) -> Option<SocketAddr>,
+    ) -> Result<Opened<'a>, DropReason> {
         if datagram.len() > self.max_packet {
             return Err(DropReason::Oversized);
         }
@@ -234,6 +253,9 @@ impl Opener {
                 .is_ok()
         }) {
             return Err(DropReason::Forged);
+        }
+        if sender_at(header.sender).is_some_and(|at| at != from) {
+            return Err(DropReason::WrongAddress);
         }
         if header.sent_ms.abs_diff(now_ms) > MAX_CLOCK_DISTANCE_MS {
             let stream = (header.sender, header.addressed);

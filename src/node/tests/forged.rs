@@ -79,3 +79,104 @@ fn a_member_relaying_a_live_members_registers_is_refused_and_a_departed_ones_are
     assert_eq!(net.seen(0, b"tenant", 99), 12.0);
     assert_eq!(not_from_origin(&net), 2);
 }
+
+/// Node 2 seals what it sends next in the name of boot id `as_sender`, as any member holding
+/// the cluster key can (the key authenticates the cluster, not the member), from its own
+/// address. Its numbers towards node 0 first pass any that `as_sender` used there, so that
+/// node 0's replay window takes what it forges. Returns node 2's own outbox.
+fn impersonate(net: &mut Net, as_sender: u128) -> super::super::outbox::Outbox {
+    let now = net.now(2);
+    let node = net.nodes[2].as_mut().unwrap();
+    let tag = crate::gossip::wire::cluster_tag(&node.params.cluster_id);
+    let sealer = crate::gossip::wire::Sealer::new(tag, as_sender, node.params.max_packet_size);
+    let forger = super::super::outbox::Outbox::new(sealer, node.keyring.clone());
+    let own = std::mem::replace(&mut node.outbox, forger);
+    for _ in 0..4_096 {
+        node.outbox
+            .seal(Kind::Heartbeat, now.wall_ms, &[], unaddressed_to_0(), false);
+    }
+    drop(node.outbox.take());
+    own
+}
+
+/// Node 0 by address alone: the datagram is not bound to its boot (a seed's announcement).
+fn unaddressed_to_0() -> Destination {
+    Destination {
+        addr: addr(0),
+        node: None,
+    }
+}
+
+/// A member that names a live member as the sender of its datagrams speaks for nobody: an
+/// older register of that member's with nothing admitted would replace the one held (an
+/// origin's own register supersedes a forgery), and sums in its name would be taken as its.
+#[test]
+fn a_member_sealing_in_a_live_members_name_from_its_own_address_is_refused() {
+    let mut net = formed();
+    net.admit(1, b"tenant", 30);
+    net.run_ms(400);
+    assert_eq!(net.seen(0, b"tenant", 2), 30.0);
+    // Node 1's register (boot id 2), stamped before the one node 0 holds and with an older
+    // version: nothing admitted.
+    let mut zero = register_of(&net, 2, 2, b"tenant", 1, 0);
+    zero.updates[0].register.hlc = HlcTimestamp::new(net.now(2).cluster_ms - 2_000, 0);
+    let own = impersonate(&mut net, 2);
+    let now = net.now(2);
+    for kind in [Kind::Summary, Kind::Aggregate] {
+        net.nodes[2]
+            .as_mut()
+            .unwrap()
+            .send_batch(now, kind, &zero, &[unaddressed_to_0()]);
+        net.deliver();
+    }
+    net.nodes[2].as_mut().unwrap().outbox = own;
+    assert_eq!(net.seen(0, b"tenant", 2), 30.0, "node 1's count stands");
+    // Refused as they are opened: they name a member that is at another address.
+    assert_eq!(
+        dropped(&net, "wrong_address"),
+        2,
+        "its register and sums refused"
+    );
+    // Node 1's own registers, from its own address, still count.
+    net.admit(1, b"tenant", 5);
+    net.run_ms(400);
+    assert_eq!(net.seen(0, b"tenant", 2), 35.0);
+}
+
+fn dropped(net: &Net, reason: &str) -> u64 {
+    let dropped = net.node(0).view().wire.snapshot().dropped;
+    dropped.get(reason).copied().unwrap_or(0)
+}
+
+/// Replay windows are kept per sender: a member sealing in a live member's name, bound to node
+/// 0 and numbered far past that member's datagrams, must not move its window there, or every
+/// datagram the member sends node 0 afterwards (registers, heartbeats, SWIM) is refused as a
+/// replay and node 0 stops hearing it.
+#[test]
+fn a_member_sealing_in_a_live_members_name_cannot_move_its_replay_window() {
+    let mut net = formed();
+    net.admit(1, b"tenant", 30);
+    net.run_ms(400);
+    assert_eq!(net.seen(0, b"tenant", 2), 30.0);
+    let own = impersonate(&mut net, 2);
+    let to = Destination {
+        addr: addr(0),
+        node: Some(1),
+    };
+    let now = net.now(2);
+    let node = net.nodes[2].as_mut().unwrap();
+    node.outbox
+        .seal(Kind::Heartbeat, now.wall_ms, &[], to, false);
+    let forged = node.outbox.take();
+    node.outbox = own;
+    for out in forged {
+        net.hand_over(0, out.datagram, 2);
+    }
+    net.deliver();
+    net.admit(1, b"tenant", 5);
+    net.run_ms(3_000);
+    assert_eq!(net.seen(0, b"tenant", 2), 35.0, "node 0 still hears node 1");
+    assert_eq!(dropped(&net, "replayed"), 0);
+    assert_eq!(net.members(0), 2);
+    assert_eq!(dropped(&net, "wrong_address"), 1, "the forgery, counted");
+}
