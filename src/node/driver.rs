@@ -4,7 +4,7 @@
 //! and sends what it sealed.
 //!
 //! Invariant: work that is due runs before another datagram is taken. The socket is polled
-//! last, and one datagram is handled per turn, so a wake-up that is due waits behind at most
+//! after the timer, and one datagram is handled per turn, so a wake-up that is due waits behind at most
 //! the datagram being handled: a socket that always has a datagram ready (a flood, garbage
 //! is enough) cannot hold back summary rounds, SWIM's probes, the clock's steering or the end
 //! of the warm-up. (tokio's cooperative budget makes a busy socket yield now and then, but a
@@ -19,6 +19,13 @@ use super::core::NodeCore;
 use super::{Command, Outgoing};
 use crate::clock::{Now, TimeSource};
 use crate::transport::Datagram;
+
+/// One turn's input.
+enum Input {
+    Wake,
+    Command(Option<Command>),
+    Datagram(std::io::Result<(usize, std::net::SocketAddr)>),
+}
 
 /// A node core on a socket, ready to [`Node::run`].
 pub struct Node<S, T> {
@@ -46,19 +53,37 @@ impl<S: Datagram, T: TimeSource> Node<S, T> {
         tokio::pin!(shutdown);
         let mut buf = vec![0u8; self.core.params.max_packet_size + 1];
         let mut commands_open = true;
+        // After a command the socket goes first, after a datagram the commands: when both are
+        // ready they take turns, so neither a stream of asks nor a flood starves the other.
+        let mut socket_first = false;
         loop {
             let wake = self.core.next_wake();
-            tokio::select! {
-                biased;
-                _ = &mut shutdown => break,
-                _ = tokio::time::sleep_until(wake) => {
-                    self.core.on_wake(Now::read(&self.core.clock));
+            let input = if socket_first {
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown => break,
+                    _ = tokio::time::sleep_until(wake) => Input::Wake,
+                    r = self.socket.recv_from(&mut buf) => Input::Datagram(r),
+                    cmd = commands.recv(), if commands_open => Input::Command(cmd),
                 }
-                cmd = commands.recv(), if commands_open => match cmd {
-                    Some(command) => self.core.on_command(Now::read(&self.core.clock), command),
-                    None => commands_open = false,
-                },
-                r = self.socket.recv_from(&mut buf) => {
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = &mut shutdown => break,
+                    _ = tokio::time::sleep_until(wake) => Input::Wake,
+                    cmd = commands.recv(), if commands_open => Input::Command(cmd),
+                    r = self.socket.recv_from(&mut buf) => Input::Datagram(r),
+                }
+            };
+            match input {
+                Input::Wake => self.core.on_wake(Now::read(&self.core.clock)),
+                Input::Command(Some(command)) => {
+                    socket_first = true;
+                    self.core.on_command(Now::read(&self.core.clock), command);
+                }
+                Input::Command(None) => commands_open = false,
+                Input::Datagram(r) => {
+                    socket_first = false;
                     if let Ok((n, from)) = r {
                         let len = n.min(buf.len());
                         let now = Now::read(&self.core.clock);
