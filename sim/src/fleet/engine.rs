@@ -28,6 +28,15 @@ use super::traffic::{self, KeySpec, PROBE_KEY};
 use super::vtime::{NodeTime, VirtualClock};
 
 const PORT: u16 = 7946;
+
+/// A request waiting at a node.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Waiting {
+    pub key: usize,
+    /// Until when it waits (µs of the run).
+    pub until_us: u64,
+}
+
 /// Node 0 admits a probe every this many ms on average, at phases spread over the round.
 const PROBE_EVERY_MS: u64 = 100;
 /// How often observers look for node 0's probes, and nodes for a crashed member.
@@ -47,7 +56,7 @@ pub(super) struct Slot {
     wake_generation: u64,
     skew_ms: Arc<AtomicI64>,
     /// Requests waiting for a token here (the ledger: `waiting.rs`).
-    pub(super) waiting: Vec<super::waiting::Waiting>,
+    pub(super) waiting: Vec<Waiting>,
     /// The node's count of lease arrivals when its waiting requests last looked.
     pub(super) leases_seen: u64,
 }

@@ -7,16 +7,8 @@ use limitmesh::clock::Now;
 use limitmesh::limiter::{CheckItem, CheckRequest, Decision};
 use limitmesh::node::Command;
 
-use super::engine::{Engine, ms};
+use super::engine::{Engine, Waiting, ms};
 use super::event::Event;
-
-/// A request waiting at a node.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Waiting {
-    pub key: usize,
-    /// Until when it waits (µs of the run).
-    pub until_us: u64,
-}
 
 impl Engine<'_> {
     /// Decides a request at `slot` now: `Some(decision)` unless no node runs there.
