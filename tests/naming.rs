@@ -7,8 +7,6 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
-
 use support::*;
 
 const DAY_LIMIT: u32 = 60;
@@ -18,17 +16,7 @@ const NEW_KEY: &str = "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8="; // bytes 3
 
 /// Asks every node `per_node` times, round robin; how many were admitted.
 async fn admitted(nodes: &[Node], per_node: usize) -> u32 {
-    let mut clients = Vec::new();
-    for n in nodes {
-        clients.push(envoy(n).await);
-    }
-    let mut admitted = 0;
-    for _ in 0..per_node {
-        for c in &mut clients {
-            admitted += u32::from(ask(c, "tenant").await.overall_code == Code::Ok as i32);
-        }
-    }
-    admitted
+    admitted_round_robin(nodes, per_node, "tenant").await
 }
 
 fn state_extra(scratch: &Scratch, i: usize) -> String {

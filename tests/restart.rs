@@ -85,17 +85,7 @@ fn wait_formed(nodes: &[Node]) {
 
 /// Asks every node `per_node` times, round robin; how many were admitted.
 async fn admitted(nodes: &[Node], per_node: usize) -> u32 {
-    let mut clients = Vec::new();
-    for n in nodes {
-        clients.push(envoy(n).await);
-    }
-    let mut admitted = 0;
-    for _ in 0..per_node {
-        for c in &mut clients {
-            admitted += u32::from(ask(c, "tenant").await.overall_code == Code::Ok as i32);
-        }
-    }
-    admitted
+    admitted_round_robin(nodes, per_node, "tenant").await
 }
 
 /// Uses the whole day quota, then lets the last registers reach every node.

@@ -8,8 +8,6 @@ mod support;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
-
 use support::*;
 
 const NODES: usize = 20;
@@ -48,17 +46,7 @@ fn start_all(scratch: &Scratch, rules: &std::path::Path, ports: &[Ports]) -> Vec
 
 /// Asks every node `per_node` times, round robin; how many were admitted.
 async fn admitted(nodes: &[Node], per_node: usize) -> u32 {
-    let mut clients = Vec::new();
-    for n in nodes {
-        clients.push(envoy(n).await);
-    }
-    let mut admitted = 0;
-    for _ in 0..per_node {
-        for c in &mut clients {
-            admitted += u32::from(ask(c, "tenant").await.overall_code == Code::Ok as i32);
-        }
-    }
-    admitted
+    admitted_round_robin(nodes, per_node, "tenant").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

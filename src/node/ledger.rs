@@ -88,23 +88,8 @@ impl<T: TimeSource> NodeCore<T> {
         }
         let resend_all = self.ownership.as_mut().is_some_and(|o| o.take_resend_all());
         // Users: what changed, with the reports, to each window's owner.
-        let mut to_owners: BTreeMap<Destination, Vec<(RegisterUpdate, Option<LedgerReport>)>> =
-            BTreeMap::new();
         if let Some((batch, reports)) = self.limiter.collect_with_reports(now.cluster_ms) {
-            for (update, report) in batch.updates.into_iter().zip(reports) {
-                let Some(owner) = self.first_owner(update.key).filter(|o| o.id != me) else {
-                    continue;
-                };
-                to_owners
-                    .entry(owner.destination())
-                    .or_default()
-                    .push((update, report));
-            }
-        }
-        for (to, pairs) in to_owners {
-            if self.may_send_state(now, to) {
-                self.send_ledger(now, to, pairs, Vec::new());
-            }
+            self.send_to_owners(now, batch.updates, reports);
         }
         if resend_all {
             // Owners moved, or anti-entropy is due: every register again (without reports:
@@ -143,12 +128,30 @@ impl<T: TimeSource> NodeCore<T> {
         if !matches!(self.limiter.config().policy, Policy::Ledger(_)) {
             return;
         }
-        let me = self.params.node_id.as_u128();
         let (updates, reports) = self
             .limiter
             .close_holdings(now.cluster_ms)
             .map(|(batch, reports)| (batch.updates, reports))
             .unwrap_or_default();
+        self.send_to_owners(now, updates, reports);
+        // Every member hears that this one leaves for good, in a datagram of its own.
+        for member in self.membership.members() {
+            let to = super::core::destination(&member);
+            if self.may_send_state(now, to) {
+                self.send_ledger(now, to, Vec::new(), vec![LedgerEntry::Leaving]);
+            }
+        }
+    }
+
+    /// This node's registers, each with its report, to their windows' first owners (other
+    /// members), one datagram train per owner.
+    fn send_to_owners(
+        &mut self,
+        now: Now,
+        updates: Vec<RegisterUpdate>,
+        reports: Vec<Option<LedgerReport>>,
+    ) {
+        let me = self.params.node_id.as_u128();
         let mut to_owners: BTreeMap<Destination, Vec<(RegisterUpdate, Option<LedgerReport>)>> =
             BTreeMap::new();
         for (update, report) in updates.into_iter().zip(reports) {
@@ -163,13 +166,6 @@ impl<T: TimeSource> NodeCore<T> {
         for (to, pairs) in to_owners {
             if self.may_send_state(now, to) {
                 self.send_ledger(now, to, pairs, Vec::new());
-            }
-        }
-        // Every member hears that this one leaves for good, in a datagram of its own.
-        for member in self.membership.members() {
-            let to = super::core::destination(&member);
-            if self.may_send_state(now, to) {
-                self.send_ledger(now, to, Vec::new(), vec![LedgerEntry::Leaving]);
             }
         }
     }

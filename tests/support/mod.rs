@@ -367,6 +367,22 @@ pub fn kill(node: &Node, signal: Signal) {
     rustix::process::kill_process(pid, signal).expect("the signal is sent");
 }
 
+/// Asks every node `per_node` times for `user`, round robin; how many were admitted.
+pub async fn admitted_round_robin(nodes: &[Node], per_node: usize, user: &str) -> u32 {
+    use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    let mut clients = Vec::new();
+    for n in nodes {
+        clients.push(envoy(n).await);
+    }
+    let mut admitted = 0;
+    for _ in 0..per_node {
+        for c in &mut clients {
+            admitted += u32::from(ask(c, user).await.overall_code == Code::Ok as i32);
+        }
+    }
+    admitted
+}
+
 /// Sends `rate` requests per second for `user`, round robin over `clients`, for `secs` seconds;
 /// returns (requests sent, admission times since the start).
 pub async fn drive(

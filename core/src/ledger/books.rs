@@ -358,7 +358,16 @@ impl Books {
         let me = self.me;
         let b = self.users.entry(user).or_default();
         let until_ms = params.tail_of(b.expires_ms);
-        let count = want.clamp(1, occupancy.room(params.limit, at, until_ms).max(1));
+        // The extension may have taken the room found: tokens the user still holds (a lease
+        // message it may never have had) come back with it, and count first.
+        let count = want.min(occupancy.room(params.limit, at, until_ms));
+        if count == 0 {
+            return if b.unspent_total(me) > 0 {
+                AskAnswer::Granted(b.message(me))
+            } else {
+                refused(params.horizon_ms)
+            };
+        }
         b.last_segment += 1;
         let segment = Segment {
             id: b.last_segment,

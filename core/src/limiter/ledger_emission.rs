@@ -1,11 +1,13 @@
 //! A ledger user's emission: each changed register with what this node holds of the window,
 //! for the window's owner, paced by how near the window is to its limit.
 
-use super::Limiter;
 use super::ledger_owner::LedgerReport;
 use super::replication::{Batch, RegisterUpdate, register_of};
 use super::state::WindowState;
+use super::{KeyId, Limiter};
+use crate::crdt::HlcTimestamp;
 use crate::ledger::tuning::CALM_ROUNDS;
+use crate::ledger::{Holdings, HoldingsReport};
 use crate::window::RingSnapshot;
 
 impl Limiter {
@@ -59,30 +61,7 @@ impl Limiter {
             }
             let stamp = sync.next_emission(now_ms);
             let _writer = self.lock_holdings();
-            let mut updates = Vec::with_capacity(chosen.len());
-            let mut reports = Vec::with_capacity(chosen.len());
-            for (id, state) in chosen {
-                let holdings = state.holdings.report(now_ms, margin);
-                let spec = state.spec();
-                let snap = state.ring.snapshot(&spec, now_ms);
-                updates.push(RegisterUpdate {
-                    key: id,
-                    window_ms: spec.window_ms(),
-                    buckets: spec.buckets(),
-                    register: register_of(&snap, &spec, now_ms, stamp.0, stamp.1),
-                });
-                reports.push(Some(LedgerReport {
-                    limit: state.bound.last_limit(),
-                    holdings,
-                }));
-            }
-            (
-                Batch {
-                    origin: self.origin,
-                    updates,
-                },
-                reports,
-            )
+            self.emission(chosen, stamp, now_ms, |h| h.report(now_ms, margin))
         };
         self.owner_heard(&batch.0, &batch.1, now_ms, |k| self.leases_here(k));
         Some(batch)
@@ -104,38 +83,50 @@ impl Limiter {
             let guard = self.table.guard();
             let stamp = sync.next_emission(now_ms);
             let _writer = self.lock_holdings();
-            let mut updates = Vec::with_capacity(ids.len());
-            let mut reports = Vec::with_capacity(ids.len());
-            for id in ids {
-                let Some(state) = self.table.get(&id, &guard) else {
-                    continue;
-                };
-                // Closed before the ring is read: a check racing this spent its token (and is
-                // in the ring read next) or finds none.
-                let holdings = state.holdings.close();
-                let spec = state.spec();
-                let snap = state.ring.snapshot(&spec, now_ms);
-                updates.push(RegisterUpdate {
-                    key: id,
-                    window_ms: spec.window_ms(),
-                    buckets: spec.buckets(),
-                    register: register_of(&snap, &spec, now_ms, stamp.0, stamp.1),
-                });
-                reports.push(Some(LedgerReport {
-                    limit: state.bound.last_limit(),
-                    holdings,
-                }));
-            }
-            (
-                Batch {
-                    origin: self.origin,
-                    updates,
-                },
-                reports,
-            )
+            let held = ids
+                .into_iter()
+                .filter_map(|id| Some((id, self.table.get(&id, &guard)?)));
+            // Closed before the ring is read: a check racing this spent its token (and is in
+            // the ring read next) or finds none.
+            self.emission(held, stamp, now_ms, Holdings::close)
         };
         self.owner_heard(&batch.0, &batch.1, now_ms, |k| self.leases_here(k));
         Some(batch)
+    }
+
+    /// The registers of `windows` at `stamp`, each with its report: what `holdings_of` says
+    /// the window holds, read before its ring (see `ledger::holdings`).
+    fn emission<'g>(
+        &self,
+        windows: impl IntoIterator<Item = (KeyId, &'g WindowState)>,
+        stamp: (u64, HlcTimestamp),
+        now_ms: u64,
+        holdings_of: impl Fn(&Holdings) -> HoldingsReport,
+    ) -> (Batch, Vec<Option<LedgerReport>>) {
+        let mut updates = Vec::new();
+        let mut reports = Vec::new();
+        for (id, state) in windows {
+            let holdings = holdings_of(&state.holdings);
+            let spec = state.spec();
+            let snap = state.ring.snapshot(&spec, now_ms);
+            updates.push(RegisterUpdate {
+                key: id,
+                window_ms: spec.window_ms(),
+                buckets: spec.buckets(),
+                register: register_of(&snap, &spec, now_ms, stamp.0, stamp.1),
+            });
+            reports.push(Some(LedgerReport {
+                limit: state.bound.last_limit(),
+                holdings,
+            }));
+        }
+        (
+            Batch {
+                origin: self.origin,
+                updates,
+            },
+            reports,
+        )
     }
 
     /// Windows holding a lease that lapsed since they were last reported (and forgets the
