@@ -270,7 +270,7 @@ impl Limiter {
 
     /// `user` asks for `want` tokens of window `key` (shape `spec`, limit `limit` by its
     /// rules), to be spendable before `deadline_ms`; `held` is what it says of this owner's
-    /// lease. `quiet_until_ms`: see [`OwnerOf`].
+    /// lease. `quiet_until_ms`: see [`OwnerOf`](super::OwnerOf).
     #[allow(clippy::too_many_arguments)]
     pub fn owner_ask(
         &self,
