@@ -31,7 +31,7 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// This node's side's part of the limits it leases: under `strict`, the members it does
     /// not suspect, itself included, over the members expected. Expected are the members now
-    /// and those that went down after a suspicion within `expected_hold_ms` (they may be
+    /// and those that went down without saying they were leaving, within `expected_hold_ms` (they may be
     /// admitting on the far side of a partition); a member that left gracefully is expected no
     /// more, so the members staying keep the whole limit.
     fn lease_part(&mut self, now: Now) -> (u64, u64) {

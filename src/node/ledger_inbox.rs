@@ -15,6 +15,10 @@ use crate::window::{EstimateMode, WindowSpec};
 impl<T: TimeSource> NodeCore<T> {
     /// A request found no token for a window another member leases: asks it.
     pub(super) fn ask_owner(&mut self, now: Now, need: TokenNeed) {
+        // Several requests may have sent one: the first asks, the others wait for its answer.
+        if !self.limiter.may_ask(need.key, now.cluster_ms) {
+            return;
+        }
         let me = self.params.node_id.as_u128();
         let Some(owner) = self.limiter.owner_of(need.key).filter(|o| o.owner != me) else {
             return;
@@ -170,7 +174,7 @@ impl<T: TimeSource> NodeCore<T> {
             return refused(round);
         };
         let Some(quiet_until) = self.leases(key) else {
-            // Not this node's to lease (views differ, or it is a partition's minority).
+            // Not this node's to lease (the views of the ring differ).
             return refused(round);
         };
         // The ask's wait counts from when it was sent.

@@ -48,6 +48,9 @@ pub enum MemberChange {
 
 /// How long a member that went down is remembered, to tell its return from a first join.
 const REMEMBER_DOWN: Duration = Duration::from_secs(600);
+/// How long a member's word that it leaves holds for the Down that should follow it: SWIM
+/// spreads a graceful leave within a few rounds.
+const LEAVE_WORD_HOLDS: Duration = Duration::from_secs(10);
 /// Most members remembered as down (a fleet's worth; the oldest are forgotten first).
 const MAX_REMEMBERED: usize = 4096;
 
@@ -81,6 +84,7 @@ impl MemberLog {
                 let key = m.node.as_u128();
                 self.suspects.remove(&key);
                 self.crashed.remove(&key);
+                self.leaving_said.remove(&key);
                 if self.gone.remove(&key).is_some() {
                     MemberChange::Alive {
                         id: m.node,
@@ -96,7 +100,13 @@ impl MemberLog {
             MemberEvent::Down(m) => {
                 let key = m.node.as_u128();
                 self.remember_gone(key, at);
-                if self.leaving_said.remove(&key).is_none() {
+                // Its word counts only if the Down follows it closely: a member that said it
+                // was leaving and stayed is expected like any other.
+                let left = self
+                    .leaving_said
+                    .remove(&key)
+                    .is_some_and(|said| at.saturating_duration_since(said) <= LEAVE_WORD_HOLDS);
+                if !left {
                     remember(&mut self.crashed, key, at);
                 }
                 if self.suspects.remove(&key).is_some() {
@@ -163,8 +173,10 @@ impl MemberLog {
     /// own word counts: the caller checks the datagram came from it.
     pub fn leaving_said(&mut self, member: u128, at: Instant) {
         self.leaving_said
-            .retain(|_, t| at.saturating_duration_since(*t) < REMEMBER_DOWN);
+            .retain(|_, t| at.saturating_duration_since(*t) <= LEAVE_WORD_HOLDS);
         remember(&mut self.leaving_said, member, at);
+        // Down already (its word came after SWIM's): not on a far side after all.
+        self.crashed.remove(&member);
     }
 
     /// Members that went down within `hold` before `at` without saying they were leaving, and
@@ -334,6 +346,12 @@ mod tests {
         log.leaving_said(c.node.as_u128(), t);
         log.event(&MemberEvent::Down(c.clone()), t);
         assert_eq!(log.crashed_within(hold, t), 2, "a and b, not c");
+        // A member that said it was leaving and stayed: its later Down counts as a crash.
+        let d = member(4, 7004);
+        log.leaving_said(d.node.as_u128(), t);
+        log.event(&MemberEvent::Down(d.clone()), t + 2 * LEAVE_WORD_HOLDS);
+        assert_eq!(log.crashed_within(hold, t + 2 * LEAVE_WORD_HOLDS), 3);
+        log.event(&MemberEvent::Up(d.clone()), t);
         // Back up: expected as a member again, not as one that may be on the far side.
         log.event(&MemberEvent::Up(b.clone()), t);
         assert_eq!(log.crashed_within(hold, t), 1);

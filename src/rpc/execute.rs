@@ -99,8 +99,10 @@ pub(crate) fn execute<'r, 'q>(
     let mut shadows: SmallVec<[usize; 4]> = SmallVec::new();
     let mut quotas: SmallVec<[usize; 4]> = SmallVec::new();
     let mut exceeding: SmallVec<[usize; 4]> = SmallVec::new();
-    // A plain descriptor whose cost exceeds its limit refuses the request.
+    // A plain descriptor whose cost exceeds its limit refuses the request, whatever tokens
+    // come: nothing to wait for.
     let mut allowed = true;
+    let mut hopeless = false;
     for (i, p) in planned.iter().enumerate() {
         if let Planned::Limited(item) = p {
             if item.exceeds_limit {
@@ -109,7 +111,10 @@ pub(crate) fn execute<'r, 'q>(
             match (item.exceeds_limit, item.shadow, item.quota, item.peek) {
                 (true, true, _, _) => {}
                 (true, false, true, _) => quotas.push(i),
-                (true, false, false, _) => allowed = false,
+                (true, false, false, _) => {
+                    allowed = false;
+                    hopeless = true;
+                }
                 (false, true, _, _) => shadows.push(i),
                 (false, false, true, _) => quotas.push(i),
                 (false, false, false, true) => peeks.push(i),
@@ -254,7 +259,11 @@ pub(crate) fn execute<'r, 'q>(
         allowed: allowed || shadowed,
         shadowed,
         verdicts,
-        needs: needs.into_inner(),
+        needs: if hopeless {
+            SmallVec::new()
+        } else {
+            needs.into_inner()
+        },
     })
 }
 

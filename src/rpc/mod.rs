@@ -99,16 +99,25 @@ impl RpcContext {
             )
             .map_err(|e| tally.refused(e))
         };
+        let tokens = self.tokens.as_ref().filter(|_| !req.dry_run);
+        let mut seen = tokens.map_or(0, TokenWait::arrivals);
         let mut now_ms = self.clock.now_ms();
         let mut outcome = run(now_ms)?;
-        if let Some(tokens) = self.tokens.as_ref().filter(|_| !req.dry_run) {
-            let until_ms = now_ms.saturating_add(tokens.wait_ms);
-            // Until a token comes, the wait ends, or every window lacking one was refused by
-            // its owner and holds none that becomes valid.
-            let in_vain =
-                |o: &Outcome<'_, '_>| o.needs.iter().all(|n| n.refused && n.valid_at_ms.is_none());
-            while !outcome.allowed && !in_vain(&outcome) && now_ms < until_ms {
-                tokens.wait(&outcome.needs, now_ms, until_ms).await;
+        if let Some(tokens) = tokens {
+            // On the monotonic clock: cluster time may stand still while it is slewed back.
+            let deadline =
+                tokio::time::Instant::now() + std::time::Duration::from_millis(tokens.wait_ms);
+            // Until a token comes, the wait ends, or every window lacking one cannot get one:
+            // its owner refused and it holds none that becomes valid, or the cost is above
+            // the limit.
+            let in_vain = |o: &Outcome<'_, '_>| {
+                o.needs
+                    .iter()
+                    .all(|n| n.want > n.limit || (n.refused && n.valid_at_ms.is_none()))
+            };
+            while !outcome.allowed && !in_vain(&outcome) && tokio::time::Instant::now() < deadline {
+                tokens.wait(&outcome.needs, now_ms, seen, deadline).await;
+                seen = tokens.arrivals();
                 now_ms = self.clock.now_ms();
                 outcome = run(now_ms)?;
             }

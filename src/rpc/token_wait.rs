@@ -1,5 +1,6 @@
 //! Under the ledger a request that finds no token for a window does not fail at once: the node
-//! asks the window's owner (`Command::Ask`, one ask in flight per window) and the request waits
+//! asks the window's owner (`Command::Ask`; the node sends one ask per window and wait, the
+//! others wait for its answer) and the request waits
 //! for the owner's lease, or for a token this node holds that becomes valid, and is decided
 //! again. It waits at most the limiter's `ask_wait_ms` (inside Envoy's 20 ms default timeout),
 //! and is refused at the end of it as it would have been at the start.
@@ -47,11 +48,24 @@ impl TokenWait {
         })
     }
 
+    /// How many times leases arrived at the node so far: read before a check, so that
+    /// [`TokenWait::wait`] does not sleep through one that came after it.
+    pub fn arrivals(&self) -> u64 {
+        self.view.leases_arrivals()
+    }
+
     /// Asks the owners `needs` names (where the limiter says to) and waits until a lease or an
-    /// owner's answer arrives, a held token becomes valid, or `until_ms` (cluster time, read at
-    /// `now_ms`). A full command channel skips the ask: the request still waits for what
-    /// another request's ask brings.
-    pub async fn wait(&self, needs: &[TokenNeed], now_ms: u64, until_ms: u64) {
+    /// owner's answer arrives (at once if one came since `seen`, as [`TokenWait::arrivals`]
+    /// read it before the check), a held token becomes valid (`valid_at_ms`, cluster time,
+    /// read at `now_ms`), or `deadline`. A full command channel skips the ask: the request
+    /// still waits for what another request's ask brings.
+    pub async fn wait(
+        &self,
+        needs: &[TokenNeed],
+        now_ms: u64,
+        seen: u64,
+        deadline: tokio::time::Instant,
+    ) {
         let arrived = self.view.leases.notified();
         tokio::pin!(arrived);
         // Registered before the asks go out, so that an answer landing at once still wakes it.
@@ -59,13 +73,17 @@ impl TokenWait {
         for need in needs.iter().filter(|n| n.ask) {
             let _ = self.commands.try_send(Command::Ask(*need));
         }
-        let wake_ms = needs
+        if self.arrivals() != seen {
+            return;
+        }
+        let wake = needs
             .iter()
             .filter_map(|n| n.valid_at_ms)
             .min()
-            .unwrap_or(until_ms)
-            .min(until_ms);
-        let sleep = Duration::from_millis(wake_ms.saturating_sub(now_ms).max(1));
-        let _ = tokio::time::timeout(sleep, arrived).await;
+            .map_or(deadline, |at| {
+                let after = Duration::from_millis(at.saturating_sub(now_ms).max(1));
+                deadline.min(tokio::time::Instant::now() + after)
+            });
+        let _ = tokio::time::timeout_at(wake, arrived).await;
     }
 }

@@ -322,6 +322,8 @@ impl Holdings {
         let book = Book::next(old, entries, false);
         // A message came: asking is open again.
         book.ask_again_at_ms.store(0, Ordering::Relaxed);
+        // The owner leased again: whatever it refused before no longer stands.
+        book.refused_until_ms.store(0, Ordering::Relaxed);
         self.book.store(Some(Arc::new(book)));
         true
     }

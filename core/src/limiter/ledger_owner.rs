@@ -53,7 +53,8 @@ impl Limiter {
         let timing = &self.config.ledger;
         let (seen, expected) = self.lease_part();
         LedgerParams {
-            limit: u64::from(limit) * seen.min(expected) / expected.max(1),
+            limit: (u128::from(limit) * u128::from(seen.min(expected))
+                / u128::from(expected.max(1))) as u64,
             window_ms: spec.window_ms(),
             lease_ms: timing.lease_ms,
             margin_ms: timing.margin_ms,

@@ -95,7 +95,10 @@ impl Limiter {
                 retry_after_ms,
             });
             if lacks {
-                let ask = self.leases_here(h.id).is_none() && h.state.holdings.may_ask(now_ms);
+                // A cost above the limit can never be met: nothing to ask for.
+                let ask = self.leases_here(h.id).is_none()
+                    && h.cost <= item.limit.max
+                    && h.state.holdings.may_ask(now_ms);
                 needs.push(TokenNeed {
                     index,
                     key: h.id,
@@ -193,11 +196,23 @@ impl Limiter {
     }
 
     /// The owner answered an ask of this node's for window `key`: refused until then.
+    /// A refusal holds for at most the window's length (an owner's word is not trusted for
+    /// longer, and a lease that comes clears it).
     pub fn ask_refused(&self, key: KeyId, retry_after_ms: u64, now_ms: u64) {
         let guard = self.table.guard();
         if let Some(state) = self.table.get(&key, &guard) {
-            state.holdings.refused(now_ms + retry_after_ms.max(1));
+            let retry_ms = retry_after_ms.clamp(1, state.spec().window_ms());
+            state.holdings.refused(now_ms.saturating_add(retry_ms));
         }
+    }
+
+    /// Whether an ask for window `key` may go to its owner now: none is on its way, and the
+    /// owner has not refused one lately.
+    pub fn may_ask(&self, key: KeyId, now_ms: u64) -> bool {
+        let guard = self.table.guard();
+        self.table
+            .get(&key, &guard)
+            .is_some_and(|state| state.holdings.may_ask(now_ms))
     }
 
     /// An ask for window `key` went to its owner: no other goes for `wait_ms` (the requests

@@ -22,7 +22,7 @@ pub trait OwnerView: Send + Sync + std::fmt::Debug {
     /// This node's side's part of every limit it leases, as `(members seen, members
     /// expected)`: under `strict`, a side cut off from some of the cluster leases only its
     /// part, so that the sides' leases together stay within the limit; `(1, 1)` otherwise.
-    /// Nothing is leased where the part is 0.
+    /// Nothing is leased where the part is 0 (a part too small for a limit rounds it to 0).
     fn lease_part(&self) -> (u64, u64);
 }
 

@@ -135,3 +135,16 @@ fn concurrent_spends_and_renewals_never_spend_a_token_twice() {
     let left = h.available(T0 + 1, MARGIN) as u32;
     assert_eq!(total + left, 1_000 + 48 * 10, "spent + left = granted");
 }
+
+/// An owner's refusal stands until its time or until the owner leases again, whichever comes
+/// first: a request must not be refused at once for a refusal a lease has overtaken.
+#[test]
+fn a_lease_clears_the_owners_refusal() {
+    let h = Holdings::default();
+    h.refused(T0 + 60_000);
+    assert!(h.is_refused(T0) && !h.may_ask(T0));
+    assert!(!h.is_refused(T0 + 60_000));
+    assert!(h.accept(&lease(1, 400, &[seg(1, 1, 0)])));
+    assert!(!h.is_refused(T0), "the lease overtook the refusal");
+    assert!(h.may_ask(T0));
+}
