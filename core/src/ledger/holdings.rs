@@ -20,6 +20,11 @@ use smallvec::SmallVec;
 
 use super::lease::{HeldLease, HoldingsReport, Lease, Segment};
 
+/// What `close` leaves in a segment's spent counter: above any count, so that a charge taken
+/// before the close and refunded after it (a later item of its request refused) cannot make a
+/// handed-back token spendable again by a check still holding the old book.
+const CLOSED: u32 = u32::MAX;
+
 #[derive(Debug)]
 struct HeldSegment {
     segment: Segment,
@@ -365,7 +370,7 @@ impl Holdings {
                 .map(|s| {
                     s.segment
                         .count
-                        .saturating_sub(s.spent.swap(s.segment.count, Ordering::AcqRel))
+                        .saturating_sub(s.spent.swap(CLOSED, Ordering::AcqRel))
                 })
                 .sum();
             held.push(report);

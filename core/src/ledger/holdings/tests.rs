@@ -148,3 +148,18 @@ fn a_lease_clears_the_owners_refusal() {
     assert!(!h.is_refused(T0), "the lease overtook the refusal");
     assert!(h.may_ask(T0));
 }
+
+/// A charge taken before the holdings close and refunded after (another item of its request
+/// refused) leaves nothing spendable in the book a racing check may still hold.
+#[test]
+fn a_refund_after_closing_revives_no_token() {
+    let h = Holdings::default();
+    assert!(h.accept(&lease(1, 400, &[seg(1, 2, 0)])));
+    let old = h.book.load_full().expect("a book");
+    let charge = h.try_spend(T0, 1, MARGIN).expect("a token");
+    let closed = h.close();
+    assert_eq!(closed.held[0].unspent, 1, "one handed back");
+    charge.refund();
+    let left: u32 = old.entries.iter().map(|e| e.unspent()).sum();
+    assert_eq!(left, 0, "the old book holds no token after the refund");
+}
