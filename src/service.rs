@@ -199,8 +199,10 @@ async fn save_periodically(
     stop: impl Future<Output = ()>,
 ) {
     tokio::pin!(stop);
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // An interval's first tick is at once: the first save is one interval after the start.
+    ticks.tick().await;
     loop {
         tokio::select! {
             biased;

@@ -104,9 +104,9 @@ impl RpcContext {
         let mut now_ms = self.clock.now_ms();
         let mut outcome = run(now_ms)?;
         if let Some(tokens) = tokens {
-            // On the monotonic clock: cluster time may stand still while it is slewed back.
-            let deadline =
-                tokio::time::Instant::now() + std::time::Duration::from_millis(tokens.wait_ms);
+            // On tokio's timer: cluster time may stand still while it is slewed back.
+            let deadline = tokio::time::sleep(std::time::Duration::from_millis(tokens.wait_ms));
+            tokio::pin!(deadline);
             // Until a token comes, the wait ends, or every window lacking one cannot get one:
             // its owner refused and it holds none that becomes valid, or the cost is above
             // the limit.
@@ -115,8 +115,10 @@ impl RpcContext {
                     .iter()
                     .all(|n| n.want > n.limit || (n.refused && n.valid_at_ms.is_none()))
             };
-            while !outcome.allowed && !in_vain(&outcome) && tokio::time::Instant::now() < deadline {
-                tokens.wait(&outcome.needs, now_ms, seen, deadline).await;
+            while !outcome.allowed && !in_vain(&outcome) && !deadline.is_elapsed() {
+                tokens
+                    .wait(&outcome.needs, now_ms, seen, deadline.as_mut())
+                    .await;
                 seen = tokens.arrivals();
                 now_ms = self.clock.now_ms();
                 outcome = run(now_ms)?;

@@ -8,10 +8,12 @@
 //! Invariant: waiting never admits what the ledger would refuse. Every retry is a full check
 //! against the tokens held at that moment; the wait only gives the owner's answer time to land.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::time::Sleep;
 
 use crate::limiter::{Limiter, Policy, TokenNeed};
 use crate::node::{ClusterView, Command};
@@ -57,14 +59,14 @@ impl TokenWait {
     /// Asks the owners `needs` names (where the limiter says to) and waits until a lease or an
     /// owner's answer arrives (at once if one came since `seen`, as [`TokenWait::arrivals`]
     /// read it before the check), a held token becomes valid (`valid_at_ms`, cluster time,
-    /// read at `now_ms`), or `deadline`. A full command channel skips the ask: the request
-    /// still waits for what another request's ask brings.
+    /// read at `now_ms`), or `deadline` fires. A full command channel skips the ask: the
+    /// request still waits for what another request's ask brings.
     pub async fn wait(
         &self,
         needs: &[TokenNeed],
         now_ms: u64,
         seen: u64,
-        deadline: tokio::time::Instant,
+        deadline: Pin<&mut Sleep>,
     ) {
         let arrived = self.view.leases.notified();
         tokio::pin!(arrived);
@@ -76,14 +78,21 @@ impl TokenWait {
         if self.arrivals() != seen {
             return;
         }
-        let wake = needs
+        let valid_after = needs
             .iter()
             .filter_map(|n| n.valid_at_ms)
             .min()
-            .map_or(deadline, |at| {
-                let after = Duration::from_millis(at.saturating_sub(now_ms).max(1));
-                deadline.min(tokio::time::Instant::now() + after)
-            });
-        let _ = tokio::time::timeout_at(wake, arrived).await;
+            .map(|at| Duration::from_millis(at.saturating_sub(now_ms).max(1)));
+        let valid = async {
+            match valid_after {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = arrived => {}
+            _ = deadline => {}
+            _ = valid => {}
+        }
     }
 }
