@@ -201,8 +201,7 @@ async fn save_periodically(
     tokio::pin!(stop);
     let mut ticks = tokio::time::interval(every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // An interval's first tick is at once: the first save is one interval after the start.
-    ticks.tick().await;
+    ticks.tick().await; // at once: the first save is one interval after the start
     loop {
         tokio::select! {
             biased;
