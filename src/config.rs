@@ -30,6 +30,7 @@ pub use self::limiter_settings::{
 };
 pub use self::load::ENV_PREFIX;
 pub use self::provenance::SetIn;
+pub use self::validate::ASK_WAIT_MAX_MS;
 
 /// Length of a cluster key, in bytes.
 pub const CLUSTER_KEY_BYTES: usize = 32;

@@ -14,6 +14,9 @@ const MAX_CLUSTER_ID_BYTES: usize = 64;
 /// Datagram size bounds: the IPv4 minimum reassembly size, and the largest UDP payload.
 const MIN_PACKET_SIZE: u32 = 576;
 const MAX_PACKET_SIZE: u32 = 65_507;
+/// The longest a request may wait for its window's owner (`limiter.ask_wait_ms`); an owner
+/// holds no ask's deadline further off than this.
+pub const ASK_WAIT_MAX_MS: u64 = 1_000;
 
 fn invalid(
     field: &'static str,
@@ -186,7 +189,7 @@ pub(crate) fn validate(config: &Config, p: &Provenance) -> Result<(), ConfigErro
     at_least("limiter.max_keys", limiter.max_keys as u64, 1, p)?;
     // A request waits this long inside the caller's own deadline (Envoy's is 20 ms by
     // default); a second is past any caller's patience.
-    if !(1..=1_000).contains(&limiter.ask_wait_ms) {
+    if !(1..=ASK_WAIT_MAX_MS).contains(&limiter.ask_wait_ms) {
         return Err(invalid("limiter.ask_wait_ms", p, "must be 1 to 1000"));
     }
     // Each save writes every live register: more often than a second is disk work for little.

@@ -33,14 +33,15 @@ pub enum LedgerEntry {
         lease: Lease,
     },
     /// A user with a request waiting asks the window's owner for `want` tokens, spendable
-    /// within `wait_ms` of the send time; `held` is what it has of that owner's lease.
+    /// before `deadline_ms` (cluster time, which members share within the clock margin; a
+    /// wall clock's error would move it); `held` is what it has of that owner's lease.
     Ask {
         key: KeyId,
         window_ms: u64,
         buckets: u16,
         limit: u32,
         want: u32,
-        wait_ms: u32,
+        deadline_ms: u64,
         held: Option<HeldLease>,
     },
     /// The owner refuses an ask: ask again no sooner than this.
@@ -82,7 +83,8 @@ enum Wire {
         buckets: u16,
         limit: u32,
         want: u32,
-        wait_ms: u32,
+        /// `deadline - sent`.
+        deadline: i64,
         /// `(seq, [(segment, spent)])` of the receiver's lease.
         held: Option<(u32, Vec<(u32, u32)>)>,
     },
@@ -168,7 +170,7 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
                 buckets,
                 limit,
                 want,
-                wait_ms,
+                deadline_ms,
                 held,
             } => Wire::Ask {
                 key: key.0.to_le_bytes(),
@@ -176,7 +178,7 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
                 buckets: *buckets,
                 limit: *limit,
                 want: *want,
-                wait_ms: *wait_ms,
+                deadline: offset(*deadline_ms, sent_ms),
                 held: held.as_ref().map(|h| (h.seq, h.spent.to_vec())),
             },
             LedgerEntry::Refused {
@@ -301,23 +303,25 @@ pub fn decode_ledger(
                 buckets,
                 limit,
                 want,
-                wait_ms,
+                deadline,
                 held,
             } => {
-                if !shape_ok(window_ms, buckets)
-                    || want == 0
-                    || held.as_ref().is_some_and(|(_, s)| s.len() > MOST_PARTS)
-                {
+                let deadline_ms = at(deadline, sent_ms).ok();
+                let (true, false, Some(deadline_ms)) = (
+                    shape_ok(window_ms, buckets) && want > 0,
+                    held.as_ref().is_some_and(|(_, s)| s.len() > MOST_PARTS),
+                    deadline_ms,
+                ) else {
                     rejects.malformed += 1;
                     continue;
-                }
+                };
                 LedgerEntry::Ask {
                     key: KeyId(u128::from_le_bytes(key)),
                     window_ms,
                     buckets,
                     limit,
                     want,
-                    wait_ms,
+                    deadline_ms,
                     held: held.map(|(seq, spent)| HeldLease {
                         owner: receiver,
                         seq,

@@ -5,6 +5,7 @@
 
 use super::core::NodeCore;
 use crate::clock::{Now, TimeSource};
+use crate::config::ASK_WAIT_MAX_MS;
 use crate::gossip::ledger_message::{LedgerEntry, decode_ledger};
 use crate::gossip::message::{Stamp, decode_leading_batch_stamped};
 use crate::gossip::wire::{Destination, DropReason, Header};
@@ -45,7 +46,7 @@ impl<T: TimeSource> NodeCore<T> {
             buckets: need.buckets,
             limit: need.limit,
             want: need.want,
-            wait_ms: u32::try_from(wait_ms).unwrap_or(u32::MAX),
+            deadline_ms: now.cluster_ms.saturating_add(wait_ms),
             held,
         };
         self.send_ledger(now, to, Vec::new(), vec![ask]);
@@ -133,14 +134,14 @@ impl<T: TimeSource> NodeCore<T> {
                     buckets,
                     limit,
                     want,
-                    wait_ms,
+                    deadline_ms,
                     held,
                 } => answers.push(self.answer_ask(
                     now,
                     header,
                     key,
                     (window_ms, buckets),
-                    (limit, want, wait_ms),
+                    (limit, want, deadline_ms),
                     held,
                 )),
             }
@@ -154,15 +155,15 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// This node's answer to an ask for `want` tokens of `key`, under the asker's `limit`,
-    /// spendable within `wait_ms` of the ask's sending; `held` is what the asker has of this
-    /// node's lease.
+    /// spendable before `deadline_ms` (cluster time; no further off than the longest wait a
+    /// configuration allows); `held` is what the asker has of this node's lease.
     fn answer_ask(
         &mut self,
         now: Now,
         header: &Header,
         key: KeyId,
         (window_ms, buckets): (u64, u16),
-        (limit, want, wait_ms): (u32, u32, u32),
+        (limit, want, deadline_ms): (u32, u32, u64),
         held: Option<crate::ledger::HeldLease>,
     ) -> LedgerEntry {
         let refused = |retry_after_ms: u64| LedgerEntry::Refused {
@@ -177,8 +178,7 @@ impl<T: TimeSource> NodeCore<T> {
             // Not this node's to lease (the views of the ring differ).
             return refused(round);
         };
-        // The ask's wait counts from when it was sent.
-        let deadline = header.sent_ms.saturating_add(u64::from(wait_ms));
+        let deadline = deadline_ms.min(now.cluster_ms.saturating_add(ASK_WAIT_MAX_MS));
         match self.limiter.owner_ask(
             header.sender,
             key,

@@ -158,6 +158,11 @@ impl Books {
             .map_or(0, |b| b.unspent_total(self.me))
     }
 
+    /// The most tokens one of `user`'s requests asked for, or 1 if it never asked.
+    pub fn cost_of(&self, user: u128) -> u64 {
+        self.users.get(&user).map_or(1, |b| b.cost.max(1))
+    }
+
     /// When `user` was last heard from (its last report), or 0.
     pub fn heard_at(&self, user: u128) -> u64 {
         self.users.get(&user).map_or(0, |b| b.last_heard_ms)
@@ -319,9 +324,10 @@ impl Books {
         out
     }
 
-    /// A user with a request waiting and no token asks for `want`: granted from the earliest
-    /// moment before `deadline_ms` at which a token is free for a lease's whole span
-    /// (post-dated if that is later than now); refused otherwise, with when to ask again.
+    /// A user with a request waiting and no token asks for `want`: all of it granted from the
+    /// earliest moment before `deadline_ms` at which `want` tokens are free for a lease's
+    /// whole span (post-dated if that is later than now); refused otherwise, with when to ask
+    /// again. The books keep the largest `want` as the user's request size.
     pub fn ask(
         &mut self,
         ask: Ask,
@@ -335,8 +341,12 @@ impl Books {
             held,
             deadline_ms,
         } = ask;
-        if let Some(h) = held {
-            self.users.entry(user).or_default().take_word(self.me, h);
+        {
+            let b = self.users.entry(user).or_default();
+            b.cost = b.cost.max(want);
+            if let Some(h) = held {
+                b.take_word(self.me, h);
+            }
         }
         let start = now_ms.max(self.quiet_until_ms);
         let mut occupancy = self.occupancy(spends, now_ms, params);
@@ -346,7 +356,8 @@ impl Books {
         let refused = |retry_after_ms: u64| AskAnswer::Refused {
             retry_after_ms: retry_after_ms.max(1),
         };
-        let Some(at) = occupancy.earliest_room(params.limit, 1, start, hold, horizon) else {
+        // An ask serves one request: all of `want` or nothing (a part would lie idle).
+        let Some(at) = occupancy.earliest_room(params.limit, want, start, hold, horizon) else {
             return refused(params.horizon_ms);
         };
         if at >= deadline_ms {
@@ -360,8 +371,8 @@ impl Books {
         let until_ms = params.tail_of(b.expires_ms);
         // The extension may have taken the room found: tokens the user still holds (a lease
         // message it may never have had) come back with it, and count first.
-        let count = want.min(occupancy.room(params.limit, at, until_ms));
-        if count == 0 {
+        let count = want;
+        if occupancy.room(params.limit, at, until_ms) < want {
             return if b.unspent_total(me) > 0 {
                 AskAnswer::Granted(b.message(me))
             } else {

@@ -13,6 +13,7 @@ mod holdings;
 mod lease;
 mod occupancy;
 mod quantile;
+mod targets;
 pub mod tuning;
 
 pub use books::{Ask, AskAnswer, Books, Heard, LedgerParams, Renewal};
@@ -20,3 +21,4 @@ pub use holdings::{Charge, Holdings};
 pub use lease::{HeldLease, HoldingsReport, Lease, Segment};
 pub use occupancy::{Occupancy, Span};
 pub use quantile::poisson_quantile;
+pub use targets::{Cover, cover_targets};

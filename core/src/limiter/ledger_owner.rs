@@ -12,8 +12,8 @@ use super::state::{WindowState, is_aggregate};
 use super::{KeyId, Limiter};
 use crate::ledger::tuning::LEASE_QUANTILE;
 use crate::ledger::{
-    Ask, AskAnswer, Books, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal, Span,
-    poisson_quantile,
+    Ask, AskAnswer, Books, Cover, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal,
+    Span, cover_targets, poisson_quantile,
 };
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -176,13 +176,16 @@ impl Limiter {
         let mut owned = self.lock_owned();
         let round = self.config.gossip_interval_ms;
         let calm_lease_ms = (crate::ledger::tuning::CALM_ROUNDS + 1) * round;
-        let kept_since = now_ms.saturating_sub(2 * calm_lease_ms);
-        let active_since = now_ms.saturating_sub(calm_lease_ms);
         let mut out = Vec::new();
         owned.windows.retain(|key, w| {
             if !owns(*key) {
                 return false;
             }
+            // A user's demand is its count over the window when it reported: until a window
+            // has passed since, nothing says it fell (a user reports when it is offered
+            // anything), so it is renewed that long, and its books kept a calm lease more.
+            let active_since = now_ms.saturating_sub(calm_lease_ms.max(w.spec.window_ms()));
+            let kept_since = active_since.saturating_sub(calm_lease_ms);
             w.books.forget_idle(kept_since);
             let Some(state) = self.table.get(key, &guard) else {
                 return !w.books.is_empty();
@@ -201,8 +204,14 @@ impl Limiter {
             // scaled; and the tokens that cover it with LEASE_QUANTILE.
             let expected =
                 |demand: u32, lease_ms: u64| f64::from(demand) * lease_ms as f64 / window_ms;
-            let cover = |demand: u32, lease_ms: u64| {
-                poisson_quantile(expected(demand, lease_ms), LEASE_QUANTILE)
+            // Requests come in units of the user's request size: the cover counts requests.
+            let costs: BTreeMap<u128, u64> = demands
+                .iter()
+                .map(|(u, _)| (*u, w.books.cost_of(*u)))
+                .collect();
+            let cover = |user: &u128, demand: u32, lease_ms: u64| {
+                let cost = costs.get(user).copied().unwrap_or(1);
+                cost * poisson_quantile(expected(demand, lease_ms) / cost as f64, LEASE_QUANTILE)
             };
             // Calm: what is taken, with every user covered over a calm lease, is at most half
             // the limit.
@@ -211,7 +220,10 @@ impl Limiter {
                 .books
                 .occupancy(&spends, now_ms, &params)
                 .peak(now_ms, calm_end);
-            let calm_cover: u64 = demands.iter().map(|(_, d)| cover(*d, calm_lease_ms)).sum();
+            let calm_cover: u64 = demands
+                .iter()
+                .map(|(u, d)| cover(u, *d, calm_lease_ms))
+                .sum();
             let calm = 2 * (taken + calm_cover) <= u64::from(limit);
             let lease_ms = if calm {
                 calm_lease_ms
@@ -238,13 +250,16 @@ impl Limiter {
                     w.books.held_by(*user).saturating_sub(spent_since)
                 })
                 .collect();
-            let targets = cover_targets(
-                &demands
-                    .iter()
-                    .map(|(_, d)| (expected(*d, lease_ms), cover(*d, lease_ms)))
-                    .collect::<Vec<_>>(),
-                room + held.iter().sum::<u64>(),
-            );
+            let wants: Vec<Cover> = demands
+                .iter()
+                .map(|(u, d)| Cover {
+                    expected: expected(*d, lease_ms),
+                    covered: cover(u, *d, lease_ms),
+                    unit: costs.get(u).copied().unwrap_or(1),
+                })
+                .collect();
+            let first = (now_ms / round.max(1)) as usize;
+            let targets = cover_targets(&wants, room + held.iter().sum::<u64>(), first);
             let renewals: Vec<Renewal> = demands
                 .iter()
                 .zip(targets)
@@ -351,40 +366,4 @@ impl Limiter {
     pub fn owned_windows(&self) -> usize {
         self.lock_owned().windows.len()
     }
-}
-
-/// What each user of a window should hold, given `(expected, covered)` for each (what it is
-/// expected to be offered over the lease, and what covers that with [`LEASE_QUANTILE`]) and
-/// `capacity`, the tokens they may hold in all (the room, and what they hold now): every user
-/// its expected count where that fits (else the capacity in proportion to it), then the rest
-/// towards each one's cover in proportion to what it lacks. Water-filling, so that a window
-/// whose users' covers do not all fit still gives each the most of its cover it can, rather
-/// than falling back to the expected counts alone.
-fn cover_targets(users: &[(f64, u64)], capacity: u64) -> Vec<u64> {
-    let expected: Vec<u64> = users.iter().map(|(e, _)| e.ceil() as u64).collect();
-    let base: u64 = expected.iter().sum();
-    if base >= capacity {
-        return expected
-            .iter()
-            .map(|e| (u128::from(*e) * u128::from(capacity) / u128::from(base.max(1))) as u64)
-            .collect();
-    }
-    let lack: Vec<u64> = users
-        .iter()
-        .zip(&expected)
-        .map(|((_, c), e)| c.saturating_sub(*e))
-        .collect();
-    let total_lack: u64 = lack.iter().sum();
-    let spare = capacity - base;
-    expected
-        .iter()
-        .zip(&lack)
-        .map(|(e, l)| {
-            e + if total_lack <= spare {
-                *l
-            } else {
-                (u128::from(*l) * u128::from(spare) / u128::from(total_lack)) as u64
-            }
-        })
-        .collect()
 }

@@ -39,7 +39,7 @@ fn every_entry_round_trips_and_owners_implied_by_the_datagram_are_not_written() 
             buckets: 10,
             limit: 100,
             want: 3,
-            wait_ms: 15,
+            deadline_ms: SENT + 15,
             held: Some(HeldLease {
                 owner,
                 seq: 4,

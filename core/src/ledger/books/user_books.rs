@@ -26,6 +26,9 @@ pub(super) struct UserBooks {
     /// The limit the user last said the window has (its rules).
     pub(super) limit: u32,
     pub(super) last_heard_ms: u64,
+    /// The most tokens one request of the user's has asked for (0: it never asked). Its
+    /// requests are drawn in units of that size, so what covers its demand is counted in them.
+    pub(super) cost: u64,
 }
 
 impl UserBooks {

@@ -68,8 +68,13 @@ impl Cluster {
     /// A check at node `i`; where it lacks a token it may ask for, the owner is asked and
     /// the check made again.
     fn check(&self, i: usize, key: &str, limit: Limit, now: u64) -> bool {
+        self.check_costing(i, key, limit, 1, now)
+    }
+
+    /// [`Cluster::check`] of a request costing `cost` tokens.
+    fn check_costing(&self, i: usize, key: &str, limit: Limit, cost: u32, now: u64) -> bool {
         let node = &self.nodes[i];
-        let d = check(node, key, &[limit], 1, now);
+        let d = check(node, key, &[limit], cost, now);
         if d.allowed {
             return true;
         }
@@ -103,7 +108,7 @@ impl Cluster {
                 );
                 // Waits for the token if it is post-dated within the wait.
                 let at = now.max(valid_from);
-                check(node, key, &[limit], 1, at).allowed
+                check(node, key, &[limit], cost, at).allowed
             }
             AskAnswer::Refused { retry_after_ms } => {
                 node.ask_refused(need.key, retry_after_ms, now);
@@ -297,15 +302,28 @@ fn unneeded_tokens_of_a_long_window_return_to_the_owner_within_rounds() {
     assert!(check(&c.nodes[1], "tenant", &[limit], 1, T0 + 1).allowed);
     // Three left at node 1, leased until the lease ends plus a day: node 2 gets six.
     // What an ask of node 2's is granted: the new segment of its lease's message.
-    let ask = |now: u64| match c
-        .owner()
-        .owner_ask(3, id, &spec, 10, 9, None, now + 15, now, 0)
-    {
+    // An ask is granted whole or not at all.
+    let ask = |now: u64, want: u32| match c.owner().owner_ask(
+        3,
+        id,
+        &spec,
+        10,
+        want,
+        None,
+        now + 15,
+        now,
+        0,
+    ) {
         AskAnswer::Granted(l) => l.segments.last().map_or(0, |s| s.count),
         AskAnswer::Refused { .. } => 0,
     };
-    assert_eq!(ask(T0 + 5), 6);
-    assert_eq!(ask(T0 + 6), 0, "one spent, three at node 1, six at node 2");
+    assert_eq!(ask(T0 + 5, 7), 0, "six are free, not seven");
+    assert_eq!(ask(T0 + 5, 6), 6);
+    assert_eq!(
+        ask(T0 + 6, 1),
+        0,
+        "one spent, three at node 1, six at node 2"
+    );
     // Rounds go on; node 1 spends nothing more, its renewals shrink to what its demand needs,
     // and the round after that reports what it holds.
     let mut given_back = None;
@@ -323,8 +341,52 @@ fn unneeded_tokens_of_a_long_window_return_to_the_owner_within_rounds() {
     let (at, kept) = given_back.expect("node 1 gives tokens back and reports it");
     assert!(at < T0 + 5_000, "within rounds, not a day: {}", at - T0);
     assert_eq!(
-        ask(at + 2),
+        ask(at + 2, 3 - kept as u32),
         3 - kept,
         "what node 1 gave up is free again (node 2 holds its six)"
+    );
+}
+
+/// Users of a minute's window offered a request of five tokens every few seconds, far under
+/// the limit, whose owner is too far to ask in time: once each has asked once (the owner
+/// learns its request size), every request is admitted from the tokens it holds: each is
+/// leased a whole request's cover, not a cover counted in tokens (which would be a part of
+/// one request, of no use to it).
+#[test]
+fn sparse_users_of_a_long_window_hold_a_whole_request_between_their_requests() {
+    let c = Cluster::new(5);
+    let limit = Limit {
+        max: 1_000,
+        window: WindowSpec::with_default_buckets(60_000).unwrap(),
+    };
+    let (mut first, mut later, mut refused) = (0, 0, 0);
+    for ms in 0..120_000u64 {
+        let now = T0 + ms;
+        if ms.is_multiple_of(200) {
+            c.round(now);
+        }
+        // Node i checks every 7 s (staggered): a few requests a minute each.
+        for i in 1..5 {
+            if (ms + 1_700 * i as u64) % 7_000 != 0 {
+                continue;
+            }
+            if ms < 7_000 {
+                first += 1;
+                assert!(
+                    c.check_costing(i, "tenant", limit, 5, now),
+                    "the first asks"
+                );
+            } else {
+                later += 1;
+                // No ask: the owner is out of reach in time.
+                refused += usize::from(!check(&c.nodes[i], "tenant", &[limit], 5, now).allowed);
+            }
+        }
+    }
+    assert_eq!(first, 4);
+    assert!(later > 50, "{later} later requests");
+    assert_eq!(
+        refused, 0,
+        "{refused} of {later} refused with a limit far off"
     );
 }
