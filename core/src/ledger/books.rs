@@ -10,8 +10,10 @@ use smallvec::SmallVec;
 use super::lease::{HeldLease, HoldingsReport, Lease, Segment};
 use super::occupancy::{Occupancy, Span};
 
+mod split;
 mod user_books;
 
+use self::split::proportional;
 use self::user_books::{Granted, UserBooks};
 
 /// The owner's side of a window's ledger: the window's shape and limit, and the timing of
@@ -133,11 +135,13 @@ impl Books {
     }
 
     /// The window's limit: the least any user heard from since `since_ms` says (users whose
-    /// rules differ get the smaller limit). `None` if none was heard.
+    /// rules differ get the smaller limit). A limit of 0 is no word: it comes from a member
+    /// that never checked the window (its registers or leases made the window there), and a
+    /// rule of 0 admits nothing at its own user without any token. `None` if none was heard.
     pub fn limit(&self, since_ms: u64) -> Option<u32> {
         self.users
             .values()
-            .filter(|b| b.last_heard_ms >= since_ms && b.report.is_some())
+            .filter(|b| b.last_heard_ms >= since_ms && b.report.is_some() && b.limit > 0)
             .map(|b| b.limit)
             .min()
     }
@@ -261,6 +265,7 @@ impl Books {
             }
         }
         let wants: Vec<(u128, u64)> = renewed.iter().map(|r| (r.user, r.want)).collect();
+        let units: Vec<u64> = wants.iter().map(|(u, _)| self.cost_of(*u)).collect();
         let mut given = vec![0u64; wants.len()];
         let starts = std::iter::once(now_ms).chain(
             occupancy
@@ -282,7 +287,7 @@ impl Books {
             if room == 0 {
                 continue;
             }
-            let split = proportional(&wants, &given, room);
+            let split = proportional(&wants, &given, room, &units);
             let mut granted = 0;
             for (i, n) in split.into_iter().enumerate() {
                 if n == 0 {
@@ -402,39 +407,6 @@ impl Books {
     pub fn is_empty(&self) -> bool {
         self.users.values().all(|b| b.segments.is_empty())
     }
-}
-
-/// Splits `room` tokens among `wants` in proportion to each want, given what each was given
-/// already: largest remainders first, never past a want.
-fn proportional(wants: &[(u128, u64)], given: &[u64], room: u64) -> Vec<u64> {
-    let left: Vec<u64> = wants
-        .iter()
-        .zip(given)
-        .map(|((_, w), g)| w.saturating_sub(*g))
-        .collect();
-    let total: u64 = left.iter().sum();
-    if total <= room {
-        return left;
-    }
-    let mut out: Vec<u64> = left
-        .iter()
-        .map(|l| (u128::from(*l) * u128::from(room) / u128::from(total)) as u64)
-        .collect();
-    let mut spare = room - out.iter().sum::<u64>();
-    // The remainders, largest first (ties: the user with less so far, then by order).
-    let mut order: Vec<usize> = (0..left.len()).filter(|i| left[*i] > out[*i]).collect();
-    order.sort_by_key(|i| {
-        let rem = u128::from(left[*i]) * u128::from(room) % u128::from(total);
-        (std::cmp::Reverse(rem), given[*i], *i)
-    });
-    for i in order {
-        if spare == 0 {
-            break;
-        }
-        out[i] += 1;
-        spare -= 1;
-    }
-    out
 }
 
 #[cfg(test)]

@@ -241,12 +241,20 @@ impl Limiter {
                 params.tail_of(now_ms + lease_ms),
             );
             // What each holds now: what it said it had left, less what it is expected to
-            // have spent since (a user reports only so often).
+            // have spent since. A user that spends reports within a calm lease (and at once
+            // when its tokens run low): a longer silence says it spent nothing, and guessing
+            // spends past that would lease it more and more tokens it does not need.
             let held: Vec<u64> = demands
                 .iter()
                 .map(|(user, demand)| {
                     let since_report = now_ms.saturating_sub(w.books.heard_at(*user));
-                    let spent_since = expected(*demand, since_report) as u64;
+                    // In whole requests: what it holds is a whole number of them.
+                    let unit = costs.get(user).copied().unwrap_or(1);
+                    let spent_since = if since_report <= calm_lease_ms {
+                        expected(*demand, since_report) as u64 / unit * unit
+                    } else {
+                        0
+                    };
                     w.books.held_by(*user).saturating_sub(spent_since)
                 })
                 .collect();

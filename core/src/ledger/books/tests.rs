@@ -370,3 +370,60 @@ fn ask(user: u128, want: u64, held: Option<HeldLease>, deadline_ms: u64) -> Ask 
         deadline_ms,
     }
 }
+
+/// A user that never checked the window (it reports a limit of 0: its registers or leases
+/// made the window there) says nothing of the window's limit; the others' limits stand.
+#[test]
+fn a_limit_of_zero_is_no_word_on_the_windows_limit() {
+    let mut books = Books::new(1, 0);
+    let heard = |limit: u32| Heard {
+        limit,
+        ..Heard::default()
+    };
+    books.heard(2, 1, heard(0), 10_000);
+    assert_eq!(books.limit(0), None);
+    books.heard(3, 1, heard(100), 10_000);
+    books.heard(4, 1, heard(80), 10_000);
+    assert_eq!(books.limit(0), Some(80), "the least of those that know it");
+}
+
+/// An ask serves one request: all of its tokens or none (a part would idle at the user);
+/// the books keep the most one of the user's asks wanted as its request size.
+#[test]
+fn an_ask_is_granted_whole_or_refused() {
+    let p = params(10);
+    let mut books = Books::new(1, 0);
+    let AskAnswer::Granted(_) = books.ask(ask(2, 7, None, 10_015), &[], 10_000, &p) else {
+        panic!("ten free");
+    };
+    assert_eq!(books.cost_of(2), 7);
+    assert!(
+        matches!(
+            books.ask(ask(3, 4, None, 10_015), &[], 10_001, &p),
+            AskAnswer::Refused { .. }
+        ),
+        "three free, not four"
+    );
+    assert_eq!(books.cost_of(3), 4);
+    assert_eq!(books.cost_of(4), 1, "never asked: a token");
+}
+
+/// A round's split of scarce room gives each user whole requests of its size, never more
+/// than the room.
+#[test]
+fn scarce_room_is_split_in_whole_requests() {
+    let wants = [(2u128, 10u64), (3, 10)];
+    assert_eq!(
+        super::proportional(&wants, &[0, 0], 12, &[5, 5]),
+        vec![5, 5]
+    );
+    assert_eq!(
+        super::proportional(&wants, &[0, 0], 12, &[1, 5]),
+        vec![7, 5]
+    );
+    assert_eq!(super::proportional(&wants, &[0, 0], 4, &[5, 5]), vec![0, 0]);
+    assert_eq!(
+        super::proportional(&wants, &[0, 0], 30, &[5, 5]),
+        vec![10, 10]
+    );
+}
