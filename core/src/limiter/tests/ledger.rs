@@ -341,7 +341,7 @@ fn unneeded_tokens_of_a_long_window_return_to_the_owner_within_rounds() {
     let (at, kept) = given_back.expect("node 1 gives tokens back and reports it");
     assert!(at < T0 + 5_000, "within rounds, not a day: {}", at - T0);
     assert_eq!(
-        ask(at + 2, 3 - kept as u32),
+        ask(at + 2, 3 - kept),
         3 - kept,
         "what node 1 gave up is free again (node 2 holds its six)"
     );
@@ -367,7 +367,7 @@ fn sparse_users_of_a_long_window_hold_a_whole_request_between_their_requests() {
         }
         // Node i checks every 7 s (staggered): a few requests a minute each.
         for i in 1..5 {
-            if (ms + 1_700 * i as u64) % 7_000 != 0 {
+            if !(ms + 1_700 * i as u64).is_multiple_of(7_000) {
                 continue;
             }
             if ms < 7_000 {
