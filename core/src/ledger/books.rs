@@ -376,7 +376,6 @@ impl Books {
         let until_ms = params.tail_of(b.expires_ms);
         // The extension may have taken the room found: tokens the user still holds (a lease
         // message it may never have had) come back with it, and count first.
-        let count = want;
         if occupancy.room(params.limit, at, until_ms) < want {
             return if b.unspent_total(me) > 0 {
                 AskAnswer::Granted(b.message(me))
@@ -387,7 +386,7 @@ impl Books {
         b.last_segment += 1;
         let segment = Segment {
             id: b.last_segment,
-            count: u32::try_from(count).unwrap_or(u32::MAX),
+            count: u32::try_from(want).unwrap_or(u32::MAX),
             valid_from_ms: at,
         };
         b.segments.push(Granted {

@@ -22,28 +22,52 @@ pub struct Cover {
 /// never passes `capacity`.
 pub fn cover_targets(users: &[Cover], capacity: u64, first: usize) -> Vec<u64> {
     let raw = water_fill(users, capacity);
-    let mut out: Vec<u64> = raw
+    let units: Vec<u64> = users.iter().map(|u| u.unit).collect();
+    let caps: Vec<u64> = raw
         .iter()
-        .zip(users)
-        .map(|(r, u)| r - r % u.unit.max(1))
+        .zip(&units)
+        .map(|(r, u)| r.next_multiple_of((*u).max(1)))
         .collect();
+    whole_units(&raw, &units, &caps, capacity, first)
+}
+
+/// `raw` parts rounded down to whole `units`, then what that frees of `capacity` given back a
+/// unit at a time: first to the parts rounded off most (as a share of their unit; ties from
+/// the `first`-th part on), one unit each, then to any part it fits; never past a part's cap
+/// in `caps`, never past `capacity` in all.
+pub(crate) fn whole_units(
+    raw: &[u64],
+    units: &[u64],
+    caps: &[u64],
+    capacity: u64,
+    first: usize,
+) -> Vec<u64> {
+    let n = raw.len();
+    let unit = |i: usize| units[i].max(1);
+    let mut out: Vec<u64> = (0..n).map(|i| raw[i] - raw[i] % unit(i)).collect();
     let mut spare = capacity.saturating_sub(out.iter().sum());
-    let n = users.len();
     let mut order: Vec<usize> = (0..n).filter(|i| raw[*i] > out[*i]).collect();
     order.sort_by_key(|i| {
-        let unit = users[*i].unit.max(1);
-        // The part of a request rounded off, as a fraction of the request (scaled).
-        let cut = u128::from(raw[*i] - out[*i]) * 1_000_000 / u128::from(unit);
+        // The part of a unit rounded off, as a fraction of the unit (scaled).
+        let cut = u128::from(raw[*i] - out[*i]) * 1_000_000 / u128::from(unit(*i));
         (
             std::cmp::Reverse(cut),
             (*i + n - first % n.max(1)) % n.max(1),
         )
     });
+    let fits = |i: usize, out: &[u64], spare: u64| {
+        (unit(i) <= spare && out[i] + unit(i) <= caps[i]).then_some(unit(i))
+    };
     for i in order {
-        let unit = users[i].unit.max(1);
-        if unit <= spare {
-            out[i] += unit;
-            spare -= unit;
+        if let Some(u) = fits(i, &out, spare) {
+            out[i] += u;
+            spare -= u;
+        }
+    }
+    for i in 0..n {
+        while let Some(u) = fits(i, &out, spare) {
+            out[i] += u;
+            spare -= u;
         }
     }
     out

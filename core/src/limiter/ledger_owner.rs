@@ -193,7 +193,12 @@ impl Limiter {
             let Some(limit) = w.books.limit(kept_since) else {
                 return !w.books.is_empty();
             };
-            let demands: Vec<(u128, u32)> = w.books.demands(active_since).collect();
+            // Each user with its demand and its request size.
+            let demands: Vec<(u128, u32, u64)> = w
+                .books
+                .demands(active_since)
+                .map(|(u, d)| (u, d, w.books.cost_of(u)))
+                .collect();
             if demands.is_empty() {
                 return true;
             }
@@ -205,12 +210,7 @@ impl Limiter {
             let expected =
                 |demand: u32, lease_ms: u64| f64::from(demand) * lease_ms as f64 / window_ms;
             // Requests come in units of the user's request size: the cover counts requests.
-            let costs: BTreeMap<u128, u64> = demands
-                .iter()
-                .map(|(u, _)| (*u, w.books.cost_of(*u)))
-                .collect();
-            let cover = |user: &u128, demand: u32, lease_ms: u64| {
-                let cost = costs.get(user).copied().unwrap_or(1);
+            let cover = |demand: u32, cost: u64, lease_ms: u64| {
                 cost * poisson_quantile(expected(demand, lease_ms) / cost as f64, LEASE_QUANTILE)
             };
             // Calm: what is taken, with every user covered over a calm lease, is at most half
@@ -222,7 +222,7 @@ impl Limiter {
                 .peak(now_ms, calm_end);
             let calm_cover: u64 = demands
                 .iter()
-                .map(|(u, d)| cover(u, *d, calm_lease_ms))
+                .map(|(_, d, c)| cover(*d, *c, calm_lease_ms))
                 .sum();
             let calm = 2 * (taken + calm_cover) <= u64::from(limit);
             let lease_ms = if calm {
@@ -246,10 +246,9 @@ impl Limiter {
             // spends past that would lease it more and more tokens it does not need.
             let held: Vec<u64> = demands
                 .iter()
-                .map(|(user, demand)| {
+                .map(|(user, demand, unit)| {
                     let since_report = now_ms.saturating_sub(w.books.heard_at(*user));
                     // In whole requests: what it holds is a whole number of them.
-                    let unit = costs.get(user).copied().unwrap_or(1);
                     let spent_since = if since_report <= calm_lease_ms {
                         expected(*demand, since_report) as u64 / unit * unit
                     } else {
@@ -260,10 +259,10 @@ impl Limiter {
                 .collect();
             let wants: Vec<Cover> = demands
                 .iter()
-                .map(|(u, d)| Cover {
+                .map(|(_, d, c)| Cover {
                     expected: expected(*d, lease_ms),
-                    covered: cover(u, *d, lease_ms),
-                    unit: costs.get(u).copied().unwrap_or(1),
+                    covered: cover(*d, *c, lease_ms),
+                    unit: *c,
                 })
                 .collect();
             let first = (now_ms / round.max(1)) as usize;
@@ -272,7 +271,7 @@ impl Limiter {
                 .iter()
                 .zip(targets)
                 .zip(&held)
-                .map(|(((user, _), target), held)| Renewal {
+                .map(|(((user, _, _), target), held)| Renewal {
                     user: *user,
                     want: target.saturating_sub(*held),
                     extend: target > 0 && w.books.lease_end(*user) < now_ms + 2 * round,

@@ -1,5 +1,7 @@
 //! How a round splits scarce room among its users' wants.
 
+use crate::ledger::targets::whole_units;
+
 /// Splits `room` tokens among `wants` in proportion to each want, given what each was given
 /// already: largest remainders first, never past a want; each part a whole number of the
 /// user's `units` (a request's tokens: a part of one is of no use to it), what that rounds
@@ -11,37 +13,13 @@ pub(super) fn proportional(
     units: &[u64],
 ) -> Vec<u64> {
     let tokens = proportional_tokens(wants, given, room);
-    let left: Vec<u64> = wants
+    let caps: Vec<u64> = wants
         .iter()
         .zip(given)
-        .map(|((_, w), g)| w.saturating_sub(*g))
-        .collect();
-    let mut out: Vec<u64> = tokens
-        .iter()
         .zip(units)
-        .map(|(t, u)| t - t % u.max(&1))
+        .map(|(((_, w), g), u)| w.saturating_sub(*g).next_multiple_of((*u).max(1)))
         .collect();
-    let mut spare = room.saturating_sub(out.iter().sum());
-    let mut order: Vec<usize> = (0..out.len()).filter(|i| tokens[*i] > out[*i]).collect();
-    order.sort_by_key(|i| (std::cmp::Reverse(tokens[*i] - out[*i]), *i));
-    let fits = |i: usize, out: &[u64], spare: u64| {
-        let unit = units[i].max(1);
-        (unit <= spare && out[i] + unit <= left[i].next_multiple_of(unit)).then_some(unit)
-    };
-    for i in order {
-        if let Some(unit) = fits(i, &out, spare) {
-            out[i] += unit;
-            spare -= unit;
-        }
-    }
-    // Then what is still spare, to any user it fits a unit of.
-    for i in 0..out.len() {
-        while let Some(unit) = fits(i, &out, spare) {
-            out[i] += unit;
-            spare -= unit;
-        }
-    }
-    out
+    whole_units(&tokens, units, &caps, room, 0)
 }
 
 /// [`proportional`] in tokens.
