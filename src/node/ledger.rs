@@ -23,28 +23,49 @@ use crate::limiter::{
 };
 
 impl<T: TimeSource> NodeCore<T> {
-    /// How long a new owner leases nothing: a lease of the previous owner's lapses, and two
-    /// rounds bring its users' reports of what they spent.
+    /// How long a new owner leases nothing: every lease of the previous owner ends (a calm
+    /// window's users report only with their next change), and two rounds bring its users'
+    /// reports of what they spent.
     fn quiet_ms(&self) -> u64 {
-        self.limiter.config().ledger.lease_ms + 2 * self.params.gossip_interval.as_millis() as u64
+        let round = self.params.gossip_interval.as_millis() as u64;
+        let longest = crate::ledger::tuning::longest_lease_ms(round);
+        longest.max(self.limiter.config().ledger.lease_ms) + 2 * round
     }
 
-    /// This node's side's part of the limits it leases: under `strict`, the members it does
-    /// not suspect, itself included, over the members expected. Expected are the members now
-    /// and those that went down without saying they were leaving, within `expected_hold_ms` (they may be
+    /// This node's side's part of the limits it leases: under `strict`, the members on its
+    /// side, itself included, over the members expected. Expected are the members now and those
+    /// that went down without saying they were leaving, within `expected_hold_ms` (they may be
     /// admitting on the far side of a partition); a member that left gracefully is expected no
-    /// more, so the members staying keep the whole limit.
+    /// more, so the members staying keep the whole limit. On its side are the members SWIM does
+    /// not suspect; while a partition is possible (a member suspected, or gone down without
+    /// leaving within `expected_hold_ms`) only those of them heard from within
+    /// [`PRESENT_WITHIN_ROUNDS`]: SWIM suspects the members across a cut one by one, over
+    /// seconds, and a side that counted the far members it does not suspect yet would lease
+    /// part of the far side's part.
+    ///
+    /// [`PRESENT_WITHIN_ROUNDS`]: crate::ledger::tuning::PRESENT_WITHIN_ROUNDS
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
-        match self.limiter.config().policy {
-            Policy::Ledger(PartitionPolicy::Strict) => {
-                let hold = std::time::Duration::from_millis(self.limiter.config().expected_hold_ms);
-                let members = self.membership.num_members() + 1;
-                let expected = members + self.member_log.crashed_within(hold, now.at);
-                let seen = members.saturating_sub(self.suspects.len()).max(1);
-                (seen as u64, expected as u64)
-            }
-            _ => (1, 1),
-        }
+        let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy else {
+            return (1, 1);
+        };
+        let hold = std::time::Duration::from_millis(self.limiter.config().expected_hold_ms);
+        let members = self.membership.num_members() + 1;
+        let crashed = self.member_log.crashed_within(hold, now.at);
+        let expected = members + crashed;
+        let seen = if crashed == 0 && self.suspects.is_empty() {
+            members
+        } else {
+            let round = self.params.gossip_interval.as_millis() as u64;
+            let present = crate::ledger::tuning::PRESENT_WITHIN_ROUNDS * round;
+            let since = now.cluster_ms.saturating_sub(present);
+            let heard = |id: &u128| self.liveness.last_datagram(*id).is_some_and(|t| t >= since);
+            let others = self.membership.members();
+            let ids = others.iter().map(|m| m.node.as_u128());
+            1 + ids
+                .filter(|id| !self.suspects.contains(id) && heard(id))
+                .count()
+        };
+        (seen as u64, expected as u64)
     }
 
     /// Gives the limiter the current ring (and the rings before it within a quiet period).

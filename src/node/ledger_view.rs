@@ -103,6 +103,11 @@ impl LedgerNode {
             return None;
         }
         let old = self.ring.replace(ring.clone());
+        if self.installed.is_none() {
+            // A node's first ring says nothing of who leased before it: a node that starts,
+            // or restarts, owns its windows only after a quiet period like any new owner.
+            self.floor_quiet_until_ms = now_ms + quiet_ms;
+        }
         if self.installed.is_some_and(|(g, _)| g != generation)
             && let Some(old) = old
         {
@@ -122,5 +127,65 @@ impl LedgerNode {
             quiet_ms,
             part,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::placement::Member;
+
+    fn ring(ids: &[u128]) -> Ring {
+        let members: Vec<Member> = ids
+            .iter()
+            .map(|&id| Member {
+                id,
+                addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + id as u16)),
+            })
+            .collect();
+        Ring::of([7; 32], &members)
+    }
+
+    fn spread(k: u128) -> KeyId {
+        KeyId(k.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835))
+    }
+
+    /// A node that starts alone owns every window in its first ring, and still owns some once
+    /// it sees the others: it leases none of them before a quiet period from its first ring,
+    /// as the owners before it may still be leasing them.
+    #[test]
+    fn a_starting_node_leases_nothing_for_a_quiet_period() {
+        const QUIET: u64 = 1_600;
+        let mut node = LedgerNode::default();
+        let alone = node
+            .install(10_000, &ring(&[1]), 1, (1, 1), QUIET)
+            .expect("a first view");
+        let key = KeyId(42);
+        let first = alone.owner_of(key).expect("an owner");
+        assert_eq!(first.owner, 1);
+        assert_eq!(first.quiet_until_ms, 10_000 + QUIET);
+        let all = node
+            .install(10_200, &ring(&[1, 2, 3, 4, 5, 6, 7, 8]), 2, (8, 8), QUIET)
+            .expect("a new ring");
+        let owned: Vec<OwnerOf> = (0..256u128)
+            .map(spread)
+            .filter_map(|k| all.owner_of(k))
+            .filter(|o| o.owner == 1)
+            .collect();
+        assert!(!owned.is_empty(), "the node owns some windows");
+        assert!(owned.iter().all(|o| o.quiet_until_ms >= 10_000 + QUIET));
+        // A ring change later leaves the windows that stay with the node leasing.
+        let later = node
+            .install(20_000, &ring(&[1, 2, 3, 4, 5, 6, 7]), 3, (7, 7), QUIET)
+            .expect("a new ring");
+        let kept = (0..256u128)
+            .map(spread)
+            .filter_map(|k| {
+                let (a, b) = (all.owner_of(k)?, later.owner_of(k)?);
+                (a.owner == 1 && b.owner == 1).then_some(b)
+            })
+            .next()
+            .expect("a window the node keeps");
+        assert!(kept.quiet_until_ms < 20_000, "{kept:?}");
     }
 }

@@ -87,9 +87,35 @@ pub(crate) fn execute<'r, 'q>(
     global_shadow: bool,
     now_ms: u64,
 ) -> Result<Outcome<'r, 'q>, CheckError> {
+    execute_counting(limiter, planned, dry_run, global_shadow, now_ms, false)
+}
+
+/// [`execute`] of a request decided again after waiting for tokens
+/// (`Limiter::check_again`): its refusal was counted the first time.
+pub(crate) fn execute_again<'r, 'q>(
+    limiter: &Limiter,
+    planned: Vec<Planned<'r, 'q>>,
+    global_shadow: bool,
+    now_ms: u64,
+) -> Result<Outcome<'r, 'q>, CheckError> {
+    execute_counting(limiter, planned, false, global_shadow, now_ms, true)
+}
+
+fn execute_counting<'r, 'q>(
+    limiter: &Limiter,
+    planned: Vec<Planned<'r, 'q>>,
+    dry_run: bool,
+    global_shadow: bool,
+    now_ms: u64,
+    again: bool,
+) -> Result<Outcome<'r, 'q>, CheckError> {
     let needs: RefCell<SmallVec<[TokenNeed; 1]>> = RefCell::new(SmallVec::new());
     let check = |req: &CheckRequest<'_>| -> Result<Decision, CheckError> {
-        let decision = limiter.check(req, now_ms)?;
+        let decision = if again {
+            limiter.check_again(req, now_ms)?
+        } else {
+            limiter.check(req, now_ms)?
+        };
         needs.borrow_mut().extend(decision.needs.iter().copied());
         Ok(decision)
     };

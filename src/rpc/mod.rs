@@ -89,20 +89,19 @@ impl RpcContext {
         tally: &Tally<'_>,
     ) -> Result<Outcome<'r, 'q>, Status> {
         let shadow = rules.options().shadow_mode;
-        let run = |now_ms: u64| {
-            execute::execute(
-                &self.limiter,
-                plan::plan(rules, req),
-                req.dry_run,
-                shadow,
-                now_ms,
-            )
+        let run = |now_ms: u64, again: bool| {
+            let planned = plan::plan(rules, req);
+            if again {
+                execute::execute_again(&self.limiter, planned, shadow, now_ms)
+            } else {
+                execute::execute(&self.limiter, planned, req.dry_run, shadow, now_ms)
+            }
             .map_err(|e| tally.refused(e))
         };
         let tokens = self.tokens.as_ref().filter(|_| !req.dry_run);
         let mut seen = tokens.map_or(0, TokenWait::arrivals);
         let mut now_ms = self.clock.now_ms();
-        let mut outcome = run(now_ms)?;
+        let mut outcome = run(now_ms, false)?;
         if let Some(tokens) = tokens {
             // On tokio's timer: cluster time may stand still while it is slewed back.
             let deadline = tokio::time::sleep(std::time::Duration::from_millis(tokens.wait_ms));
@@ -121,7 +120,7 @@ impl RpcContext {
                     .await;
                 seen = tokens.arrivals();
                 now_ms = self.clock.now_ms();
-                outcome = run(now_ms)?;
+                outcome = run(now_ms, true)?;
             }
         }
         tally.decided(&outcome, req);

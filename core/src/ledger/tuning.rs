@@ -39,9 +39,25 @@ pub const ASK_WAIT_MS: u64 = 15;
 /// every round. Test: `limiter::tests::ledger::a_calm_window_is_reported_and_leased_less_often`.
 pub const CALM_ROUNDS: u64 = 5;
 
+/// The longest lease an owner grants, a calm window's, at a summary round of `round_ms`: a
+/// member that becomes a window's owner waits at least this long before it leases (every lease
+/// of the previous owner has ended by then, whether or not its user reported it).
+pub const fn longest_lease_ms(round_ms: u64) -> u64 {
+    (CALM_ROUNDS + 1) * round_ms
+}
+
 /// A lease gives each user, where the window has room, what the user's demand (a Poisson
 /// count of what it was offered over the window, scaled to the lease) stays under with this
 /// probability: so a user under its limit runs out of tokens before its next lease at most
 /// once in a thousand leases, and asks the owner then. Test:
 /// `limiter::tests::ledger::steady_users_never_run_dry`, `ledger::quantile::tests`.
 pub const LEASE_QUANTILE: f64 = 0.999;
+
+/// While a partition is possible (a member suspected, or gone down without saying it was
+/// leaving), an owner counts on its side, for its part of a limit under `strict`, only the
+/// members it heard from within this many rounds: a member that uses any of the owner's windows
+/// reports at least every [`CALM_ROUNDS`] rounds, and twice that leaves room for a lost report.
+/// A member it hears nothing from counts as away, which holds its part back (never gives it
+/// twice); SWIM alone counts the members across a cut as present until it suspects each, over
+/// seconds. Test: `sim/tests/fleet.rs`, `a_fleet_split_in_two_holds_its_limits_on_both_sides`.
+pub const PRESENT_WITHIN_ROUNDS: u64 = 2 * CALM_ROUNDS;

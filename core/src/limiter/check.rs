@@ -44,6 +44,16 @@ impl Limiter {
     /// Decides one request. Lock-free for existing keys; nothing is consumed unless every item
     /// allows, and nothing at all on a dry run or an error.
     pub fn check(&self, req: &CheckRequest<'_>, now_ms: u64) -> Result<Decision, CheckError> {
+        self.check_counting(req, now_ms, false)
+    }
+
+    /// [`Limiter::check`], or [`Limiter::check_again`] if `again`.
+    pub(super) fn check_counting(
+        &self,
+        req: &CheckRequest<'_>,
+        now_ms: u64,
+        again: bool,
+    ) -> Result<Decision, CheckError> {
         decision::validate(req)?;
         let warming_until = self.warming_until_ms.load(Ordering::Acquire);
         if now_ms < warming_until {
@@ -54,7 +64,7 @@ impl Limiter {
         }
         let guard = self.table.guard();
         let result = match req.items {
-            items if self.is_ledger() => self.check_ledger(items, req.dry_run, now_ms, &guard),
+            i if self.is_ledger() => self.check_ledger(i, req.dry_run, again, now_ms, &guard),
             [item] => self.check_one(item, req.dry_run, now_ms, &guard),
             items => self.check_many(items, req.dry_run, now_ms, &guard),
         };

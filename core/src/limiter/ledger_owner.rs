@@ -175,7 +175,7 @@ impl Limiter {
         let guard = self.table.guard();
         let mut owned = self.lock_owned();
         let round = self.config.gossip_interval_ms;
-        let calm_lease_ms = (crate::ledger::tuning::CALM_ROUNDS + 1) * round;
+        let calm_lease_ms = crate::ledger::tuning::longest_lease_ms(round);
         let mut out = Vec::new();
         owned.windows.retain(|key, w| {
             if !owns(*key) {

@@ -36,11 +36,25 @@ struct Item<'g> {
 }
 
 impl Limiter {
-    /// Decides a request from the tokens held (see the module documentation).
+    /// Decides again a request that [`Limiter::check`] refused for want of ledger tokens and
+    /// that waited for them: it was counted refused then, so a refusal now counts nothing,
+    /// and an admission takes that refusal back. What a window is offered (the demand that
+    /// sizes its leases) counts each request once however often it is decided.
+    pub fn check_again(
+        &self,
+        req: &super::CheckRequest<'_>,
+        now_ms: u64,
+    ) -> Result<Decision, CheckError> {
+        self.check_counting(req, now_ms, true)
+    }
+
+    /// Decides a request from the tokens held (see the module documentation); `again`: see
+    /// [`Limiter::check_again`].
     pub(super) fn check_ledger(
         &self,
         items: &[CheckItem<'_>],
         dry_run: bool,
+        again: bool,
         now_ms: u64,
         guard: &impl papaya::Guard,
     ) -> Result<Decision, CheckError> {
@@ -69,7 +83,7 @@ impl Limiter {
         let allowed = if dry_run {
             fits.iter().all(|f| *f)
         } else {
-            self.spend_all(&held, items, now_ms)
+            self.spend_all(&held, items, again, now_ms)
         };
         let mut limits = SmallVec::new();
         let mut needs = SmallVec::new();
@@ -120,8 +134,16 @@ impl Limiter {
     }
 
     /// Spends every item's tokens, or none: each spend is recorded in the ring before the
-    /// tokens are taken (see `ledger::holdings`), and undone if a later item has none.
-    fn spend_all(&self, held: &[Item<'_>], items: &[CheckItem<'_>], now_ms: u64) -> bool {
+    /// tokens are taken (see `ledger::holdings`), and undone if a later item has none. A
+    /// refusal is counted once per request: not `again`, and taken back by an admission
+    /// `again`.
+    fn spend_all(
+        &self,
+        held: &[Item<'_>],
+        items: &[CheckItem<'_>],
+        again: bool,
+        now_ms: u64,
+    ) -> bool {
         let margin = self.config.ledger.margin_ms;
         let mut charges = SmallVec::<[_; 2]>::new();
         let mut refused = false;
@@ -145,8 +167,10 @@ impl Limiter {
         }
         for (h, item) in held.iter().zip(items) {
             let epoch = item.limit.window.epoch(now_ms);
-            if refused {
-                h.state.ring.reject(epoch, h.cost);
+            match (refused, again) {
+                (true, false) => h.state.ring.reject(epoch, h.cost),
+                (false, true) => h.state.ring.unreject(epoch, h.cost),
+                _ => {}
             }
             if h.state.mark_dirty() {
                 self.dirty.push(h.id);

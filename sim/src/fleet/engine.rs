@@ -399,7 +399,7 @@ impl<'c> Engine<'c> {
     }
 
     fn request(&mut self, key: usize, node: usize) {
-        let Some(decision) = self.decide(node, key) else {
+        let Some(decision) = self.decide(node, key, false) else {
             return;
         };
         if !decision.allowed && !decision.needs.is_empty() {

@@ -11,8 +11,9 @@ use super::engine::{Engine, Waiting, ms};
 use super::event::Event;
 
 impl Engine<'_> {
-    /// Decides a request at `slot` now: `Some(decision)` unless no node runs there.
-    pub(super) fn decide(&mut self, slot: usize, key: usize) -> Option<Decision> {
+    /// Decides a request at `slot` now: `Some(decision)` unless no node runs there. `again`:
+    /// a request that waited, decided again (`Limiter::check_again`, as the gRPC service).
+    pub(super) fn decide(&mut self, slot: usize, key: usize, again: bool) -> Option<Decision> {
         let core = self.slots[slot].core.as_ref()?;
         let now_ms = Now::read_at(core.clock(), self.at()).cluster_ms;
         let item = [CheckItem {
@@ -24,7 +25,11 @@ impl Engine<'_> {
             items: &item,
             dry_run: false,
         };
-        core.limiter().check(&req, now_ms).ok()
+        if again {
+            core.limiter().check_again(&req, now_ms).ok()
+        } else {
+            core.limiter().check(&req, now_ms).ok()
+        }
     }
 
     /// A request refused for want of a token: the node asks the owner where it may, and the
@@ -81,7 +86,7 @@ impl Engine<'_> {
         let waiting = std::mem::take(&mut self.slots[slot].waiting);
         let mut still = Vec::new();
         for w in waiting {
-            let admitted = self.decide(slot, w.key).is_some_and(|d| d.allowed);
+            let admitted = self.decide(slot, w.key, true).is_some_and(|d| d.allowed);
             if admitted || self.now_us >= w.until_us {
                 self.rec.request(w.key, slot, ms(self.now_us), admitted);
             } else {

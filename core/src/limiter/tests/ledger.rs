@@ -390,3 +390,34 @@ fn sparse_users_of_a_long_window_hold_a_whole_request_between_their_requests() {
         "{refused} of {later} refused with a limit far off"
     );
 }
+
+/// A request that found no token, waited and was decided again counts once in what its window
+/// is offered (the demand its leases are sized by), whether it is refused again or admitted.
+#[test]
+fn a_request_decided_again_counts_once_in_the_demand() {
+    let c = Cluster::new(2);
+    let limit = Limit {
+        max: 10,
+        window: WindowSpec::with_default_buckets(1_000).unwrap(),
+    };
+    let node = &c.nodes[1];
+    let offered = |now| {
+        let inspection = node.inspect(b"k", &limit, now).expect("a known key");
+        let local = inspection.origins.iter().find(|o| o.is_local);
+        local.expect("this node's register").demand
+    };
+    assert!(!check(node, "k", &[limit], 1, T0).allowed, "no token yet");
+    assert!(!check_again(node, "k", &[limit], 1, T0 + 1).allowed);
+    assert_eq!(offered(T0 + 1), 1, "refused twice, offered once");
+    let mut now = T0 + 1;
+    while !check_again(node, "k", &[limit], 1, now).allowed {
+        // Rounds within the request's bucket: a refusal is taken back only from the bucket
+        // it was counted in.
+        now += 10;
+        assert!(now < T0 + 50, "leased within a few rounds");
+        c.round(now);
+    }
+    assert_eq!(offered(now), 1, "refused, then admitted: offered once");
+    assert!(check(node, "k", &[limit], 1, now).allowed);
+    assert_eq!(offered(now), 2, "a new request counts");
+}

@@ -49,6 +49,19 @@ fn check(l: &Limiter, key: &str, limits: &[Limit], cost: u32, now: u64) -> Decis
     .unwrap()
 }
 
+/// [`check`] of a request decided again after waiting (`Limiter::check_again`).
+fn check_again(l: &Limiter, key: &str, limits: &[Limit], cost: u32, now: u64) -> Decision {
+    let items = items(key, limits, cost);
+    l.check_again(
+        &CheckRequest {
+            items: &items,
+            dry_run: false,
+        },
+        now,
+    )
+    .unwrap()
+}
+
 fn admitted_in(l: &Limiter, key: &str, limits: &[Limit], n: usize, now: u64) -> usize {
     (0..n)
         .filter(|_| check(l, key, limits, 1, now).allowed)
