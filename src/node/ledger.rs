@@ -69,15 +69,20 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// Gives the limiter the current ring (and the rings before it within a quiet period).
+    /// A starting node leases nothing until a quiet period after its warm-up: the warm-up
+    /// ends when every member it knows has pushed it its state, so each of them knows it, and
+    /// has its windows' previous owner stop leasing them within a round of that push.
     fn install_owner_view(&mut self, now: Now) {
         let side = self.lease_part(now);
         let quiet_ms = self.quiet_ms();
+        let warming = self.warmup.is_some();
         let Some(ownership) = self.ownership.as_ref() else {
             return;
         };
         let (ring, generation) = ownership.ring();
         let ledger = self.ledger.get_or_insert_with(LedgerNode::default);
-        if let Some(view) = ledger.install(now.cluster_ms, ring, generation, side, quiet_ms) {
+        let installed = ledger.install(now.cluster_ms, ring, generation, side, quiet_ms, warming);
+        if let Some(view) = installed {
             self.limiter.set_owner_view(Box::new(view));
         }
     }

@@ -89,7 +89,8 @@ impl LedgerNode {
     }
 
     /// The view to give the limiter for `ring` (of `generation`) and the side's part now, or
-    /// `None` if the installed one still holds.
+    /// `None` if the installed one still holds. `starting`: the node has not ended its
+    /// warm-up (or this is its first ring): it leases nothing until a quiet period after.
     pub(super) fn install(
         &mut self,
         now_ms: u64,
@@ -97,17 +98,19 @@ impl LedgerNode {
         generation: u64,
         side: (u64, u64),
         quiet_ms: u64,
+        starting: bool,
     ) -> Option<RingView> {
         let part = self.part_at(now_ms, side, quiet_ms);
-        if self.installed == Some((generation, part)) {
+        // A node's first rings say nothing of who leased its windows before it: every owner
+        // before it may still be leasing them until it knows of this node.
+        let floor = self.floor_quiet_until_ms;
+        if starting || self.installed.is_none() {
+            self.floor_quiet_until_ms = floor.max(now_ms + quiet_ms);
+        }
+        if self.installed == Some((generation, part)) && self.floor_quiet_until_ms == floor {
             return None;
         }
         let old = self.ring.replace(ring.clone());
-        if self.installed.is_none() {
-            // A node's first ring says nothing of who leased before it: a node that starts,
-            // or restarts, owns its windows only after a quiet period like any new owner.
-            self.floor_quiet_until_ms = now_ms + quiet_ms;
-        }
         if self.installed.is_some_and(|(g, _)| g != generation)
             && let Some(old) = old
         {
@@ -151,41 +154,58 @@ mod tests {
     }
 
     /// A node that starts alone owns every window in its first ring, and still owns some once
-    /// it sees the others: it leases none of them before a quiet period from its first ring,
-    /// as the owners before it may still be leasing them.
+    /// it sees the others: it leases none of them before a quiet period past its warm-up, as
+    /// the owners before it may lease them until they know of it.
     #[test]
-    fn a_starting_node_leases_nothing_for_a_quiet_period() {
+    fn a_starting_node_leases_nothing_until_a_quiet_period_past_its_warm_up() {
         const QUIET: u64 = 1_600;
+        let all = ring(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let quiet_at =
+            |view: &RingView, k: KeyId| view.owner_of(k).expect("an owner").quiet_until_ms;
         let mut node = LedgerNode::default();
         let alone = node
-            .install(10_000, &ring(&[1]), 1, (1, 1), QUIET)
+            .install(10_000, &ring(&[1]), 1, (1, 1), QUIET, true)
             .expect("a first view");
-        let key = KeyId(42);
-        let first = alone.owner_of(key).expect("an owner");
-        assert_eq!(first.owner, 1);
-        assert_eq!(first.quiet_until_ms, 10_000 + QUIET);
-        let all = node
-            .install(10_200, &ring(&[1, 2, 3, 4, 5, 6, 7, 8]), 2, (8, 8), QUIET)
+        assert_eq!(alone.owner_of(spread(42)).map(|o| o.owner), Some(1));
+        assert_eq!(quiet_at(&alone, spread(42)), 10_000 + QUIET);
+        let seen = node
+            .install(10_200, &all, 2, (8, 8), QUIET, true)
             .expect("a new ring");
-        let owned: Vec<OwnerOf> = (0..256u128)
+        let owned: Vec<KeyId> = (0..256u128)
             .map(spread)
-            .filter_map(|k| all.owner_of(k))
-            .filter(|o| o.owner == 1)
+            .filter(|k| seen.owner_of(*k).is_some_and(|o| o.owner == 1))
             .collect();
         assert!(!owned.is_empty(), "the node owns some windows");
-        assert!(owned.iter().all(|o| o.quiet_until_ms >= 10_000 + QUIET));
+        assert!(owned.iter().all(|k| quiet_at(&seen, *k) >= 10_200 + QUIET));
+        // Still warming up a round later, with nothing else changed: quiet a period past it.
+        let warming = node
+            .install(10_400, &all, 2, (8, 8), QUIET, true)
+            .expect("a later floor");
+        assert!(
+            owned
+                .iter()
+                .all(|k| quiet_at(&warming, *k) >= 10_400 + QUIET)
+        );
+        // Warmed up: the floor stays where the warm-up left it.
+        assert!(
+            node.install(10_600, &all, 2, (8, 8), QUIET, false)
+                .is_none()
+        );
         // A ring change later leaves the windows that stay with the node leasing.
         let later = node
-            .install(20_000, &ring(&[1, 2, 3, 4, 5, 6, 7]), 3, (7, 7), QUIET)
+            .install(
+                20_000,
+                &ring(&[1, 2, 3, 4, 5, 6, 7]),
+                3,
+                (7, 7),
+                QUIET,
+                false,
+            )
             .expect("a new ring");
-        let kept = (0..256u128)
-            .map(spread)
-            .filter_map(|k| {
-                let (a, b) = (all.owner_of(k)?, later.owner_of(k)?);
-                (a.owner == 1 && b.owner == 1).then_some(b)
-            })
-            .next()
+        let kept = owned
+            .iter()
+            .find(|k| later.owner_of(**k).is_some_and(|o| o.owner == 1))
             .expect("a window the node keeps");
-        assert!(kept.quiet_until_ms < 20_000, "{kept:?}");
+        assert!(quiet_at(&later, *kept) < 20_000);
     }
 }
