@@ -23,13 +23,17 @@ use crate::limiter::{
 };
 
 impl<T: TimeSource> NodeCore<T> {
-    /// How long a new owner leases nothing: every lease of the previous owner ends (a calm
-    /// window's users report only with their next change), and two rounds bring its users'
-    /// reports of what they spent.
+    /// How long a new owner leases nothing: every lease of the previous owner ends (the
+    /// longest: a calm window's, or an ask's answered at the latest deadline an owner holds,
+    /// `ASK_WAIT_MAX_MS`; a calm window's users report only with their next change), and two
+    /// rounds bring its users' reports of what they spent. Rounds are the limiter's, which
+    /// sizes the leases.
     fn quiet_ms(&self) -> u64 {
-        let round = self.params.gossip_interval.as_millis() as u64;
-        let longest = crate::ledger::tuning::longest_lease_ms(round);
-        longest.max(self.limiter.config().ledger.lease_ms) + 2 * round
+        let config = self.limiter.config();
+        let round = config.gossip_interval_ms;
+        let calm = crate::ledger::tuning::longest_lease_ms(round);
+        let asked = crate::config::ASK_WAIT_MAX_MS.saturating_add(config.ledger.lease_ms);
+        calm.max(asked).saturating_add(round.saturating_mul(2))
     }
 
     /// This node's side's part of the limits it leases: under `strict`, the members on its
@@ -139,9 +143,7 @@ impl<T: TimeSource> NodeCore<T> {
             self.relay_departed(now);
         }
         // Owners: the round's leases.
-        let grants = self
-            .limiter
-            .owner_round(now.cluster_ms, |k| self.leases(k).is_some());
+        let grants = self.limiter.owner_round(now.cluster_ms, |k| self.leases(k));
         self.send_grants(now, grants);
     }
 

@@ -63,11 +63,11 @@ pub(super) struct RingView {
 
 impl OwnerView for RingView {
     fn owner_of(&self, key: KeyId) -> Option<OwnerOf> {
-        let [owner, _] = self.ring.owners(key)?;
+        let owner = self.ring.owner(key)?;
         let moved = self
             .before
             .iter()
-            .filter(|(_, ring)| ring.owners(key).map(|[o, _]| o.id) != Some(owner.id))
+            .filter(|(_, ring)| ring.owner(key).map(|o| o.id) != Some(owner.id))
             .map(|(at, _)| at + self.quiet_ms)
             .max()
             .unwrap_or(0);

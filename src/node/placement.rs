@@ -187,13 +187,24 @@ impl Ring {
         true
     }
 
-    /// The owner and the next owner of `key` (the same member twice only on a ring of one).
-    pub fn owners(&self, key: KeyId) -> Option<[Member; 2]> {
+    /// The index in `points` of `key`'s owner's point, `None` on an empty ring.
+    fn start_of(&self, key: KeyId) -> Option<usize> {
         if self.points.is_empty() {
             return None;
         }
         let at = point_of_key(key);
-        let start = self.points.partition_point(|(p, _)| *p < at) % self.points.len();
+        Some(self.points.partition_point(|(p, _)| *p < at) % self.points.len())
+    }
+
+    /// The owner of `key`: the first of [`Ring::owners`], found without the second.
+    pub fn owner(&self, key: KeyId) -> Option<Member> {
+        let start = self.start_of(key)?;
+        self.slots[self.points[start].1 as usize]
+    }
+
+    /// The owner and the next owner of `key` (the same member twice only on a ring of one).
+    pub fn owners(&self, key: KeyId) -> Option<[Member; 2]> {
+        let start = self.start_of(key)?;
         let first = self.points[start].1;
         // The next point of another member: with `POINTS` points per member, almost always
         // the next point or the one after it; a ring of one member is the whole ring.

@@ -114,6 +114,12 @@ impl Books {
         self.quiet_until_ms
     }
 
+    /// Leases nothing before `quiet_until_ms` either: the owner's view of the window now (a
+    /// ring change, or a starting node's warm-up, after these books were opened).
+    pub fn raise_quiet(&mut self, quiet_until_ms: u64) {
+        self.quiet_until_ms = self.quiet_until_ms.max(quiet_until_ms);
+    }
+
     /// A user's report, from its emission `version`. An older report than the one held
     /// changes nothing. A user new to these books continues the lease it already has of this
     /// owner (after the books were dropped), so that its spent counts stay right.

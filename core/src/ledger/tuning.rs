@@ -39,11 +39,12 @@ pub const ASK_WAIT_MS: u64 = 15;
 /// every round. Test: `limiter::tests::ledger::a_calm_window_is_reported_and_leased_less_often`.
 pub const CALM_ROUNDS: u64 = 5;
 
-/// The longest lease an owner grants, a calm window's, at a summary round of `round_ms`: a
-/// member that becomes a window's owner waits at least this long before it leases (every lease
-/// of the previous owner has ended by then, whether or not its user reported it).
+/// The longest lease a round grants, a calm window's, at a summary round of `round_ms` (an
+/// ask's answer may end later: at its deadline plus a lease). A member that becomes a window's
+/// owner waits out the longest before it leases, so that every lease of the previous owner has
+/// ended, whether or not its user reported it.
 pub const fn longest_lease_ms(round_ms: u64) -> u64 {
-    (CALM_ROUNDS + 1) * round_ms
+    (CALM_ROUNDS + 1).saturating_mul(round_ms)
 }
 
 /// A lease gives each user, where the window has room, what the user's demand (a Poisson

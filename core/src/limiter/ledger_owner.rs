@@ -148,6 +148,7 @@ impl Limiter {
                 books: Books::new(self.origin.0, quiet),
                 spec,
             });
+            entry.books.raise_quiet(quiet);
 
             entry.books.heard(
                 user.0,
@@ -171,16 +172,23 @@ impl Limiter {
     ///
     /// [`CALM_ROUNDS`]: crate::ledger::tuning::CALM_ROUNDS
     /// [`LedgerTiming::lease_ms`]: super::LedgerTiming
-    pub fn owner_round(&self, now_ms: u64, owns: impl Fn(KeyId) -> bool) -> Vec<LeaseGrant> {
+    /// `leases(key)`: whether this node leases the window, and from when (see
+    /// [`OwnerOf`](super::OwnerOf)).
+    pub fn owner_round(
+        &self,
+        now_ms: u64,
+        leases: impl Fn(KeyId) -> Option<u64>,
+    ) -> Vec<LeaseGrant> {
         let guard = self.table.guard();
         let mut owned = self.lock_owned();
         let round = self.config.gossip_interval_ms;
         let calm_lease_ms = crate::ledger::tuning::longest_lease_ms(round);
         let mut out = Vec::new();
         owned.windows.retain(|key, w| {
-            if !owns(*key) {
+            let Some(quiet_until_ms) = leases(*key) else {
                 return false;
-            }
+            };
+            w.books.raise_quiet(quiet_until_ms);
             // A user's demand is its count over the window when it reported: until a window
             // has passed since, nothing says it fell (a user reports when it is offered
             // anything), so it is renewed that long, and its books kept a calm lease more.
@@ -323,6 +331,7 @@ impl Limiter {
             books: Books::new(self.origin.0, quiet_until_ms),
             spec: *spec,
         });
+        entry.books.raise_quiet(quiet_until_ms);
         let since = now_ms.saturating_sub(2 * self.config.ledger.lease_ms);
         let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
         let params = self.ledger_params(spec, limit);

@@ -37,9 +37,10 @@ struct Item<'g> {
 
 impl Limiter {
     /// Decides again a request that [`Limiter::check`] refused for want of ledger tokens and
-    /// that waited for them: it was counted refused then, so a refusal now counts nothing,
-    /// and an admission takes that refusal back. What a window is offered (the demand that
-    /// sizes its leases) counts each request once however often it is decided.
+    /// that waited for them: it was counted refused then, so a refusal now counts nothing.
+    /// What a window is offered (the demand that sizes its leases) counts a request that waits
+    /// once however often it is refused, and twice if it is admitted in the end (its refusal
+    /// stays: taking it back from the bucket it was counted in could take another's).
     pub fn check_again(
         &self,
         req: &super::CheckRequest<'_>,
@@ -135,8 +136,7 @@ impl Limiter {
 
     /// Spends every item's tokens, or none: each spend is recorded in the ring before the
     /// tokens are taken (see `ledger::holdings`), and undone if a later item has none. A
-    /// refusal is counted once per request: not `again`, and taken back by an admission
-    /// `again`.
+    /// refusal is counted once per request: not `again`.
     fn spend_all(
         &self,
         held: &[Item<'_>],
@@ -167,10 +167,8 @@ impl Limiter {
         }
         for (h, item) in held.iter().zip(items) {
             let epoch = item.limit.window.epoch(now_ms);
-            match (refused, again) {
-                (true, false) => h.state.ring.reject(epoch, h.cost),
-                (false, true) => h.state.ring.unreject(epoch, h.cost),
-                _ => {}
+            if refused && !again {
+                h.state.ring.reject(epoch, h.cost);
             }
             if h.state.mark_dirty() {
                 self.dirty.push(h.id);

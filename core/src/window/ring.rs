@@ -350,25 +350,6 @@ impl LocalRing {
         let _ = self.update(epoch, |held, rej| Ok((held, rej + u64::from(cost))));
     }
 
-    /// Takes back up to `cost` rejections from the bucket of `epoch`, if it is still that
-    /// bucket: a request decided again (after waiting for a token) was counted refused once,
-    /// and is admitted now.
-    pub fn unreject(&self, epoch: u64, cost: u32) {
-        let word = self.slot(epoch);
-        let mut cur = word.load(Ordering::Acquire);
-        while holds(cur, epoch) {
-            let next = pack(
-                epoch,
-                admitted(cur),
-                rejected(cur).saturating_sub(u64::from(cost)),
-            );
-            match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return,
-                Err(actual) => cur = actual,
-            }
-        }
-    }
-
     /// Takes back up to `cost` admissions from the bucket of `epoch`, if it is still that
     /// bucket. Used when a later limit of the same request refuses.
     pub fn refund(&self, epoch: u64, cost: u32) {

@@ -59,7 +59,7 @@ impl Cluster {
                 }
             }
         }
-        for grant in self.owner().owner_round(now, |_| true) {
+        for grant in self.owner().owner_round(now, |_| Some(0)) {
             self.nodes[grant.user as usize - 1].accept_lease(&grant, now);
         }
         reported
@@ -392,9 +392,10 @@ fn sparse_users_of_a_long_window_hold_a_whole_request_between_their_requests() {
 }
 
 /// A request that found no token, waited and was decided again counts once in what its window
-/// is offered (the demand its leases are sized by), whether it is refused again or admitted.
+/// is offered (the demand its leases are sized by) however often it is refused, and its
+/// admission in the end counts beside that refusal.
 #[test]
-fn a_request_decided_again_counts_once_in_the_demand() {
+fn a_request_refused_again_after_waiting_counts_once_in_the_demand() {
     let c = Cluster::new(2);
     let limit = Limit {
         max: 10,
@@ -407,17 +408,49 @@ fn a_request_decided_again_counts_once_in_the_demand() {
         local.expect("this node's register").demand
     };
     assert!(!check(node, "k", &[limit], 1, T0).allowed, "no token yet");
-    assert!(!check_again(node, "k", &[limit], 1, T0 + 1).allowed);
-    assert_eq!(offered(T0 + 1), 1, "refused twice, offered once");
-    let mut now = T0 + 1;
+    for ms in 1..5 {
+        assert!(!check_again(node, "k", &[limit], 1, T0 + ms).allowed);
+    }
+    assert_eq!(offered(T0 + 5), 1, "refused five times, offered once");
+    let mut now = T0 + 5;
     while !check_again(node, "k", &[limit], 1, now).allowed {
-        // Rounds within the request's bucket: a refusal is taken back only from the bucket
-        // it was counted in.
-        now += 10;
-        assert!(now < T0 + 50, "leased within a few rounds");
+        now += 200;
+        assert!(now < T0 + 2_000, "leased within a few rounds");
         c.round(now);
     }
-    assert_eq!(offered(now), 1, "refused, then admitted: offered once");
+    assert_eq!(offered(now), 2, "refused, then admitted");
     assert!(check(node, "k", &[limit], 1, now).allowed);
-    assert_eq!(offered(now), 2, "a new request counts");
+    assert_eq!(offered(now), 3, "a new request counts");
+}
+
+/// An owner whose view of a window moves its quiet time on after the window's books were
+/// opened (a starting node still in its warm-up, a ring that changed) leases nothing before
+/// the later time.
+#[test]
+fn an_owner_leases_nothing_before_its_latest_quiet_time() {
+    let c = Cluster::new(3);
+    let limit = Limit {
+        max: 100,
+        window: WindowSpec::with_default_buckets(1_000).unwrap(),
+    };
+    let quiet_until = T0 + 5_000;
+    let mut granted = Vec::new();
+    for step in 0..40u64 {
+        let now = T0 + step * 200;
+        for node in &c.nodes[1..] {
+            check(node, "k", &[limit], 1, now);
+            if let Some((batch, reports)) = node.collect_with_reports(now) {
+                c.owner().merge(&batch, now);
+                // Books opened when the view said the window was free to lease.
+                c.owner().owner_heard(&batch, &reports, now, |_| Some(0));
+            }
+        }
+        let grants = c.owner().owner_round(now, |_| Some(quiet_until));
+        granted.extend(grants.iter().map(|_| now));
+    }
+    assert!(!granted.is_empty(), "leased once the quiet time passed");
+    assert!(
+        granted.iter().all(|at| *at >= quiet_until),
+        "leased at {granted:?}, quiet until {quiet_until}"
+    );
 }
