@@ -22,6 +22,15 @@ use crate::limiter::{
     Batch, KeyId, LeaseGrant, LedgerReport, PartitionPolicy, Policy, RegisterUpdate,
 };
 
+/// What a round sends each member: registers with their reports, and ledger entries.
+type Outgoing = BTreeMap<
+    Destination,
+    (
+        Vec<(RegisterUpdate, Option<LedgerReport>)>,
+        Vec<LedgerEntry>,
+    ),
+>;
+
 impl<T: TimeSource> NodeCore<T> {
     /// How long a new owner leases nothing: every lease of the previous owner ends (the
     /// longest: a calm window's, or an ask's answered at the latest deadline an owner holds,
@@ -117,9 +126,11 @@ impl<T: TimeSource> NodeCore<T> {
             self.push_bootstrap(now, to);
         }
         let resend_all = self.ownership.as_mut().is_some_and(|o| o.take_resend_all());
-        // Users: what changed, with the reports, to each window's owner.
+        // Users: what changed, with the reports, to each window's owner; sent with the
+        // round's leases to the same member, in one datagram train.
+        let mut out = Outgoing::new();
         if let Some((batch, reports)) = self.limiter.collect_with_reports(now.cluster_ms) {
-            self.send_to_owners(now, batch.updates, reports);
+            self.route_to_owners(batch.updates, reports, &mut out);
         }
         if resend_all {
             // Owners moved, or anti-entropy is due: every register again (without reports:
@@ -144,7 +155,8 @@ impl<T: TimeSource> NodeCore<T> {
         }
         // Owners: the round's leases.
         let grants = self.limiter.owner_round(now.cluster_ms, |k| self.leases(k));
-        self.send_grants(now, grants);
+        self.route_grants(now, grants, &mut out);
+        self.send_outgoing(now, out);
     }
 
     /// The node is leaving: what it holds of every window goes back to the window's owner
@@ -179,29 +191,32 @@ impl<T: TimeSource> NodeCore<T> {
         updates: Vec<RegisterUpdate>,
         reports: Vec<Option<LedgerReport>>,
     ) {
+        let mut out = Outgoing::new();
+        self.route_to_owners(updates, reports, &mut out);
+        self.send_outgoing(now, out);
+    }
+
+    /// Adds this node's registers, each with its report, to what goes to their windows'
+    /// first owners (other members).
+    fn route_to_owners(
+        &mut self,
+        updates: Vec<RegisterUpdate>,
+        reports: Vec<Option<LedgerReport>>,
+        out: &mut Outgoing,
+    ) {
         let me = self.params.node_id.as_u128();
-        let mut to_owners: BTreeMap<Destination, Vec<(RegisterUpdate, Option<LedgerReport>)>> =
-            BTreeMap::new();
         for (update, report) in updates.into_iter().zip(reports) {
             let Some(owner) = self.first_owner(update.key).filter(|o| o.id != me) else {
                 continue;
             };
-            to_owners
-                .entry(owner.destination())
-                .or_default()
-                .push((update, report));
-        }
-        for (to, pairs) in to_owners {
-            if self.may_send_state(now, to) {
-                self.send_ledger(now, to, pairs, Vec::new());
-            }
+            let (pairs, _) = out.entry(owner.destination()).or_default();
+            pairs.push((update, report));
         }
     }
 
-    /// Leases to their users: this node's taken at once, the others sent.
-    fn send_grants(&mut self, now: Now, grants: Vec<LeaseGrant>) {
+    /// Adds leases to what goes to their users: this node's are taken at once.
+    fn route_grants(&mut self, now: Now, grants: Vec<LeaseGrant>, out: &mut Outgoing) {
         let me = self.params.node_id.as_u128();
-        let mut to_users: BTreeMap<Destination, Vec<LedgerEntry>> = BTreeMap::new();
         for g in grants {
             if g.user == me {
                 self.limiter.accept_lease(&g, now.cluster_ms);
@@ -211,19 +226,21 @@ impl<T: TimeSource> NodeCore<T> {
             let Some(member) = self.membership.member_by_id(uuid::Uuid::from_u128(g.user)) else {
                 continue;
             };
-            to_users
-                .entry(super::core::destination(&member))
-                .or_default()
-                .push(LedgerEntry::Lease {
-                    key: g.key,
-                    window_ms: g.window_ms,
-                    buckets: g.buckets,
-                    lease: g.lease,
-                });
+            let (_, entries) = out.entry(super::core::destination(&member)).or_default();
+            entries.push(LedgerEntry::Lease {
+                key: g.key,
+                window_ms: g.window_ms,
+                buckets: g.buckets,
+                lease: g.lease,
+            });
         }
-        for (to, entries) in to_users {
+    }
+
+    /// Sends each member what is routed to it, where it may be sent state.
+    fn send_outgoing(&mut self, now: Now, out: Outgoing) {
+        for (to, (pairs, entries)) in out {
             if self.may_send_state(now, to) {
-                self.send_ledger(now, to, Vec::new(), entries);
+                self.send_ledger(now, to, pairs, entries);
             }
         }
     }
