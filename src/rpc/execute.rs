@@ -195,8 +195,10 @@ fn execute_counting<'r, 'q>(
             statuses[i] = Some(peek_status(status));
         }
     }
+    // A shadow descriptor consumes once per request: a request decided again after waiting
+    // for tokens consumed it the first time, and now only reports what it says.
     for &i in &shadows {
-        statuses[i] = check_one(i, dry_run || is_peek(i))?;
+        statuses[i] = check_one(i, dry_run || again || is_peek(i))?;
     }
     // Quota-mode descriptors: the request needs one of them with room, if it has any.
     for &i in quotas.iter().filter(|&&i| !exceeds(i)) {
@@ -318,6 +320,47 @@ mod tests {
             cost: 1,
             exceeds_limit: false,
         })
+    }
+
+    /// A request that waits for tokens is decided again each time tokens may have come: its
+    /// shadow descriptors count it once, not once a decision.
+    #[test]
+    fn a_request_decided_again_counts_once_in_its_shadow_descriptors() {
+        let limiter = Limiter::new(
+            LimiterConfig::default(),
+            OriginId(1),
+            KeyHasher::from_secret(b"shadow"),
+        );
+        let limit = Limit {
+            max: 100,
+            window: WindowSpec::with_default_buckets(60_000).unwrap(),
+        };
+        let shadow = || {
+            vec![Planned::Limited(LimitedItem {
+                key: b"s".to_vec(),
+                limit,
+                applied: Applied::Inline { name: "s" },
+                shadow: true,
+                quota: false,
+                peek: false,
+                cost: 1,
+                exceeds_limit: false,
+            })]
+        };
+        assert!(
+            execute(&limiter, shadow(), false, false, NOW)
+                .unwrap()
+                .allowed
+        );
+        for ms in 1..4 {
+            let again = execute_again(&limiter, shadow(), false, NOW + ms).unwrap();
+            assert!(again.verdicts[0].status.is_some_and(|s| s.allowed));
+        }
+        let admitted = limiter
+            .inspect(b"s", &limit, NOW + 4)
+            .expect("the shadow window")
+            .global_admitted;
+        assert!((admitted - 1.0).abs() < 1e-9, "counted {admitted} times");
     }
 
     /// Requests racing for the last unit of a quota-mode limit: its dry run may find room that
