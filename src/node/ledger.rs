@@ -72,9 +72,9 @@ impl<T: TimeSource> NodeCore<T> {
             let present = crate::ledger::tuning::PRESENT_WITHIN_ROUNDS * round;
             let since = now.cluster_ms.saturating_sub(present);
             let heard = |id: &u128| self.liveness.last_datagram(*id).is_some_and(|t| t >= since);
-            let others = self.membership.members();
-            let ids = others.iter().map(|m| m.node.as_u128());
+            let ids = self.membership.member_ids();
             1 + ids
+                .iter()
                 .filter(|id| !self.suspects.contains(id) && heard(id))
                 .count()
         };

@@ -32,6 +32,11 @@ pub struct LedgerParams {
     pub start_step_ms: u64,
     /// How far ahead a round looks for slots that free.
     pub horizon_ms: u64,
+    /// Nothing is leased before this: an owner that took the window over from another (or
+    /// that is starting) waits until every lease that owner may have granted has ended and
+    /// the users have reported what they spent and hold. The owner's view of the window now
+    /// (`OwnerOf::quiet_until_ms`).
+    pub quiet_until_ms: u64,
 }
 
 impl LedgerParams {
@@ -92,32 +97,16 @@ pub struct Ask {
 #[derive(Debug, Clone)]
 pub struct Books {
     me: u128,
-    /// Nothing is leased before this: an owner that took the window over from another waits
-    /// until every lease that owner may have granted has ended and the users have reported
-    /// what they spent and hold.
-    quiet_until_ms: u64,
     users: BTreeMap<u128, UserBooks>,
 }
 
 impl Books {
-    /// The books of a window this node (`me`) owns from now, leasing nothing before
-    /// `quiet_until_ms`.
-    pub fn new(me: u128, quiet_until_ms: u64) -> Self {
+    /// The books of a window this node (`me`) owns from now.
+    pub fn new(me: u128) -> Self {
         Self {
             me,
-            quiet_until_ms,
             users: BTreeMap::new(),
         }
-    }
-
-    pub fn quiet_until_ms(&self) -> u64 {
-        self.quiet_until_ms
-    }
-
-    /// Leases nothing before `quiet_until_ms` either: the owner's view of the window now (a
-    /// ring change, or a starting node's warm-up, after these books were opened).
-    pub fn raise_quiet(&mut self, quiet_until_ms: u64) {
-        self.quiet_until_ms = self.quiet_until_ms.max(quiet_until_ms);
     }
 
     /// A user's report, from its emission `version`. An older report than the one held
@@ -259,7 +248,7 @@ impl Books {
         now_ms: u64,
         params: &LedgerParams,
     ) -> Vec<(u128, Lease)> {
-        if now_ms < self.quiet_until_ms {
+        if now_ms < params.quiet_until_ms {
             return Vec::new();
         }
         let mut occupancy = self.occupancy(spends, now_ms, params);
@@ -359,7 +348,7 @@ impl Books {
                 b.take_word(self.me, h);
             }
         }
-        let start = now_ms.max(self.quiet_until_ms);
+        let start = now_ms.max(params.quiet_until_ms);
         let mut occupancy = self.occupancy(spends, now_ms, params);
         let expires_ms = start + params.lease_ms;
         let horizon = now_ms + params.horizon_ms.max(params.window_ms + params.lease_ms);

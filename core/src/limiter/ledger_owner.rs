@@ -49,7 +49,12 @@ struct Owned {
 
 impl Limiter {
     /// The parameters of `spec`'s ledger under `limit`.
-    pub(super) fn ledger_params(&self, spec: &WindowSpec, limit: u32) -> LedgerParams {
+    pub(super) fn ledger_params(
+        &self,
+        spec: &WindowSpec,
+        limit: u32,
+        quiet_until_ms: u64,
+    ) -> LedgerParams {
         let timing = &self.config.ledger;
         let (seen, expected) = self.lease_part();
         LedgerParams {
@@ -60,6 +65,7 @@ impl Limiter {
             margin_ms: timing.margin_ms,
             start_step_ms: timing.start_step_ms,
             horizon_ms: timing.lease_ms,
+            quiet_until_ms,
         }
     }
 
@@ -125,7 +131,7 @@ impl Limiter {
         };
         let mut owned = self.lock_owned();
         for (update, report) in batch.updates.iter().zip(reports) {
-            let (Some(report), Some(quiet)) = (report, owns(update.key)) else {
+            let (Some(report), Some(_)) = (report, owns(update.key)) else {
                 continue;
             };
             let Some(state) = self.table.get(&update.key, &guard) else {
@@ -145,10 +151,9 @@ impl Limiter {
             }
             let spec = state.spec();
             let entry = owned.windows.entry(update.key).or_insert_with(|| Owned {
-                books: Books::new(self.origin.0, quiet),
+                books: Books::new(self.origin.0),
                 spec,
             });
-            entry.books.raise_quiet(quiet);
 
             entry.books.heard(
                 user.0,
@@ -188,7 +193,6 @@ impl Limiter {
             let Some(quiet_until_ms) = leases(*key) else {
                 return false;
             };
-            w.books.raise_quiet(quiet_until_ms);
             // A user's demand is its count over the window when it reported: until a window
             // has passed since, nothing says it fell (a user reports when it is offered
             // anything), so it is renewed that long, and its books kept a calm lease more.
@@ -211,7 +215,7 @@ impl Limiter {
                 return true;
             }
             let spends = self.spends_of(state, &w.spec, now_ms);
-            let mut params = self.ledger_params(&w.spec, limit);
+            let mut params = self.ledger_params(&w.spec, limit, quiet_until_ms);
             let window_ms = w.spec.window_ms() as f64;
             // What a user is expected to be offered over `lease_ms`: its count over the window,
             // scaled; and the tokens that cover it with LEASE_QUANTILE.
@@ -328,13 +332,12 @@ impl Limiter {
         }
         let mut owned = self.lock_owned();
         let entry = owned.windows.entry(key).or_insert_with(|| Owned {
-            books: Books::new(self.origin.0, quiet_until_ms),
+            books: Books::new(self.origin.0),
             spec: *spec,
         });
-        entry.books.raise_quiet(quiet_until_ms);
         let since = now_ms.saturating_sub(2 * self.config.ledger.lease_ms);
         let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
-        let params = self.ledger_params(spec, limit);
+        let params = self.ledger_params(spec, limit, quiet_until_ms);
         let spends = self.spends_of(state, spec, now_ms);
         let ask = Ask {
             user,

@@ -21,6 +21,7 @@ fn params(limit: u64) -> LedgerParams {
         margin_ms: 0,
         start_step_ms: 25,
         horizon_ms: 400,
+        quiet_until_ms: 0,
     }
 }
 
@@ -108,7 +109,7 @@ proptest! {
         steps in proptest::collection::vec(step(4), 1..400),
     ) {
         let p = params(limit);
-        let mut books = Books::new(OWNER, 0);
+        let mut books = Books::new(OWNER);
         let mut now = 1_000_000u64;
         let us: Vec<User> = (0..users).map(|_| User::default()).collect();
         let mut us = us;
@@ -191,7 +192,7 @@ fn renew(user: u128, want: u64) -> Renewal {
 #[test]
 fn segments_are_sized_by_want_and_start_when_slots_free() {
     let p = params(10);
-    let mut books = Books::new(1, 0);
+    let mut books = Books::new(1);
     let now = 10_000;
     // 8 slots taken until 10 200 (spent in the bucket ending at 9 200), 2 free.
     let spends = [Span {
@@ -232,7 +233,7 @@ fn segments_are_sized_by_want_and_start_when_slots_free() {
 #[test]
 fn a_renewal_does_not_double_book_what_the_user_still_holds() {
     let p = params(10);
-    let mut books = Books::new(1, 0);
+    let mut books = Books::new(1);
     let (_, first) = books.grant_round(&[renew(2, 6)], &[], 10_000, &p).remove(0);
     let user = Holdings::default();
     user.accept(&first);
@@ -261,7 +262,7 @@ fn a_renewal_does_not_double_book_what_the_user_still_holds() {
 #[test]
 fn a_lapsed_lease_is_free_only_once_no_newer_message_can_revive_it() {
     let p = params(10);
-    let mut books = Books::new(1, 0);
+    let mut books = Books::new(1);
     let (_, first) = books.grant_round(&[renew(2, 5)], &[], 10_000, &p).remove(0);
     let user = Holdings::default();
     user.accept(&first);
@@ -298,7 +299,7 @@ fn a_lapsed_lease_is_free_only_once_no_newer_message_can_revive_it() {
 #[test]
 fn an_ask_waits_for_the_next_free_slot_and_is_refused_past_its_deadline() {
     let p = params(1);
-    let mut books = Books::new(1, 0);
+    let mut books = Books::new(1);
     let now = 10_000;
     let spends = [Span {
         from_ms: 0,
@@ -322,8 +323,11 @@ fn an_ask_waits_for_the_next_free_slot_and_is_refused_past_its_deadline() {
 
 #[test]
 fn a_quiet_owner_leases_nothing_until_its_time() {
-    let p = params(10);
-    let mut books = Books::new(1, 5_000);
+    let p = LedgerParams {
+        quiet_until_ms: 5_000,
+        ..params(10)
+    };
+    let mut books = Books::new(1);
     assert!(books.grant_round(&[renew(2, 5)], &[], 4_999, &p).is_empty());
     assert!(matches!(
         books.ask(ask(2, 1, None, 4_500), &[], 4_000, &p),
@@ -335,7 +339,7 @@ fn a_quiet_owner_leases_nothing_until_its_time() {
 #[test]
 fn a_closed_report_frees_what_it_hands_back_at_once() {
     let p = params(4);
-    let mut books = Books::new(1, 0);
+    let mut books = Books::new(1);
     let leases = books.grant_round(&[renew(2, 4)], &[], 10_000, &p);
     assert_eq!(leases.len(), 1);
     assert_eq!(books.occupancy(&[], 10_000, &p).at(10_000), 4);
@@ -375,7 +379,7 @@ fn ask(user: u128, want: u64, held: Option<HeldLease>, deadline_ms: u64) -> Ask 
 /// made the window there) says nothing of the window's limit; the others' limits stand.
 #[test]
 fn a_limit_of_zero_is_no_word_on_the_windows_limit() {
-    let mut books = Books::new(1, 0);
+    let mut books = Books::new(1);
     let heard = |limit: u32| Heard {
         limit,
         ..Heard::default()
@@ -392,7 +396,7 @@ fn a_limit_of_zero_is_no_word_on_the_windows_limit() {
 #[test]
 fn an_ask_is_granted_whole_or_refused() {
     let p = params(10);
-    let mut books = Books::new(1, 0);
+    let mut books = Books::new(1);
     let AskAnswer::Granted(_) = books.ask(ask(2, 7, None, 10_015), &[], 10_000, &p) else {
         panic!("ten free");
     };
