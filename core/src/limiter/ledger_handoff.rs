@@ -29,24 +29,33 @@ impl Limiter {
         let guard = self.table.guard();
         let mut owned = self.lock_owned();
         let OwnedWindows { windows, handed } = &mut *owned;
+        // Windows with books, and windows handed here that this node has not leased yet
+        // (their slots are passed on).
+        let keys: std::collections::BTreeSet<KeyId> =
+            windows.keys().chain(handed.keys()).copied().collect();
         let mut out = Vec::new();
-        for (key, w) in windows.iter_mut() {
-            let Some(state) = self.table.get(key, &guard) else {
+        for key in keys {
+            let Some(state) = self.table.get(&key, &guard) else {
                 continue;
             };
-            let mut spends = self.spends_of(state, &w.spec, now_ms);
-            spends.extend(handed.get(key).into_iter().flatten().copied());
+            let spec = windows.get(&key).map_or_else(|| state.spec(), |w| w.spec);
+            let mut spends = self.spends_of(state, &spec, now_ms);
+            spends.extend(handed.get(&key).into_iter().flatten().copied());
             // The limit does not change which slots are taken.
-            let params = self.ledger_params(&w.spec, u32::MAX, 0);
-            let spans = w
-                .books
-                .occupancy(&spends, now_ms, &params)
-                .coarse_spans(now_ms, most);
+            let params = self.ledger_params(&spec, u32::MAX, 0);
+            let mut occupancy = crate::ledger::Occupancy::default();
+            if let Some(w) = windows.get_mut(&key) {
+                occupancy = w.books.occupancy(&spends, now_ms, &params);
+            } else {
+                for s in spends {
+                    occupancy.add(s);
+                }
+            }
             out.push(Handoff {
-                key: *key,
-                window_ms: w.spec.window_ms(),
-                buckets: w.spec.buckets(),
-                spans,
+                key,
+                window_ms: spec.window_ms(),
+                buckets: spec.buckets(),
+                spans: occupancy.coarse_spans(now_ms, most),
             });
         }
         out
