@@ -326,8 +326,10 @@ impl Books {
 
     /// A user with a request waiting and no token asks for `want`: all of it granted from the
     /// earliest moment before `deadline_ms` at which `want` tokens are free for a lease's
-    /// whole span (post-dated if that is later than now); refused otherwise, with when to ask
-    /// again. The books keep the largest `want` as the user's request size.
+    /// whole span (post-dated if that is later than now), with as many more whole requests
+    /// as the user's demand wants until its next round's lease and that moment's room holds;
+    /// refused otherwise, with when to ask again. The books keep the largest `want` as the
+    /// user's request size.
     pub fn ask(
         &mut self,
         ask: Ask,
@@ -356,7 +358,7 @@ impl Books {
         let refused = |retry_after_ms: u64| AskAnswer::Refused {
             retry_after_ms: retry_after_ms.max(1),
         };
-        // An ask serves one request: all of `want` or nothing (a part would lie idle).
+        // An ask's request gets all of `want` or nothing (a part would lie idle).
         let Some(at) = occupancy.earliest_room(params.limit, want, start, hold, horizon) else {
             return refused(params.horizon_ms);
         };
@@ -378,10 +380,17 @@ impl Books {
                 refused(params.horizon_ms)
             };
         }
+        // The request's tokens, and what the user's demand wants until its next round's
+        // lease, where the room holds them: one ask serves the requests until then.
+        let until_round = params.lease_ms / super::tuning::LEASE_ROUNDS;
+        let demand = u64::from(b.demand);
+        let expected = (demand * until_round).div_ceil(params.window_ms.max(1));
+        let room = occupancy.room(params.limit, at, until_ms);
+        let grant = want.max(expected.min(room) / want.max(1) * want.max(1));
         b.last_segment += 1;
         let segment = Segment {
             id: b.last_segment,
-            count: u32::try_from(want).unwrap_or(u32::MAX),
+            count: u32::try_from(grant).unwrap_or(u32::MAX),
             valid_from_ms: at,
         };
         b.segments.push(Granted {

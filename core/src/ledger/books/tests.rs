@@ -169,7 +169,9 @@ proptest! {
                         }
                     } else if let Some((report, v, at)) = from_user[u].pop_front() && arrives {
                         known_at[u] = known_at[u].max(at);
-                        let heard = Heard { report, demand: 0, limit: limit as u32 };
+                        // Any demand: it sizes what an ask grants, never whether it fits.
+                        let demand = (us[u].spends.len() % 40) as u32 * 7;
+                        let heard = Heard { report, demand, limit: limit as u32 };
                         books.heard(u as u128, v, heard, now);
                     }
                 }
@@ -430,4 +432,34 @@ fn scarce_room_is_split_in_whole_requests() {
         super::proportional(&wants, &[0, 0], 30, &[5, 5]),
         vec![10, 10]
     );
+}
+
+/// An ask is granted its request's tokens and, where the room holds them, what the user's
+/// demand wants until its next round's lease (half a lease), in whole requests: one ask
+/// serves the requests until the round instead of one each.
+#[test]
+fn an_ask_serves_the_users_demand_until_its_next_round_where_the_room_holds_it() {
+    let granted = |limit: u64, want: u64, demand: u32| {
+        let mut books = Books::new(1);
+        let heard = Heard {
+            demand,
+            limit: limit as u32,
+            ..Heard::default()
+        };
+        books.heard(2, 1, heard, 10_000);
+        match books.ask(ask(2, want, None, 10_015), &[], 10_000, &params(limit)) {
+            AskAnswer::Granted(lease) => lease.segments.iter().map(|s| s.count).sum::<u32>(),
+            AskAnswer::Refused { .. } => 0,
+        }
+    };
+    // 50 a window of 1 s: 10 over the 200 ms to the next round.
+    assert_eq!(granted(100, 1, 50), 10);
+    assert_eq!(granted(4, 1, 50), 4, "no more than the room");
+    assert_eq!(granted(7, 3, 50), 6, "whole requests of 3 within 7");
+    assert_eq!(
+        granted(100, 1, 0),
+        1,
+        "no demand heard: the request's tokens"
+    );
+    assert_eq!(granted(100, 5, 1), 5, "the request's tokens at least");
 }
