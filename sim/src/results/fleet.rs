@@ -171,8 +171,9 @@ pub(super) fn scenarios(page: &mut String, recordings: &[&Recording]) -> anyhow:
 
     page.push_str(
         "\nWhat it costs, and how fast news travels: gossip sent and received per node (mean, \
-         and the busiest node), staleness (an admission at one node until another counts it), \
-         failure detection (a crash or replacement until every other node counted the member \
+         and the busiest node), staleness (an admission at one node until another counts it; \
+         under the ledger a register goes to its window's owner, and other nodes count it only \
+         at anti-entropy, which no admission waits on), failure detection (a crash or replacement until every other node counted the member \
          out); for the small-share key, the longest run of windows in which a node had \
          requests and none admitted:\n\n",
     );
