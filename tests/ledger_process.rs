@@ -125,11 +125,9 @@ async fn a_day_quota_spread_over_five_processes_admits_exactly_its_limit() {
     assert_eq!(admitted, LIMIT, "admitted {admitted}, limit {LIMIT}");
 }
 
-/// Four ledger processes, two of which leave gracefully (SIGTERM) while the other two are
-/// driven: what the leavers held goes back to the owners, the windows they owned go to their
-/// next owners with the slots their books held, and a member that said it was leaving is not
-/// expected back, so the two staying keep the whole limit (no majority is lost to a leave, as
-/// it would be to a crash).
+/// Four ledger processes, two of which leave gracefully (SIGTERM): what they held goes back
+/// to the owners, and a member that said it was leaving is not expected back, so the two
+/// staying keep the whole limit (no majority is lost to a leave, as it would be to a crash).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
     const LIMIT: u64 = 40;
@@ -158,58 +156,33 @@ async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
     }
     wait_formed(&nodes, 4, Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(2));
-    let mut clients = Vec::new();
-    for n in &nodes[..2] {
-        clients.push(envoy(n).await);
+    for n in nodes.iter_mut().skip(2) {
+        stop(n);
     }
-    // Twice the limit over the two staying for 10 s, the others leaving from 2 s on: the two
-    // should admit about the limit each second, not half of it. A window whose owner left is
-    // handed to its next owner, which leases it at once.
-    const DRIVE_S: u64 = 10;
-    let started = std::time::Instant::now();
-    let driver =
-        tokio::spawn(async move { drive(&mut clients, "leave", 2 * LIMIT, DRIVE_S).await });
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut leavers = nodes.split_off(2);
-    let left = tokio::task::spawn_blocking(move || {
-        for n in &mut leavers {
-            stop(n);
-        }
-        started.elapsed()
-    })
-    .await
-    .expect("the leavers stopped");
-    let (sent, admitted_at) = driver.await.expect("the drive ran");
     let staying = &nodes[..2];
     wait_formed(staying, 2, Duration::from_secs(30));
-    let count = |from: Duration, secs: u64| {
-        admitted_at
-            .iter()
-            .filter(|t| (from..from + Duration::from_secs(secs)).contains(*t))
-            .count()
-    };
-    assert!(
-        left + Duration::from_secs(4) <= Duration::from_secs(DRIVE_S),
-        "the leavers took {left:?} to stop"
-    );
-    let before = count(Duration::ZERO, 2) as f64 / 2.0;
-    // From 2 s after the second leaver stopped, for 2 s.
-    let after = count(left + Duration::from_secs(2), 2) as f64 / 2.0;
+    // A window whose owner left has a new owner, which leases nothing for its quiet period
+    // (the longest lease plus two rounds: 1.8 s at the default round) while the leaver's
+    // leases may still be spent.
+    std::thread::sleep(Duration::from_secs(2));
+    let mut clients = Vec::new();
+    for n in staying {
+        clients.push(envoy(n).await);
+    }
+    // Twice the limit for 4 s over the two staying: they should admit about the limit each
+    // second, not half of it.
+    let (sent, admitted_at) = drive(&mut clients, "leave", 2 * LIMIT, 4).await;
+    let per_second = admitted_at.len() as f64 / 4.0;
     let worst = busiest_second(&admitted_at);
-    let seconds: Vec<usize> = (0..DRIVE_S)
-        .map(|k| count(Duration::from_secs(k), 1))
-        .collect();
-    println!(
-        "{sent} sent; admitted a second: {before:.1} before the leave, {after:.1} from 2 s \
-         after it ({left:?} from the start); by second {seconds:?}; busiest second {worst}"
-    );
+    println!("{sent} sent, {per_second:.1} admitted a second, busiest second {worst}");
+    // Seen at the client, an admission is stamped when its answer arrives: a response's
+    // latency can move one across the edge of a second.
     assert!(
         worst as u64 <= LIMIT + 2,
         "busiest second {worst} > {LIMIT}"
     );
     assert!(
-        after >= 0.75 * LIMIT as f64,
-        "{after:.1} a second admitted of {LIMIT} from 2 s after the leave: the leavers' part is \
-         lost"
+        per_second >= 0.75 * LIMIT as f64,
+        "{per_second:.1} a second admitted of {LIMIT}: the leavers' part is lost"
     );
 }

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use super::message::MessageError;
 use smallvec::SmallVec;
 
-use crate::ledger::{HeldLease, HoldingsReport, Lease, Segment, Span};
-use crate::limiter::{Handoff, KeyId, LedgerReport};
+use crate::ledger::{HeldLease, HoldingsReport, Lease, Segment};
+use crate::limiter::{KeyId, LedgerReport};
 use crate::window::{EstimateMode, WindowSpec};
 
 const DECODE_LIMIT: usize = 64 * 1024;
@@ -50,9 +50,6 @@ pub enum LedgerEntry {
     /// the members staying need not keep room for it. Sent in a datagram of its own (a node
     /// that does not know this entry drops only that datagram).
     Leaving,
-    /// The sender, leaving, hands the receiver (the window's next owner) the slots its books
-    /// of the window hold. Sent in datagrams of their own, as `Leaving` is.
-    Handoff(Handoff),
 }
 
 /// An owner id on the wire: `None` is the one the context says (the receiver of a report).
@@ -96,21 +93,10 @@ enum Wire {
         retry_after_ms: u32,
     },
     Leaving,
-    Handoff {
-        key: [u8; 16],
-        window_ms: u64,
-        buckets: u16,
-        /// `(from - sent, until - sent, count)`.
-        spans: Vec<(i64, i64, u64)>,
-    },
 }
 
 /// At most this many segments or held leases are taken from one entry: a lease holds a few.
 const MOST_PARTS: usize = 64;
-
-/// At most this many spans in a handoff: an owner merges its books' spans into this many
-/// (`Limiter::hand_over`), and one entry stays well inside a datagram.
-pub const HANDOFF_SPANS: usize = 32;
 
 fn held_out(h: &HeldLease, receiver: u128, sent_ms: u64) -> WireHeld {
     (
@@ -203,22 +189,6 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
                 retry_after_ms: *retry_after_ms,
             },
             LedgerEntry::Leaving => Wire::Leaving,
-            LedgerEntry::Handoff(h) => Wire::Handoff {
-                key: h.key.0.to_le_bytes(),
-                window_ms: h.window_ms,
-                buckets: h.buckets,
-                spans: h
-                    .spans
-                    .iter()
-                    .map(|s| {
-                        (
-                            offset(s.from_ms, sent_ms),
-                            offset(s.until_ms, sent_ms),
-                            s.count,
-                        )
-                    })
-                    .collect(),
-            },
         })
         .collect();
     bincode::serde::encode_to_vec(&wire, WIRE).unwrap_or_default()
@@ -370,37 +340,6 @@ pub fn decode_ledger(
                 retry_after_ms,
             },
             Wire::Leaving => LedgerEntry::Leaving,
-            Wire::Handoff {
-                key,
-                window_ms,
-                buckets,
-                spans,
-            } => {
-                let spans: Option<Vec<Span>> = (spans.len() <= HANDOFF_SPANS)
-                    .then(|| {
-                        spans
-                            .into_iter()
-                            .map(|(from, until, count)| {
-                                Some(Span {
-                                    from_ms: at(from, sent_ms).ok()?,
-                                    until_ms: at(until, sent_ms).ok()?,
-                                    count,
-                                })
-                            })
-                            .collect()
-                    })
-                    .flatten();
-                let (Some(spans), true) = (spans, shape_ok(window_ms, buckets)) else {
-                    rejects.malformed += 1;
-                    continue;
-                };
-                LedgerEntry::Handoff(Handoff {
-                    key: KeyId(u128::from_le_bytes(key)),
-                    window_ms,
-                    buckets,
-                    spans,
-                })
-            }
         };
         out.push(entry);
     }

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use super::core::NodeCore;
 use super::ledger_view::LedgerNode;
 use crate::clock::{Now, TimeSource};
-use crate::gossip::ledger_message::{HANDOFF_SPANS, LedgerEntry, encode_ledger};
+use crate::gossip::ledger_message::{LedgerEntry, encode_ledger};
 use crate::gossip::message::{Stamp, empty_batch_body, encode_batch_stamped};
 use crate::gossip::wire::{Destination, Kind};
 use crate::limiter::{
@@ -85,7 +85,7 @@ impl<T: TimeSource> NodeCore<T> {
     /// A starting node leases nothing until a quiet period after its warm-up: the warm-up
     /// ends when every member it knows has pushed it its state, so each of them knows it, and
     /// has its windows' previous owner stop leasing them within a round of that push.
-    pub(super) fn install_owner_view(&mut self, now: Now) {
+    fn install_owner_view(&mut self, now: Now) {
         let side = self.lease_part(now);
         let quiet_ms = self.quiet_ms();
         let warming = self.warmup.is_some();
@@ -168,7 +168,6 @@ impl<T: TimeSource> NodeCore<T> {
         if !matches!(self.limiter.config().policy, Policy::Ledger(_)) {
             return;
         }
-        self.hand_over(now);
         let (updates, reports) = self
             .limiter
             .close_holdings(now.cluster_ms)
@@ -180,37 +179,6 @@ impl<T: TimeSource> NodeCore<T> {
             let to = super::core::destination(&member);
             if self.may_send_state(now, to) {
                 self.send_ledger(now, to, Vec::new(), vec![LedgerEntry::Leaving]);
-            }
-        }
-    }
-
-    /// The node stops leasing, and hands each window it keeps books for to the window's next
-    /// owner (the first owner other than itself): the slots its books hold, which that owner
-    /// counts so that it may lease the window at once (`Limiter::take_over`) instead of
-    /// waiting a quiet period for this node's leases to end. In datagrams of their own (a
-    /// member that does not know the entry drops only those); one that is lost leaves its
-    /// windows to the quiet period.
-    fn hand_over(&mut self, now: Now) {
-        let Some(ledger) = self.ledger.as_mut() else {
-            return;
-        };
-        ledger.stop_leasing();
-        let me = self.params.node_id.as_u128();
-        let mut by_owner: BTreeMap<Destination, Vec<LedgerEntry>> = BTreeMap::new();
-        for handoff in self.limiter.hand_over(now.cluster_ms, HANDOFF_SPANS) {
-            let next = self
-                .ownership
-                .as_mut()
-                .and_then(|o| o.owners(handoff.key))
-                .and_then(|owners| owners.into_iter().find(|m| m.id != me));
-            if let Some(next) = next {
-                let entries = by_owner.entry(next.destination()).or_default();
-                entries.push(LedgerEntry::Handoff(handoff));
-            }
-        }
-        for (to, entries) in by_owner {
-            if self.may_send_state(now, to) {
-                self.send_ledger(now, to, Vec::new(), entries);
             }
         }
     }

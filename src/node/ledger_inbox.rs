@@ -6,7 +6,7 @@
 use super::core::NodeCore;
 use crate::clock::{Now, TimeSource};
 use crate::config::ASK_WAIT_MAX_MS;
-use crate::gossip::ledger_message::{HANDOFF_SPANS, LedgerEntry, decode_ledger};
+use crate::gossip::ledger_message::{LedgerEntry, decode_ledger};
 use crate::gossip::message::{Stamp, decode_leading_batch_stamped};
 use crate::gossip::wire::{Destination, DropReason, Header};
 use crate::ledger::AskAnswer;
@@ -96,7 +96,6 @@ impl<T: TimeSource> NodeCore<T> {
         };
         let mut answers = Vec::new();
         let mut woke = false;
-        let mut took_over = false;
         for e in entries {
             match e {
                 LedgerEntry::Report { .. } => {}
@@ -129,20 +128,6 @@ impl<T: TimeSource> NodeCore<T> {
                     self.member_log.leaving_said(header.sender, now.at);
                 }
                 LedgerEntry::Leaving => {}
-                // From the member itself, as `Leaving`.
-                LedgerEntry::Handoff(handoff)
-                    if self.liveness.address_of(header.sender) == Some(from) =>
-                {
-                    if self
-                        .limiter
-                        .take_over(&handoff, now.cluster_ms, HANDOFF_SPANS)
-                    {
-                        let ledger = self.ledger.get_or_insert_with(Default::default);
-                        ledger.took_over(handoff.key, header.sender, now.cluster_ms);
-                        took_over = true;
-                    }
-                }
-                LedgerEntry::Handoff(_) => {}
                 LedgerEntry::Ask {
                     key,
                     window_ms,
@@ -163,9 +148,6 @@ impl<T: TimeSource> NodeCore<T> {
         }
         if woke {
             self.view.leases_arrived();
-        }
-        if took_over {
-            self.install_owner_view(now);
         }
         if !answers.is_empty() && self.liveness.address_of(header.sender) == Some(from) {
             self.send_ledger(now, to, Vec::new(), answers);

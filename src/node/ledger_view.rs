@@ -3,7 +3,7 @@
 //! the previous owner's leases lapse and their users report), and the side's part of each
 //! limit (`ledger.rs`, `lease_part`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::placement::Ring;
 use crate::limiter::{KeyId, OwnerOf, OwnerView};
@@ -26,14 +26,6 @@ pub(super) struct LedgerNode {
     /// `(since when, part)` of the lease parts in force within the last quiet period, oldest
     /// first (`ledger.rs`, `lease_part`).
     parts: VecDeque<(u64, (u64, u64))>,
-    /// Windows handed to this node: `(the member that handed it, when)`, kept for a quiet
-    /// period. A window's change of owner from that member asks for no quiet period: the
-    /// limiter counts the slots it handed over (`Limiter::take_over`).
-    handed: BTreeMap<KeyId, (u128, u64)>,
-    /// A window was handed over since the view was installed.
-    handed_since_install: bool,
-    /// The node is leaving: it leases nothing more (what it leased is handed over).
-    leaving: bool,
 }
 
 impl LedgerNode {
@@ -64,7 +56,6 @@ impl LedgerNode {
 pub(super) struct RingView {
     ring: Ring,
     before: Vec<(u64, Ring)>,
-    handed: BTreeMap<KeyId, u128>,
     floor_quiet_until_ms: u64,
     quiet_ms: u64,
     part: (u64, u64),
@@ -73,14 +64,10 @@ pub(super) struct RingView {
 impl OwnerView for RingView {
     fn owner_of(&self, key: KeyId) -> Option<OwnerOf> {
         let owner = self.ring.owner(key)?;
-        let handed_by = self.handed.get(&key).copied();
         let moved = self
             .before
             .iter()
-            .filter(|(_, ring)| {
-                let before = ring.owner(key).map(|o| o.id);
-                before != Some(owner.id) && (before.is_none() || before != handed_by)
-            })
+            .filter(|(_, ring)| ring.owner(key).map(|o| o.id) != Some(owner.id))
             .map(|(at, _)| at + self.quiet_ms)
             .max()
             .unwrap_or(0);
@@ -98,18 +85,7 @@ impl OwnerView for RingView {
 impl LedgerNode {
     /// Whether the installed view lets this node lease at all.
     pub(super) fn may_lease(&self) -> bool {
-        !self.leaving && self.installed.is_some_and(|(_, (seen, _))| seen > 0)
-    }
-
-    /// The node is leaving: it leases nothing from now.
-    pub(super) fn stop_leasing(&mut self) {
-        self.leaving = true;
-    }
-
-    /// `from` handed this node window `key` at `now_ms`.
-    pub(super) fn took_over(&mut self, key: KeyId, from: u128, now_ms: u64) {
-        self.handed.insert(key, (from, now_ms));
-        self.handed_since_install = true;
+        self.installed.is_some_and(|(_, (seen, _))| seen > 0)
     }
 
     /// The view to give the limiter for `ring` (of `generation`) and the side's part now, or
@@ -131,14 +107,9 @@ impl LedgerNode {
         if starting || self.installed.is_none() {
             self.floor_quiet_until_ms = floor.max(now_ms + quiet_ms);
         }
-        if self.installed == Some((generation, part))
-            && self.floor_quiet_until_ms == floor
-            && !self.handed_since_install
-        {
+        if self.installed == Some((generation, part)) && self.floor_quiet_until_ms == floor {
             return None;
         }
-        self.handed_since_install = false;
-        self.handed.retain(|_, (_, at)| *at + quiet_ms > now_ms);
         let old = self.ring.replace(ring.clone());
         if self.installed.is_some_and(|(g, _)| g != generation)
             && let Some(old) = old
@@ -155,11 +126,6 @@ impl LedgerNode {
         Some(RingView {
             ring: ring.clone(),
             before: self.before.iter().cloned().collect(),
-            handed: self
-                .handed
-                .iter()
-                .map(|(k, (from, _))| (*k, *from))
-                .collect(),
             floor_quiet_until_ms: self.floor_quiet_until_ms,
             quiet_ms,
             part,
@@ -168,11 +134,11 @@ impl LedgerNode {
 }
 
 #[cfg(test)]
-mod tests_support {
+mod tests {
     use super::*;
     use crate::node::placement::Member;
 
-    pub(super) fn ring(ids: &[u128]) -> Ring {
+    fn ring(ids: &[u128]) -> Ring {
         let members: Vec<Member> = ids
             .iter()
             .map(|&id| Member {
@@ -183,15 +149,9 @@ mod tests_support {
         Ring::of([7; 32], &members)
     }
 
-    pub(super) fn spread(k: u128) -> KeyId {
+    fn spread(k: u128) -> KeyId {
         KeyId(k.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835))
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::tests_support::*;
-    use super::*;
 
     /// A node that starts alone owns every window in its first ring, and still owns some once
     /// it sees the others: it leases none of them before a quiet period past its warm-up, as
@@ -247,47 +207,5 @@ mod tests {
             .find(|k| later.owner_of(**k).is_some_and(|o| o.owner == 1))
             .expect("a window the node keeps");
         assert!(quiet_at(&later, *kept) < 20_000);
-    }
-}
-
-#[cfg(test)]
-mod handoff_tests {
-    use super::tests_support::*;
-    use super::*;
-
-    /// Windows that come to this node when their owner leaves: those that owner handed over
-    /// are leased at once; one handed over by a member that did not own it, or not handed
-    /// over, waits a quiet period.
-    #[test]
-    fn a_window_handed_over_by_its_owner_before_needs_no_quiet_period() {
-        const QUIET: u64 = 1_600;
-        let mut node = LedgerNode::default();
-        let all = ring(&[1, 2, 3, 4]);
-        node.install(10_000, &all, 1, (4, 4), QUIET, false);
-        let without_4 = ring(&[1, 2, 3]);
-        let moved: Vec<KeyId> = (0..512u128)
-            .map(spread)
-            .filter(|k| {
-                all.owner(*k).is_some_and(|o| o.id == 4)
-                    && without_4.owner(*k).is_some_and(|o| o.id == 1)
-            })
-            .take(3)
-            .collect();
-        assert_eq!(moved.len(), 3, "windows that move from 4 to 1");
-        node.took_over(moved[0], 4, 20_000);
-        node.took_over(moved[1], 3, 20_000);
-        let view = node
-            .install(20_010, &without_4, 2, (3, 3), QUIET, false)
-            .expect("a new ring");
-        let quiet_at = |k: KeyId| view.owner_of(k).expect("an owner").quiet_until_ms;
-        assert!(quiet_at(moved[0]) < 20_010, "handed over by its owner");
-        assert_eq!(quiet_at(moved[1]), 20_010 + QUIET, "handed over by another");
-        assert_eq!(quiet_at(moved[2]), 20_010 + QUIET, "not handed over");
-        // A handoff that arrives after the ring changed lifts the quiet period then.
-        node.took_over(moved[2], 4, 20_100);
-        let view = node
-            .install(20_100, &without_4, 2, (3, 3), QUIET, false)
-            .expect("reinstalled for the handoff");
-        assert!(view.owner_of(moved[2]).expect("an owner").quiet_until_ms < 20_100);
     }
 }

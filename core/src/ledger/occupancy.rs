@@ -82,31 +82,6 @@ impl Occupancy {
     pub fn spans(&self) -> &[Span] {
         &self.spans
     }
-
-    /// The spans still taking slots after `now_ms`, in at most `most` spans: neighbours by
-    /// end merged into one that counts both over both their spans. A merged span takes at
-    /// least the slots its parts took at every moment, so books built from these never lease
-    /// a slot the original ones held.
-    pub fn coarse_spans(&self, now_ms: u64, most: usize) -> Vec<Span> {
-        let mut live: Vec<Span> = self
-            .spans
-            .iter()
-            .filter(|s| s.until_ms > now_ms)
-            .copied()
-            .collect();
-        live.sort_by_key(|s| (s.until_ms, s.from_ms));
-        if live.len() <= most || most == 0 {
-            return if most == 0 { Vec::new() } else { live };
-        }
-        let per = live.len().div_ceil(most);
-        live.chunks(per)
-            .map(|group| Span {
-                from_ms: group.iter().map(|s| s.from_ms).min().unwrap_or(0),
-                until_ms: group.iter().map(|s| s.until_ms).max().unwrap_or(0),
-                count: group.iter().map(|s| s.count).sum(),
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]
@@ -138,31 +113,5 @@ mod tests {
         // 6 slots for 100 ms: not at 0 (5 taken, then 8), from 200 (4 taken) yes.
         assert_eq!(o.earliest_room(10, 6, 0, 100, 1_000), Some(200));
         assert_eq!(o.earliest_room(10, 11, 0, 100, 1_000), None);
-    }
-
-    #[test]
-    fn coarse_spans_take_at_least_the_slots_of_the_spans_they_merge() {
-        let mut o = Occupancy::default();
-        for i in 0..40u64 {
-            o.add(span(i * 7 % 50, 60 + i * 13 % 90, 1 + i % 4));
-        }
-        o.add(span(0, 30, 9)); // over by `now`: left out
-        for most in [1, 3, 8, 40, 100] {
-            let coarse = o.coarse_spans(30, most);
-            assert!(coarse.len() <= most, "{most}: {}", coarse.len());
-            let mut c = Occupancy::default();
-            for s in &coarse {
-                c.add(*s);
-            }
-            for t in 30..200 {
-                assert!(
-                    c.at(t) >= o.at(t),
-                    "{most} at {t}: {} < {}",
-                    c.at(t),
-                    o.at(t)
-                );
-            }
-        }
-        assert!(o.coarse_spans(30, 0).is_empty());
     }
 }

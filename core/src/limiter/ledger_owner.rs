@@ -38,16 +38,13 @@ pub struct LeaseGrant {
 /// The books of the windows this node owns.
 #[derive(Debug, Default)]
 pub(crate) struct OwnedWindows {
-    pub(super) windows: BTreeMap<KeyId, Owned>,
-    /// Slots the windows' previous owners held when they handed them over
-    /// (`ledger_handoff.rs`), until each span ends.
-    pub(super) handed: BTreeMap<KeyId, Vec<Span>>,
+    windows: BTreeMap<KeyId, Owned>,
 }
 
 #[derive(Debug)]
-pub(super) struct Owned {
-    pub(super) books: Books,
-    pub(super) spec: WindowSpec,
+struct Owned {
+    books: Books,
+    spec: WindowSpec,
 }
 
 impl Limiter {
@@ -107,7 +104,7 @@ impl Limiter {
             .collect()
     }
 
-    pub(super) fn lock_owned(&self) -> std::sync::MutexGuard<'_, OwnedWindows> {
+    fn lock_owned(&self) -> std::sync::MutexGuard<'_, OwnedWindows> {
         self.owned.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -192,12 +189,7 @@ impl Limiter {
         let round = self.config.gossip_interval_ms;
         let calm_lease_ms = crate::ledger::tuning::longest_lease_ms(round);
         let mut out = Vec::new();
-        let OwnedWindows { windows, handed } = &mut *owned;
-        handed.retain(|_, spans| {
-            spans.retain(|s| s.until_ms > now_ms);
-            !spans.is_empty()
-        });
-        windows.retain(|key, w| {
+        owned.windows.retain(|key, w| {
             let Some(quiet_until_ms) = leases(*key) else {
                 return false;
             };
@@ -222,8 +214,7 @@ impl Limiter {
             if demands.is_empty() {
                 return true;
             }
-            let mut spends = self.spends_of(state, &w.spec, now_ms);
-            spends.extend(handed.get(key).into_iter().flatten().copied());
+            let spends = self.spends_of(state, &w.spec, now_ms);
             let mut params = self.ledger_params(&w.spec, limit, quiet_until_ms);
             let window_ms = w.spec.window_ms() as f64;
             // What a user is expected to be offered over `lease_ms`: its count over the window,
@@ -340,16 +331,14 @@ impl Limiter {
             };
         }
         let mut owned = self.lock_owned();
-        let OwnedWindows { windows, handed } = &mut *owned;
-        let entry = windows.entry(key).or_insert_with(|| Owned {
+        let entry = owned.windows.entry(key).or_insert_with(|| Owned {
             books: Books::new(self.origin.0),
             spec: *spec,
         });
         let since = now_ms.saturating_sub(2 * self.config.ledger.lease_ms);
         let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
         let params = self.ledger_params(spec, limit, quiet_until_ms);
-        let mut spends = self.spends_of(state, spec, now_ms);
-        spends.extend(handed.get(&key).into_iter().flatten().copied());
+        let spends = self.spends_of(state, spec, now_ms);
         let ask = Ask {
             user,
             want: u64::from(want),

@@ -26,7 +26,6 @@ mod expected_size;
 mod inspection;
 mod key;
 mod ledger_emission;
-mod ledger_handoff;
 mod ledger_owner;
 mod ledger_user;
 mod liveness;
@@ -56,7 +55,6 @@ pub use decision::{
 pub use expected_size::ExpectedSize;
 pub use inspection::{Inspection, OriginUsage};
 pub use key::{IdHashBuilder, KeyHasher, KeyId, KeyIdHashBuilder, Limit, seed_id_hashes};
-pub use ledger_handoff::Handoff;
 pub use ledger_owner::{LeaseGrant, LedgerReport};
 pub use ledger_user::TokenNeed;
 pub use origin::OriginId;

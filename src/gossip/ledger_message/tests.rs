@@ -84,28 +84,10 @@ fn every_entry_round_trips_and_owners_implied_by_the_datagram_are_not_written() 
             retry_after_ms: 80,
         },
         LedgerEntry::Leaving,
-        LedgerEntry::Handoff(Handoff {
-            key: KeyId(5),
-            window_ms: 1_000,
-            buckets: 10,
-            spans: vec![
-                Span {
-                    from_ms: 0,
-                    until_ms: SENT + 1_010,
-                    count: 40,
-                },
-                Span {
-                    from_ms: SENT + 25,
-                    until_ms: SENT + 1_450,
-                    count: 3,
-                },
-            ],
-        }),
     ];
-    let body = encode_ledger(&grants[..3], user, SENT);
+    let body = encode_ledger(&grants, user, SENT);
     // A lease is its window (key and shape, 20 bytes), a few numbers, and its segments.
     assert!(body.len() <= 56, "{} bytes", body.len());
-    let body = encode_ledger(&grants, user, SENT);
     let (back, _) = decode_ledger(&body, owner, user, SENT).unwrap();
     assert_eq!(back, grants);
     // A lease always names its sender as the owner: a datagram cannot lease for another.
@@ -136,26 +118,11 @@ fn malformed_entries_are_dropped_alone_and_garbage_fails_whole() {
             key: [1; 16],
             retry_after_ms: 5,
         },
-        Wire::Handoff {
-            key: [2; 16],
-            window_ms: 1_000,
-            buckets: 10,
-            spans: vec![(0, 10, 1); HANDOFF_SPANS + 1],
-        },
-        Wire::Handoff {
-            key: [2; 16],
-            window_ms: 1_000,
-            buckets: 10,
-            spans: vec![(0, i64::MIN, 1)],
-        },
     ];
     let body = bincode::serde::encode_to_vec(&bad, WIRE).unwrap();
     let (entries, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
     assert_eq!(entries.len(), 1);
-    assert_eq!(
-        rejects.malformed, 4,
-        "a bad shape, segments out of order, too many spans, a time out of range"
-    );
+    assert_eq!(rejects.malformed, 2, "a bad shape, segments out of order");
     assert!(decode_ledger(&[0xFF; 9], 1, 2, SENT).is_err());
     let mut trailing = body.clone();
     trailing.push(0);
