@@ -384,7 +384,9 @@ impl Books {
         // lease, where the room holds them: one ask serves the requests until then.
         let until_round = params.lease_ms / super::tuning::LEASE_ROUNDS;
         let demand = u64::from(b.demand);
-        let expected = (demand * until_round).div_ceil(params.window_ms.max(1));
+        let expected = demand
+            .saturating_mul(until_round)
+            .div_ceil(params.window_ms.max(1));
         let room = occupancy.room(params.limit, at, until_ms);
         let grant = want.max(expected.min(room) / want.max(1) * want.max(1));
         b.last_segment += 1;
