@@ -24,6 +24,8 @@ pub struct LedgerParams {
     pub window_ms: u64,
     /// How long a lease lasts from a renewal.
     pub lease_ms: u64,
+    /// The summary round: a user is leased again this long after its last renewal.
+    pub round_ms: u64,
     /// Users stop spending this long before a lease ends, and a spend counts this long past
     /// its bucket: how far cluster clocks may disagree.
     pub margin_ms: u64,
@@ -382,13 +384,12 @@ impl Books {
         }
         // The request's tokens, and what the user's demand wants until its next round's
         // lease, where the room holds them: one ask serves the requests until then.
-        let until_round = params.lease_ms / super::tuning::LEASE_ROUNDS;
-        let demand = u64::from(b.demand);
-        let expected = demand
-            .saturating_mul(until_round)
+        let expected = u64::from(b.demand)
+            .saturating_mul(params.round_ms)
             .div_ceil(params.window_ms.max(1));
         let room = occupancy.room(params.limit, at, until_ms);
-        let grant = want.max(expected.min(room) / want.max(1) * want.max(1));
+        let unit = want.max(1);
+        let grant = want.max(expected.min(room) / unit * unit);
         b.last_segment += 1;
         let segment = Segment {
             id: b.last_segment,

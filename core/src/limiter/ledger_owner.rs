@@ -62,6 +62,7 @@ impl Limiter {
                 / u128::from(expected.max(1))) as u64,
             window_ms: spec.window_ms(),
             lease_ms: timing.lease_ms,
+            round_ms: self.config.gossip_interval_ms,
             margin_ms: timing.margin_ms,
             start_step_ms: timing.start_step_ms,
             horizon_ms: timing.lease_ms,

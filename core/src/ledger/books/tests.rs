@@ -18,6 +18,7 @@ fn params(limit: u64) -> LedgerParams {
         limit,
         window_ms: W,
         lease_ms: 400,
+        round_ms: 200,
         margin_ms: 0,
         start_step_ms: 25,
         horizon_ms: 400,
@@ -435,7 +436,7 @@ fn scarce_room_is_split_in_whole_requests() {
 }
 
 /// An ask is granted its request's tokens and, where the room holds them, what the user's
-/// demand wants until its next round's lease (half a lease), in whole requests: one ask
+/// demand wants until its next round's lease (one summary round), in whole requests: one ask
 /// serves the requests until the round instead of one each.
 #[test]
 fn an_ask_serves_the_users_demand_until_its_next_round_where_the_room_holds_it() {
