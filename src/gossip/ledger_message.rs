@@ -50,6 +50,9 @@ pub enum LedgerEntry {
     /// the members staying need not keep room for it. Sent in a datagram of its own (a node
     /// that does not know this entry drops only that datagram).
     Leaving,
+    /// Members the sender's side heard from, each by its short id (`node/liveness/relayed.rs`)
+    /// with the cluster time it was last heard. Sent in a datagram of its own, as `Leaving`.
+    Heard { members: Vec<(u32, u64)> },
 }
 
 /// An owner id on the wire: `None` is the one the context says (the receiver of a report).
@@ -93,7 +96,20 @@ enum Wire {
         retry_after_ms: u32,
     },
     Leaving,
+    Heard {
+        /// The latest time, `- sent`.
+        newest: i64,
+        /// `(short id, (newest - heard) in 10 ms, rounded up)`.
+        members: Vec<([u8; 4], u32)>,
+    },
 }
+
+/// At most this many members are taken from one `Heard` entry: what one datagram holds.
+pub const MOST_HEARD: usize = 128;
+
+/// The unit of a relayed time's distance from the newest, in ms: under 2.5 s (a spread's
+/// horizon) a distance is one varint byte.
+const HEARD_UNIT_MS: u64 = 10;
 
 /// At most this many segments or held leases are taken from one entry: a lease holds a few.
 const MOST_PARTS: usize = 64;
@@ -125,6 +141,40 @@ fn at(offset: i64, sent_ms: u64) -> Result<u64, MessageError> {
     sent_ms
         .checked_add_signed(offset)
         .ok_or(MessageError::StampOutOfRange)
+}
+
+fn heard_out(members: &[(u32, u64)], sent_ms: u64) -> Wire {
+    let newest = members.iter().map(|(_, t)| *t).max().unwrap_or(sent_ms);
+    Wire::Heard {
+        newest: offset(newest, sent_ms),
+        members: members
+            .iter()
+            .map(|(short, t)| {
+                let units = (newest - t).div_ceil(HEARD_UNIT_MS);
+                (
+                    short.to_le_bytes(),
+                    u32::try_from(units).unwrap_or(u32::MAX),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// A `Heard` entry, or `None` if it names too many members or a time out of range. A time is
+/// never read later than it was written (distances were rounded up).
+fn heard_in(newest: i64, members: Vec<([u8; 4], u32)>, sent_ms: u64) -> Option<LedgerEntry> {
+    if members.len() > MOST_HEARD {
+        return None;
+    }
+    let newest = at(newest, sent_ms).ok()?;
+    let members = members
+        .into_iter()
+        .map(|(short, units)| {
+            let back = u64::from(units).checked_mul(HEARD_UNIT_MS)?;
+            Some((u32::from_le_bytes(short), newest.checked_sub(back)?))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(LedgerEntry::Heard { members })
 }
 
 fn shape_ok(window_ms: u64, buckets: u16) -> bool {
@@ -189,6 +239,7 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
                 retry_after_ms: *retry_after_ms,
             },
             LedgerEntry::Leaving => Wire::Leaving,
+            LedgerEntry::Heard { members } => heard_out(members, sent_ms),
         })
         .collect();
     bincode::serde::encode_to_vec(&wire, WIRE).unwrap_or_default()
@@ -340,6 +391,13 @@ pub fn decode_ledger(
                 retry_after_ms,
             },
             Wire::Leaving => LedgerEntry::Leaving,
+            Wire::Heard { newest, members } => {
+                let Some(entry) = heard_in(newest, members, sent_ms) else {
+                    rejects.malformed += 1;
+                    continue;
+                };
+                entry
+            }
         };
         out.push(entry);
     }

@@ -19,7 +19,7 @@ use crate::gossip::ledger_message::{LedgerEntry, encode_ledger};
 use crate::gossip::message::{Stamp, empty_batch_body, encode_batch_stamped};
 use crate::gossip::wire::{Destination, Kind};
 use crate::limiter::{
-    Batch, KeyId, LeaseGrant, LedgerReport, PartitionPolicy, Policy, RegisterUpdate,
+    Batch, KeyId, LeaseGrant, LedgerReport, OwnerOf, PartitionPolicy, Policy, RegisterUpdate,
 };
 
 /// What a round sends each member: registers with their reports, and ledger entries.
@@ -50,34 +50,25 @@ impl<T: TimeSource> NodeCore<T> {
     /// that went down without saying they were leaving, within `expected_hold_ms` (they may be
     /// admitting on the far side of a partition); a member that left gracefully is expected no
     /// more, so the members staying keep the whole limit. On its side are the members SWIM does
-    /// not suspect; while a partition is possible (a member suspected, or gone down without
-    /// leaving within `expected_hold_ms`) only those of them heard from within
-    /// [`PRESENT_WITHIN_ROUNDS`]: SWIM suspects the members across a cut one by one, over
-    /// seconds, and a side that counted the far members it does not suspect yet would lease
-    /// part of the far side's part.
+    /// not suspect that its side heard from within [`present_within_rounds`] (`relay.rs`), so
+    /// that the part falls within that time of a cut, whenever SWIM suspects the far members.
     ///
-    /// [`PRESENT_WITHIN_ROUNDS`]: crate::ledger::tuning::PRESENT_WITHIN_ROUNDS
+    /// [`present_within_rounds`]: crate::ledger::tuning::present_within_rounds
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
         let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy else {
             return (1, 1);
         };
         let hold = std::time::Duration::from_millis(self.limiter.config().expected_hold_ms);
         let members = self.membership.num_members() + 1;
-        let crashed = self.member_log.crashed_within(hold, now.at);
-        let expected = members + crashed;
-        let seen = if crashed == 0 && self.suspects.is_empty() {
-            members
-        } else {
-            let round = self.params.gossip_interval.as_millis() as u64;
-            let present = crate::ledger::tuning::PRESENT_WITHIN_ROUNDS * round;
-            let since = now.cluster_ms.saturating_sub(present);
-            let heard = |id: &u128| self.liveness.last_datagram(*id).is_some_and(|t| t >= since);
-            let ids = self.membership.member_ids();
-            1 + ids
-                .iter()
-                .filter(|id| !self.suspects.contains(id) && heard(id))
-                .count()
-        };
+        let expected = members + self.member_log.crashed_within(hold, now.at);
+        let since = now.cluster_ms.saturating_sub(self.present_within_ms());
+        let heard = |id: &u128| self.liveness.side_heard(*id).is_some_and(|t| t >= since);
+        let seen = 1 + self
+            .membership
+            .member_ids()
+            .iter()
+            .filter(|id| !self.suspects.contains(id) && heard(id))
+            .count();
         (seen as u64, expected as u64)
     }
 
@@ -88,13 +79,29 @@ impl<T: TimeSource> NodeCore<T> {
     fn install_owner_view(&mut self, now: Now) {
         let side = self.lease_part(now);
         let quiet_ms = self.quiet_ms();
+        // A member gone down without a word may be across a cut, leasing its side the whole
+        // limit until its part there falls (the horizon) and its leases end (the quiet period).
+        let blind_after_ms = self.present_within_ms().saturating_add(quiet_ms);
+        let policy = self.limiter.config().policy;
         let warming = self.warmup.is_some();
         let Some(ownership) = self.ownership.as_ref() else {
             return;
         };
         let (ring, generation) = ownership.ring();
         let ledger = self.ledger.get_or_insert_with(LedgerNode::default);
-        let installed = ledger.install(now.cluster_ms, ring, generation, side, quiet_ms, warming);
+        let strict = matches!(policy, Policy::Ledger(PartitionPolicy::Strict));
+        let member_log = &self.member_log;
+        let unsaid = |id: u128| strict && member_log.went_down_unsaid(id);
+        let installed = ledger.install(
+            now.cluster_ms,
+            ring,
+            generation,
+            side,
+            quiet_ms,
+            warming,
+            unsaid,
+            blind_after_ms,
+        );
         if let Some(view) = installed {
             self.limiter.set_owner_view(Box::new(view));
         }
@@ -102,14 +109,13 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// Whether this node leases `key` now, and from when (`Limiter::owner_of` through the
     /// installed view).
-    pub(super) fn leases(&self, key: KeyId) -> Option<u64> {
+    pub(super) fn leases(&self, key: KeyId) -> Option<OwnerOf> {
         if !self.ledger.as_ref().is_some_and(LedgerNode::may_lease) {
             return None;
         }
         self.limiter
             .owner_of(key)
             .filter(|o| o.owner == self.params.node_id.as_u128())
-            .map(|o| o.quiet_until_ms)
     }
 
     /// One ledger round: registers with reports to their owners, leases to users.
@@ -157,6 +163,9 @@ impl<T: TimeSource> NodeCore<T> {
         let grants = self.limiter.owner_round(now.cluster_ms, |k| self.leases(k));
         self.route_grants(now, grants, &mut out);
         self.send_outgoing(now, out);
+        if let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy {
+            self.relay_heard(now);
+        }
     }
 
     /// The node is leaving: what it holds of every window goes back to the window's owner

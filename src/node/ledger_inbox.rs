@@ -128,6 +128,9 @@ impl<T: TimeSource> NodeCore<T> {
                     self.member_log.leaving_said(header.sender, now.at);
                 }
                 LedgerEntry::Leaving => {}
+                LedgerEntry::Heard { members } => {
+                    self.heard_from_side(header.sender, &members, now);
+                }
                 LedgerEntry::Ask {
                     key,
                     window_ms,
@@ -174,7 +177,7 @@ impl<T: TimeSource> NodeCore<T> {
         let Ok(spec) = WindowSpec::new(window_ms, buckets, EstimateMode::Interpolated) else {
             return refused(round);
         };
-        let Some(quiet_until) = self.leases(key) else {
+        let Some(owner) = self.leases(key) else {
             // Not this node's to lease (the views of the ring differ).
             return refused(round);
         };
@@ -188,7 +191,7 @@ impl<T: TimeSource> NodeCore<T> {
             held,
             deadline,
             now.cluster_ms,
-            quiet_until,
+            &owner,
         ) {
             AskAnswer::Granted(lease) => LedgerEntry::Lease {
                 key,

@@ -1,16 +1,31 @@
 //! The ledger's view of the owners in a node: the ring the limiter leases by, the rings
 //! before it within a quiet period (a member that became a window's owner leases nothing until
 //! the previous owner's leases lapse and their users report), and the side's part of each
-//! limit (`ledger.rs`, `lease_part`).
+//! limit (`ledger.rs`, `lease_part`). Under `strict`, a window whose owner went down without
+//! saying it was leaving is blind to its next owner for a window's length (see
+//! [`OwnerOf::blind_since_ms`]).
 
 use std::collections::VecDeque;
 
 use super::placement::Ring;
+use super::placement::distance_to_first;
 use crate::limiter::{KeyId, OwnerOf, OwnerView};
 
 /// Rings before the last changes, kept for their quiet periods. More changes than this within
 /// a quiet period make every window quiet until the oldest one dropped ends its period.
 const RINGS_KEPT: usize = 8;
+/// Members that went down without a word, kept for the windows they owned. More than this
+/// make every window blind from the oldest one dropped (a few hundred bytes each).
+const UNSAID_KEPT: usize = 256;
+
+/// A member that went down without a word: its points, to tell which windows it owned, and
+/// from when its windows are blind ([`OwnerOf::blind_since_ms`]).
+#[derive(Debug, Clone)]
+struct Unsaid {
+    id: u128,
+    points: Vec<u64>,
+    blind_since_ms: u64,
+}
 
 /// The ledger's state in a node.
 #[derive(Debug, Default)]
@@ -26,6 +41,10 @@ pub(super) struct LedgerNode {
     /// `(since when, part)` of the lease parts in force within the last quiet period, oldest
     /// first (`ledger.rs`, `lease_part`).
     parts: VecDeque<(u64, (u64, u64))>,
+    /// Members that went down without a word, oldest first.
+    unsaid: VecDeque<Unsaid>,
+    /// Every window is blind from this: an [`Unsaid`] fell out of `unsaid`.
+    floor_blind_since_ms: u64,
 }
 
 impl LedgerNode {
@@ -59,6 +78,8 @@ pub(super) struct RingView {
     floor_quiet_until_ms: u64,
     quiet_ms: u64,
     part: (u64, u64),
+    unsaid: Vec<Unsaid>,
+    floor_blind_since_ms: u64,
 }
 
 impl OwnerView for RingView {
@@ -71,9 +92,20 @@ impl OwnerView for RingView {
             .map(|(at, _)| at + self.quiet_ms)
             .max()
             .unwrap_or(0);
+        // A member that went down without a word owned the window if its points would take it
+        // from the owner now.
+        let distance = self.ring.owner_distance(key)?;
+        let blind = self
+            .unsaid
+            .iter()
+            .filter(|u| distance_to_first(&u.points, key).is_some_and(|d| d <= distance))
+            .map(|u| u.blind_since_ms)
+            .max()
+            .unwrap_or(0);
         Some(OwnerOf {
             owner: owner.id,
             quiet_until_ms: moved.max(self.floor_quiet_until_ms),
+            blind_since_ms: blind.max(self.floor_blind_since_ms),
         })
     }
 
@@ -91,6 +123,9 @@ impl LedgerNode {
     /// The view to give the limiter for `ring` (of `generation`) and the side's part now, or
     /// `None` if the installed one still holds. `starting`: the node has not ended its
     /// warm-up (or this is its first ring): it leases nothing until a quiet period after.
+    /// `unsaid`: whether a member went down without a word (never, outside `strict`), whose
+    /// windows are blind from `blind_after_ms` past now.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn install(
         &mut self,
         now_ms: u64,
@@ -99,6 +134,8 @@ impl LedgerNode {
         side: (u64, u64),
         quiet_ms: u64,
         starting: bool,
+        unsaid: impl Fn(u128) -> bool,
+        blind_after_ms: u64,
     ) -> Option<RingView> {
         let part = self.part_at(now_ms, side, quiet_ms);
         // A node's first rings say nothing of who leased its windows before it: every owner
@@ -114,6 +151,7 @@ impl LedgerNode {
         if self.installed.is_some_and(|(g, _)| g != generation)
             && let Some(old) = old
         {
+            self.went_down(&old, ring, unsaid, now_ms.saturating_add(blind_after_ms));
             self.before.push_back((now_ms, old));
         }
         self.before.retain(|(at, _)| at + quiet_ms > now_ms);
@@ -129,7 +167,36 @@ impl LedgerNode {
             floor_quiet_until_ms: self.floor_quiet_until_ms,
             quiet_ms,
             part,
+            unsaid: self.unsaid.iter().cloned().collect(),
+            floor_blind_since_ms: self.floor_blind_since_ms,
         })
+    }
+
+    /// The ring changed from `old` to `new`: the members gone from it without a word are
+    /// remembered, blind from `blind_since_ms`; those back on it are forgotten.
+    fn went_down(
+        &mut self,
+        old: &Ring,
+        new: &Ring,
+        unsaid: impl Fn(u128) -> bool,
+        blind_since_ms: u64,
+    ) {
+        let now_on = new.member_ids();
+        self.unsaid.retain(|u| !now_on.contains(&u.id));
+        for id in old.member_ids().difference(&now_on) {
+            if unsaid(*id) {
+                self.unsaid.push_back(Unsaid {
+                    id: *id,
+                    points: old.points_of_member(*id),
+                    blind_since_ms,
+                });
+            }
+        }
+        while self.unsaid.len() > UNSAID_KEPT {
+            if let Some(u) = self.unsaid.pop_front() {
+                self.floor_blind_since_ms = self.floor_blind_since_ms.max(u.blind_since_ms);
+            }
+        }
     }
 }
 
@@ -164,12 +231,12 @@ mod tests {
             |view: &RingView, k: KeyId| view.owner_of(k).expect("an owner").quiet_until_ms;
         let mut node = LedgerNode::default();
         let alone = node
-            .install(10_000, &ring(&[1]), 1, (1, 1), QUIET, true)
+            .install(10_000, &ring(&[1]), 1, (1, 1), QUIET, true, |_| false, 0)
             .expect("a first view");
         assert_eq!(alone.owner_of(spread(42)).map(|o| o.owner), Some(1));
         assert_eq!(quiet_at(&alone, spread(42)), 10_000 + QUIET);
         let seen = node
-            .install(10_200, &all, 2, (8, 8), QUIET, true)
+            .install(10_200, &all, 2, (8, 8), QUIET, true, |_| false, 0)
             .expect("a new ring");
         let owned: Vec<KeyId> = (0..256u128)
             .map(spread)
@@ -179,7 +246,7 @@ mod tests {
         assert!(owned.iter().all(|k| quiet_at(&seen, *k) >= 10_200 + QUIET));
         // Still warming up a round later, with nothing else changed: quiet a period past it.
         let warming = node
-            .install(10_400, &all, 2, (8, 8), QUIET, true)
+            .install(10_400, &all, 2, (8, 8), QUIET, true, |_| false, 0)
             .expect("a later floor");
         assert!(
             owned
@@ -188,7 +255,7 @@ mod tests {
         );
         // Warmed up: the floor stays where the warm-up left it.
         assert!(
-            node.install(10_600, &all, 2, (8, 8), QUIET, false)
+            node.install(10_600, &all, 2, (8, 8), QUIET, false, |_| false, 0)
                 .is_none()
         );
         // A ring change later leaves the windows that stay with the node leasing.
@@ -200,6 +267,8 @@ mod tests {
                 (7, 7),
                 QUIET,
                 false,
+                |_| false,
+                0,
             )
             .expect("a new ring");
         let kept = owned
@@ -207,5 +276,91 @@ mod tests {
             .find(|k| later.owner_of(**k).is_some_and(|o| o.owner == 1))
             .expect("a window the node keeps");
         assert!(quiet_at(&later, *kept) < 20_000);
+    }
+
+    /// Under `strict`, a window whose owner went down without a word is blind to its next
+    /// owner: the member may be across a cut, where it leased its side the whole limit until
+    /// its part there fell. A window whose owner left saying so, or that did not move, is not.
+    #[test]
+    fn a_window_whose_owner_went_down_without_a_word_is_blind_to_its_next_owner() {
+        const QUIET: u64 = 1_600;
+        const BLIND_AFTER: u64 = 3_000;
+        let mut node = LedgerNode::default();
+        node.install(
+            1_000,
+            &ring(&[1, 2, 3, 4]),
+            1,
+            (4, 4),
+            QUIET,
+            false,
+            |_| false,
+            0,
+        )
+        .expect("a first view");
+        let before = ring(&[1, 2, 3, 4]);
+        // 3 crashed, 4 left saying so.
+        let view = node
+            .install(
+                50_000,
+                &ring(&[1, 2]),
+                2,
+                (2, 3),
+                QUIET,
+                false,
+                |id| id == 3,
+                BLIND_AFTER,
+            )
+            .expect("a new ring");
+        // A window is blind where 3 would own it beside the members now: its own, and those it
+        // would have taken from 4 (a member that saw 4 leave before 3 went down gave 3 those).
+        let with_3 = ring(&[1, 2, 3]);
+        let (mut blind, mut moved, mut kept) = (0, 0, 0);
+        for k in (0..2_000u128).map(spread) {
+            let was = before.owner(k).expect("an owner").id;
+            let o = view.owner_of(k).expect("an owner");
+            if with_3.owner(k).expect("an owner").id == 3 {
+                blind += 1;
+                assert_eq!(o.blind_since_ms, 50_000 + BLIND_AFTER, "{k:?}");
+                assert_eq!(o.leases_from_ms(60_000, 10), 50_000 + BLIND_AFTER + 60_010);
+                assert_eq!(o.leases_from_ms(1_000, 10), 50_000 + BLIND_AFTER + 1_010);
+            } else if was == 4 {
+                moved += 1;
+                assert_eq!(o.blind_since_ms, 0, "{k:?}");
+                assert_eq!(o.leases_from_ms(60_000, 10), 50_000 + QUIET);
+            } else {
+                kept += 1;
+                assert_eq!(o.blind_since_ms, 0, "{k:?}");
+                assert!(o.leases_from_ms(60_000, 10) < 50_000);
+            }
+        }
+        assert!(blind > 0 && moved > 0 && kept > 0, "{blind} {moved} {kept}");
+        // 3 back (a cut healed): its windows are its own again, and blind to no one later.
+        node.install(
+            60_000,
+            &ring(&[1, 2, 3]),
+            3,
+            (3, 3),
+            QUIET,
+            false,
+            |_| false,
+            0,
+        )
+        .expect("3 back");
+        let view = node
+            .install(
+                70_000,
+                &ring(&[1, 2]),
+                4,
+                (2, 2),
+                QUIET,
+                false,
+                |_| false,
+                0,
+            )
+            .expect("3 gone, saying so");
+        assert!((0..2_000u128).all(|k| {
+            view.owner_of(spread(k))
+                .is_some_and(|o| o.blind_since_ms == 0)
+        }));
     }
 }

@@ -39,6 +39,8 @@ pub struct Liveness {
     /// Members that left (went down, or were renamed by a restart), and when this node
     /// learned it: their sums are held a while after (`Liveness::departed_within`).
     departed: BTreeMap<u128, Instant>,
+    /// Each member by its short id (`relayed.rs`), where no other member has the same one.
+    shorts: HashMap<u32, u128>,
 }
 
 type Members<V> = HashMap<u128, V, crate::limiter::IdHashBuilder>;
@@ -52,6 +54,8 @@ struct MemberRecord {
     /// When its last datagram of any kind (SWIM's included) arrived, in cluster time: what
     /// `members` shows an operator.
     last_datagram: Option<u64>,
+    /// The latest cluster time another member said it heard from it (`relayed.rs`).
+    relayed: Option<u64>,
     /// How many members it says it counts, itself included (the prefix of its register and
     /// heartbeat bodies), and when that was heard.
     count: Option<(usize, Instant)>,
@@ -110,6 +114,7 @@ impl Liveness {
             far_members: 0,
             tells: (0, None),
             departed: BTreeMap::new(),
+            shorts: HashMap::new(),
         }
     }
 
@@ -319,12 +324,14 @@ impl Liveness {
                     addr: m.addr,
                     last_heard: None,
                     last_datagram: None,
+                    relayed: None,
                     count: None,
                 },
             };
             records.insert(id, record);
         }
         self.members = records;
+        self.shorts = relayed::unique_shorts(self.members.keys().copied());
         let ids: BTreeSet<u128> = self.members.keys().copied().collect();
         self.joined_at.retain(|s, _| ids.contains(s));
         ids
@@ -408,5 +415,6 @@ impl Liveness {
     }
 }
 
+pub(super) mod relayed;
 #[cfg(test)]
 mod tests;

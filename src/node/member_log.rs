@@ -188,6 +188,11 @@ impl MemberLog {
         self.crashed.len()
     }
 
+    /// Whether `member` went down without saying it was leaving, within what is remembered.
+    pub fn went_down_unsaid(&self, member: u128) -> bool {
+        self.crashed.contains_key(&member)
+    }
+
     fn remember_gone(&mut self, key: u128, at: Instant) {
         self.gone
             .retain(|_, t| at.saturating_duration_since(*t) < REMEMBER_DOWN);

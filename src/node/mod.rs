@@ -39,6 +39,7 @@ mod ownership;
 mod params;
 mod placement;
 mod receive;
+mod relay;
 mod return_route;
 mod rules_digest;
 mod stats;

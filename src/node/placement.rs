@@ -202,6 +202,24 @@ impl Ring {
         self.slots[self.points[start].1 as usize]
     }
 
+    /// The members on the ring, by id.
+    pub fn member_ids(&self) -> BTreeSet<u128> {
+        self.slots.iter().flatten().map(|m| m.id).collect()
+    }
+
+    /// The points member `id` has (or would have) on this ring, sorted.
+    pub fn points_of_member(&self, id: u128) -> Vec<u64> {
+        let mut points: Vec<u64> = points_of(&self.key, id).collect();
+        points.sort_unstable();
+        points
+    }
+
+    /// How far clockwise from `key`'s point its owner's point is, `None` on an empty ring.
+    pub fn owner_distance(&self, key: KeyId) -> Option<u64> {
+        let start = self.start_of(key)?;
+        Some(self.points[start].0.wrapping_sub(point_of_key(key)))
+    }
+
     /// The owner and the next owner of `key` (the same member twice only on a ring of one).
     pub fn owners(&self, key: KeyId) -> Option<[Member; 2]> {
         let start = self.start_of(key)?;
@@ -215,6 +233,16 @@ impl Ring {
             .unwrap_or(first);
         Some([self.slots[first as usize]?, self.slots[second as usize]?])
     }
+}
+
+/// How far clockwise from `key`'s point the first of `points` (sorted) is, `None` if there
+/// are none: with [`Ring::owner_distance`], whether a member with those points would own `key`.
+pub fn distance_to_first(points: &[u64], key: KeyId) -> Option<u64> {
+    let at = point_of_key(key);
+    let first = points
+        .get(points.partition_point(|p| *p < at))
+        .or(points.first())?;
+    Some(first.wrapping_sub(at))
 }
 
 /// The union of two sorted lists, sorted.

@@ -54,11 +54,23 @@ pub const fn longest_lease_ms(round_ms: u64) -> u64 {
 /// `limiter::tests::ledger::steady_users_never_run_dry`, `ledger::quantile::tests`.
 pub const LEASE_QUANTILE: f64 = 0.999;
 
-/// While a partition is possible (a member suspected, or gone down without saying it was
-/// leaving), an owner counts on its side, for its part of a limit under `strict`, only the
-/// members it heard from within this many rounds: a member that uses any of the owner's windows
-/// reports at least every [`CALM_ROUNDS`] rounds, and twice that leaves room for a lost report.
-/// A member it hears nothing from counts as away, which holds its part back (never gives it
-/// twice); SWIM alone counts the members across a cut as present until it suspects each, over
-/// seconds. Test: `sim/tests/fleet.rs`, `a_fleet_split_in_two_holds_its_limits_on_both_sides`.
-pub const PRESENT_WITHIN_ROUNDS: u64 = 2 * CALM_ROUNDS;
+/// An owner counts on its side, for its part of a limit under `strict`, only the members its
+/// side heard from within this many rounds, in a cluster of `members`: every member
+/// pushes what it heard, and when, to one other member a round (`node/relay.rs`), on a schedule
+/// that takes what one member heard to every member of its side within `⌈log2 members⌉ + 1`
+/// rounds (the schedule's test checks it), and the horizon is that spread twice (a push lost on
+/// the way is made up by the next turn of the schedule) and [`RELAY_SLACK_ROUNDS`]. A member
+/// heard by no one on the owner's side counts as away, which holds its part back (never gives
+/// it twice); SWIM alone counts the members across a cut as present until it suspects each,
+/// over seconds. The horizon is also part of how long a window whose owner went down without a
+/// word stays blind (ALGORITHM.md, L3). Tests: `node::relay::tests`,
+/// `sim/tests/fleet.rs` (`a_fleet_split_in_two_holds_its_limits_on_both_sides`).
+pub const fn present_within_rounds(members: usize) -> u64 {
+    let log2 = usize::BITS - members.saturating_sub(1).leading_zeros();
+    2 * (log2 as u64 + 1) + RELAY_SLACK_ROUNDS
+}
+
+/// Rounds past twice the relay's spread before a member unheard counts as away: the latency
+/// of the pushes on the way (a few ms each on a LAN; a round is 200 ms), and the round a push
+/// waits to be sent.
+pub const RELAY_SLACK_ROUNDS: u64 = 2;

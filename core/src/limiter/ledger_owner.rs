@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use super::replication::Batch;
 use super::state::{WindowState, is_aggregate};
-use super::{KeyId, Limiter};
+use super::{KeyId, Limiter, OwnerOf};
 use crate::ledger::tuning::LEASE_QUANTILE;
 use crate::ledger::{
     Ask, AskAnswer, Books, Cover, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal,
@@ -53,7 +53,7 @@ impl Limiter {
         &self,
         spec: &WindowSpec,
         limit: u32,
-        quiet_until_ms: u64,
+        owner: &OwnerOf,
     ) -> LedgerParams {
         let timing = &self.config.ledger;
         let (seen, expected) = self.lease_part();
@@ -66,7 +66,7 @@ impl Limiter {
             margin_ms: timing.margin_ms,
             start_step_ms: timing.start_step_ms,
             horizon_ms: timing.lease_ms,
-            quiet_until_ms,
+            quiet_until_ms: owner.leases_from_ms(spec.window_ms(), timing.margin_ms),
         }
     }
 
@@ -118,7 +118,7 @@ impl Limiter {
         batch: &Batch,
         reports: &[Option<LedgerReport>],
         now_ms: u64,
-        owns: impl Fn(KeyId) -> Option<u64>,
+        owns: impl Fn(KeyId) -> Option<OwnerOf>,
     ) {
         let user = batch.origin;
         let guard = self.table.guard();
@@ -183,7 +183,7 @@ impl Limiter {
     pub fn owner_round(
         &self,
         now_ms: u64,
-        leases: impl Fn(KeyId) -> Option<u64>,
+        leases: impl Fn(KeyId) -> Option<OwnerOf>,
     ) -> Vec<LeaseGrant> {
         let guard = self.table.guard();
         let mut owned = self.lock_owned();
@@ -191,7 +191,7 @@ impl Limiter {
         let calm_lease_ms = crate::ledger::tuning::longest_lease_ms(round);
         let mut out = Vec::new();
         owned.windows.retain(|key, w| {
-            let Some(quiet_until_ms) = leases(*key) else {
+            let Some(owner) = leases(*key) else {
                 return false;
             };
             // A user's demand is its count over the window when it reported: until a window
@@ -216,7 +216,7 @@ impl Limiter {
                 return true;
             }
             let spends = self.spends_of(state, &w.spec, now_ms);
-            let mut params = self.ledger_params(&w.spec, limit, quiet_until_ms);
+            let mut params = self.ledger_params(&w.spec, limit, &owner);
             let window_ms = w.spec.window_ms() as f64;
             // What a user is expected to be offered over `lease_ms`: its count over the window,
             // scaled; and the tokens that cover it with LEASE_QUANTILE.
@@ -306,7 +306,7 @@ impl Limiter {
 
     /// `user` asks for `want` tokens of window `key` (shape `spec`, limit `limit` by its
     /// rules), to be spendable before `deadline_ms`; `held` is what it says of this owner's
-    /// lease. `quiet_until_ms`: see [`OwnerOf`](super::OwnerOf).
+    /// lease. `owner`: this node as the window's owner in its view, [`OwnerOf`].
     #[allow(clippy::too_many_arguments)]
     pub fn owner_ask(
         &self,
@@ -318,7 +318,7 @@ impl Limiter {
         held: Option<HeldLease>,
         deadline_ms: u64,
         now_ms: u64,
-        quiet_until_ms: u64,
+        owner: &OwnerOf,
     ) -> AskAnswer {
         let guard = self.table.guard();
         let Ok(state) = self.table.get_or_insert(key, spec, now_ms, &guard) else {
@@ -338,7 +338,7 @@ impl Limiter {
         });
         let since = now_ms.saturating_sub(2 * self.config.ledger.lease_ms);
         let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
-        let params = self.ledger_params(spec, limit, quiet_until_ms);
+        let params = self.ledger_params(spec, limit, owner);
         let spends = self.spends_of(state, spec, now_ms);
         let ask = Ask {
             user,

@@ -180,7 +180,7 @@ impl Limiter {
     /// Where this node leases the window itself, it asks its own books for what `item` needs,
     /// with the same wait any request gets.
     fn ask_here(&self, id: KeyId, state: &WindowState, item: &CheckItem<'_>, now_ms: u64) {
-        let Some(quiet_until) = self.leases_here(id) else {
+        let Some(owner) = self.leases_here(id) else {
             return;
         };
         if !state.holdings.may_ask(now_ms) {
@@ -200,7 +200,7 @@ impl Limiter {
             held,
             deadline,
             now_ms,
-            quiet_until,
+            &owner,
         ) {
             AskAnswer::Granted(lease) => {
                 let accepted = {

@@ -13,6 +13,34 @@ pub struct OwnerOf {
     /// It leases nothing before this (ms): it took the window over from another owner whose
     /// leases may still be spent.
     pub quiet_until_ms: u64,
+    /// A previous owner of the window went down without saying it was leaving (it crashed, or
+    /// is across a cut and may go on leasing its side), and may have leased its side the whole
+    /// limit until this time (ms; 0: no such owner): under `strict` the owner leases nothing of
+    /// the window until every token that owner leased has left it, this time plus the window.
+    pub blind_since_ms: u64,
+}
+
+impl OwnerOf {
+    /// The owner of a window no member left without a word.
+    pub fn quiet_until(owner: u128, quiet_until_ms: u64) -> Self {
+        Self {
+            owner,
+            quiet_until_ms,
+            blind_since_ms: 0,
+        }
+    }
+
+    /// When the owner may lease a window `window_ms` long, on clocks `margin_ms` apart.
+    pub fn leases_from_ms(&self, window_ms: u64, margin_ms: u64) -> u64 {
+        if self.blind_since_ms == 0 {
+            return self.quiet_until_ms;
+        }
+        let blind_until = self
+            .blind_since_ms
+            .saturating_add(window_ms)
+            .saturating_add(margin_ms);
+        self.quiet_until_ms.max(blind_until)
+    }
 }
 
 /// The node's view of which member owns which window (its ring).
@@ -31,16 +59,15 @@ pub trait OwnerView: Send + Sync + std::fmt::Debug {
 pub(crate) struct OwnerViewBox(pub Box<dyn OwnerView>);
 
 impl Limiter {
-    /// Whether this node leases `key` now, and since when it may (its view of the owners).
-    pub(super) fn leases_here(&self, key: KeyId) -> Option<u64> {
+    /// Whether this node leases `key` now, and from when it may (its view of the owners).
+    pub(super) fn leases_here(&self, key: KeyId) -> Option<OwnerOf> {
         match self.owner_view.load().as_ref() {
             // No view: a node alone owns every window.
-            None => Some(0),
+            None => Some(OwnerOf::quiet_until(self.origin.0, 0)),
             Some(view) => {
                 let view = &view.0;
                 view.owner_of(key)
                     .filter(|o| o.owner == self.origin.0 && view.lease_part().0 > 0)
-                    .map(|o| o.quiet_until_ms)
             }
         }
     }
@@ -61,10 +88,7 @@ impl Limiter {
     /// The owner of `key` in this node's view (this node, without a view).
     pub fn owner_of(&self, key: KeyId) -> Option<OwnerOf> {
         match self.owner_view.load().as_ref() {
-            None => Some(OwnerOf {
-                owner: self.origin.0,
-                quiet_until_ms: 0,
-            }),
+            None => Some(OwnerOf::quiet_until(self.origin.0, 0)),
             Some(view) => view.0.owner_of(key),
         }
     }

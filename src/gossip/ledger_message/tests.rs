@@ -131,3 +131,72 @@ fn malformed_entries_are_dropped_alone_and_garbage_fails_whole() {
         Err(MessageError::Trailing(1))
     ));
 }
+
+#[test]
+fn heard_times_round_trip_never_later_than_written() {
+    let members = vec![(1u32, SENT - 3), (u32::MAX, SENT - 1_234), (77, SENT + 5)];
+    let entries = vec![LedgerEntry::Heard {
+        members: members.clone(),
+    }];
+    let body = encode_ledger(&entries, 2, SENT);
+    let (back, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
+    assert_eq!(rejects, LedgerRejects::default());
+    let [LedgerEntry::Heard { members: got }] = back.as_slice() else {
+        panic!("one heard entry, got {back:?}");
+    };
+    assert_eq!(got.len(), members.len());
+    for ((short, written), (short_back, read)) in members.iter().zip(got) {
+        assert_eq!(short, short_back);
+        assert!(read <= written, "read {read}, written {written}");
+        assert!(
+            written - read < HEARD_UNIT_MS,
+            "read {read}, written {written}"
+        );
+    }
+    // What one datagram holds fits one.
+    let full = vec![LedgerEntry::Heard {
+        members: (0..MOST_HEARD as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761), SENT - u64::from(i) * 37))
+            .collect(),
+    }];
+    assert!(encode_ledger(&full, 2, SENT).len() < 1_000);
+}
+
+#[test]
+fn a_heard_entry_too_long_or_out_of_range_is_dropped_alone() {
+    let bad = vec![
+        Wire::Heard {
+            newest: 0,
+            members: vec![([1; 4], 0); MOST_HEARD + 1],
+        },
+        Wire::Heard {
+            newest: 0,
+            members: vec![([1; 4], u32::MAX)],
+        },
+        Wire::Heard {
+            newest: i64::MIN,
+            members: vec![([1; 4], 0)],
+        },
+        Wire::Heard {
+            newest: -5,
+            members: vec![([2; 4], 1)],
+        },
+    ];
+    let body = bincode::serde::encode_to_vec(&bad, WIRE).unwrap();
+    let (entries, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
+    assert_eq!(
+        rejects.malformed, 2,
+        "too many members; a newest time before 0"
+    );
+    assert_eq!(
+        entries,
+        vec![
+            LedgerEntry::Heard {
+                members: vec![(0x0101_0101, SENT - 42_949_672_950)]
+            },
+            LedgerEntry::Heard {
+                members: vec![(0x0202_0202, SENT - 15)]
+            },
+        ]
+    );
+}

@@ -160,3 +160,36 @@ fn members_that_left_are_listed_for_a_while_and_one_that_returns_is_not() {
     live.set_members(&[member(3)], t0 + HOLD_FOR + ms(1_301));
     assert!(live.departed.is_empty());
 }
+
+#[test]
+fn relayed_times_land_on_the_one_member_with_the_short_id_and_never_in_the_future() {
+    let t0 = crate::clock::monotonic_now();
+    let ms = Duration::from_millis;
+    let mut live = Liveness::new(ms(800), ms(500));
+    // 1 and 1 + 2^32 share a short id; 2 is alone with its own.
+    let twin = 1 + (1u128 << 32);
+    let twin_member = NodeId::new(
+        uuid::Uuid::from_u128(twin),
+        "10.0.0.9:7946".parse().unwrap(),
+        1,
+    );
+    live.set_members(&[member(1), twin_member, member(2)], t0);
+    live.heard_any(2, 5_000);
+    live.heard_relayed(2, 4_000, 10_000);
+    assert_eq!(live.side_heard(2), Some(5_000), "its own later datagram");
+    live.heard_relayed(2, 7_000, 10_000);
+    live.heard_relayed(2, 6_000, 10_000);
+    assert_eq!(live.side_heard(2), Some(7_000), "the latest relayed");
+    live.heard_relayed(2, 99_000, 10_000);
+    assert_eq!(live.side_heard(2), Some(10_000), "capped at now");
+    live.heard_relayed(1, 9_000, 10_000);
+    assert_eq!(live.side_heard(1), None, "a shared short id names neither");
+    assert_eq!(live.side_heard(twin), None);
+    live.heard_relayed(3, 9_000, 10_000);
+    assert_eq!(live.side_heard_since(0), [(2, 10_000)], "not a member");
+    assert_eq!(live.side_heard_since(10_001), []);
+    // The twin gone, its short id names 1.
+    live.set_members(&[member(1), member(2)], t0);
+    live.heard_relayed(1, 9_000, 10_000);
+    assert_eq!(live.side_heard_since(0), [(1, 9_000), (2, 10_000)]);
+}
