@@ -170,6 +170,38 @@ fn a_fleet_split_in_two_holds_its_limits_on_both_sides() {
     assert!(r.over_admission_max <= 0.0, "seed {SEED}: {r:?}");
 }
 
+/// A partition on 60 s windows at 10x and 20x overload: the owner's side leases its whole part
+/// until it stops hearing the far side, and the far side's new owner cannot know what was spent
+/// then; the window is blind to it for its length (ALGORITHM.md, L3), so no window passes L.
+/// These cells passed L by 5-10 % before windows were blind to a new owner.
+#[test]
+fn a_partition_on_minute_windows_at_heavy_overload_holds_the_limit() {
+    use limitmesh_sim::fleet::matrix::{Cell, CellTraffic, MatrixFault};
+    for (overload, users) in [(20.0, 3), (10.0, 10)] {
+        let cell = Cell {
+            traffic: CellTraffic::Keys {
+                overload,
+                users,
+                window_ms: 60_000,
+                cost: 5,
+            },
+            fault: MatrixFault::Partition,
+            nodes: 40,
+            measured_ms: 20_000,
+        };
+        let name = cell.name();
+        let mut cfg = fleet::file::parse(&name, &cell.file(), SEED, None)
+            .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        cfg.policy = Policy::Ledger(PartitionPolicy::Strict);
+        let r = fleet::run(&name, "ledger", &cfg);
+        assert!(r.partitioned, "{name}, seed {SEED}: the partition happened");
+        let ratio = r.partition_max_ratio.expect("windows in the partition");
+        eprintln!("{name}, seed {SEED}: busiest window in the partition {ratio:.3} x L");
+        assert!(ratio <= 1.0, "{name}, seed {SEED}: {r:?}");
+        assert!(r.over_admission_max <= 0.0, "{name}, seed {SEED}: {r:?}");
+    }
+}
+
 /// A key offered half its limit is one the limit should leave alone. Sparse traffic (tenant
 /// keys: 5 requests a window per node) must not look like a burst starting, which holds a
 /// node to its onset share (`1/N` of the limit).

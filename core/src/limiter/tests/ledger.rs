@@ -4,16 +4,20 @@
 use super::*;
 use crate::ledger::AskAnswer;
 
+/// The owner, in a test where who it is does not matter, leasing at once.
+const LEASES_AT_ONCE: OwnerOf = OwnerOf {
+    owner: 0,
+    quiet_until_ms: 0,
+    blind_since_ms: 0,
+};
+
 /// Every window is owned by `0`, leasing at once.
 #[derive(Debug)]
 struct OwnedBy(u128);
 
 impl OwnerView for OwnedBy {
     fn owner_of(&self, _key: KeyId) -> Option<OwnerOf> {
-        Some(OwnerOf {
-            owner: self.0,
-            quiet_until_ms: 0,
-        })
+        Some(OwnerOf::quiet_until(self.0, 0))
     }
 
     fn lease_part(&self) -> (u64, u64) {
@@ -55,11 +59,12 @@ impl Cluster {
                 reported[i] = batch.updates.iter().map(|u| u.key).collect();
                 if i != 0 {
                     self.owner().merge(&batch, now);
-                    self.owner().owner_heard(&batch, &reports, now, |_| Some(0));
+                    self.owner()
+                        .owner_heard(&batch, &reports, now, |_| Some(LEASES_AT_ONCE));
                 }
             }
         }
-        for grant in self.owner().owner_round(now, |_| Some(0)) {
+        for grant in self.owner().owner_round(now, |_| Some(LEASES_AT_ONCE)) {
             self.nodes[grant.user as usize - 1].accept_lease(&grant, now);
         }
         reported
@@ -92,7 +97,7 @@ impl Cluster {
             held,
             now + node.config().ledger.ask_wait_ms,
             now,
-            0,
+            &LEASES_AT_ONCE,
         ) {
             AskAnswer::Granted(lease) => {
                 let valid_from = lease.segments.last().map_or(now, |s| s.valid_from_ms);
@@ -283,9 +288,9 @@ fn unneeded_tokens_of_a_long_window_return_to_the_owner_within_rounds() {
     let limit = day(10);
     let spec = limit.window;
     let id = c.nodes[1].key_id(b"tenant", &spec);
-    let AskAnswer::Granted(lease) = c
-        .owner()
-        .owner_ask(2, id, &spec, 10, 4, None, T0 + 15, T0, 0)
+    let AskAnswer::Granted(lease) =
+        c.owner()
+            .owner_ask(2, id, &spec, 10, 4, None, T0 + 15, T0, &LEASES_AT_ONCE)
     else {
         panic!("ten free");
     };
@@ -312,7 +317,7 @@ fn unneeded_tokens_of_a_long_window_return_to_the_owner_within_rounds() {
         None,
         now + 15,
         now,
-        0,
+        &LEASES_AT_ONCE,
     ) {
         AskAnswer::Granted(l) => l.segments.last().map_or(0, |s| s.count),
         AskAnswer::Refused { .. } => 0,
@@ -423,6 +428,47 @@ fn a_request_refused_again_after_waiting_counts_once_in_the_demand() {
     assert_eq!(offered(now), 3, "a new request counts");
 }
 
+/// A window whose previous owner went down without a word is blind to its owner for the
+/// window's length past the blind time, whatever its quiet time: a 2 s window blind from
+/// `T0 + 1 s` is leased from `T0 + 3 s` and the clock margin, not at the quiet time before.
+#[test]
+fn an_owner_leases_a_blind_window_only_a_window_past_its_blind_time() {
+    let c = Cluster::new(3);
+    let limit = Limit {
+        max: 100,
+        window: WindowSpec::with_default_buckets(2_000).unwrap(),
+    };
+    let owner = OwnerOf {
+        owner: 0,
+        quiet_until_ms: T0 + 500,
+        blind_since_ms: T0 + 1_000,
+    };
+    let leases_from = T0 + 3_000 + c.owner().config().ledger.margin_ms;
+    assert_eq!(
+        owner.leases_from_ms(2_000, c.owner().config().ledger.margin_ms),
+        leases_from
+    );
+    let mut granted = Vec::new();
+    for step in 0..30u64 {
+        let now = T0 + step * 200;
+        for node in &c.nodes[1..] {
+            check(node, "k", &[limit], 1, now);
+            if let Some((batch, reports)) = node.collect_with_reports(now) {
+                c.owner().merge(&batch, now);
+                c.owner()
+                    .owner_heard(&batch, &reports, now, |_| Some(owner));
+            }
+        }
+        let grants = c.owner().owner_round(now, |_| Some(owner));
+        granted.extend(grants.iter().map(|_| now));
+    }
+    assert!(!granted.is_empty(), "leased once the window passed");
+    assert!(
+        granted.iter().all(|at| *at >= leases_from),
+        "leased at {granted:?}, blind until {leases_from}"
+    );
+}
+
 /// An owner whose view of a window moves its quiet time on after the window's books were
 /// opened (a starting node still in its warm-up, a ring that changed) leases nothing before
 /// the later time.
@@ -442,10 +488,13 @@ fn an_owner_leases_nothing_before_its_latest_quiet_time() {
             if let Some((batch, reports)) = node.collect_with_reports(now) {
                 c.owner().merge(&batch, now);
                 // Books opened when the view said the window was free to lease.
-                c.owner().owner_heard(&batch, &reports, now, |_| Some(0));
+                c.owner()
+                    .owner_heard(&batch, &reports, now, |_| Some(LEASES_AT_ONCE));
             }
         }
-        let grants = c.owner().owner_round(now, |_| Some(quiet_until));
+        let grants = c
+            .owner()
+            .owner_round(now, |_| Some(OwnerOf::quiet_until(0, quiet_until)));
         granted.extend(grants.iter().map(|_| now));
     }
     assert!(!granted.is_empty(), "leased once the quiet time passed");
