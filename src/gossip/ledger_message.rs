@@ -107,8 +107,8 @@ enum Wire {
 /// At most this many members are taken from one `Heard` entry: what one datagram holds.
 pub const MOST_HEARD: usize = 128;
 
-/// The unit of a relayed time's distance from the newest, in ms: under 2.5 s (a spread's
-/// horizon) a distance is one varint byte.
+/// The unit of a relayed time's distance from the newest, in ms: under 2.5 s a distance is one
+/// varint byte.
 const HEARD_UNIT_MS: u64 = 10;
 
 /// At most this many segments or held leases are taken from one entry: a lease holds a few.
@@ -147,14 +147,13 @@ fn heard_out(members: &[(u32, u64)], sent_ms: u64) -> Wire {
     let newest = members.iter().map(|(_, t)| *t).max().unwrap_or(sent_ms);
     Wire::Heard {
         newest: offset(newest, sent_ms),
+        // A time too far back for the wire is left out: written as the farthest, it would be
+        // read later than it was.
         members: members
             .iter()
-            .map(|(short, t)| {
-                let units = (newest - t).div_ceil(HEARD_UNIT_MS);
-                (
-                    short.to_le_bytes(),
-                    u32::try_from(units).unwrap_or(u32::MAX),
-                )
+            .filter_map(|(short, t)| {
+                let units = u32::try_from((newest - t).div_ceil(HEARD_UNIT_MS)).ok()?;
+                Some((short.to_le_bytes(), units))
             })
             .collect(),
     }

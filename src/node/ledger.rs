@@ -186,8 +186,12 @@ impl<T: TimeSource> NodeCore<T> {
         // Every member hears that this one leaves for good, in a datagram of its own.
         for member in self.membership.members() {
             let to = super::core::destination(&member);
+            // Twice: a member that misses the word takes this node for crashed, and keeps the
+            // windows it owned blind for their length (`ledger_view.rs`).
             if self.may_send_state(now, to) {
-                self.send_ledger(now, to, Vec::new(), vec![LedgerEntry::Leaving]);
+                for _ in 0..2 {
+                    self.send_ledger(now, to, Vec::new(), vec![LedgerEntry::Leaving]);
+                }
             }
         }
     }
@@ -316,17 +320,25 @@ impl<T: TimeSource> NodeCore<T> {
             extra.push(e);
             if body_of(&pending, &extra).is_none() {
                 let last = extra.pop().expect("just pushed");
-                if let Some(body) = body_of(&pending, &extra) {
-                    bodies.push(body);
+                match body_of(&pending, &extra) {
+                    Some(body) => bodies.push(body),
+                    None if !extra.is_empty() => {
+                        self.view.wire.send_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    None => {}
                 }
                 pending.clear();
                 extra = vec![last];
             }
         }
-        if (!pending.is_empty() || !extra.is_empty())
-            && let Some(body) = body_of(&pending, &extra)
-        {
-            bodies.push(body);
+        if !pending.is_empty() || !extra.is_empty() {
+            match body_of(&pending, &extra) {
+                Some(body) => bodies.push(body),
+                // An entry that fits no datagram is sent to no one.
+                None => {
+                    self.view.wire.send_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
         for body in bodies {
             let mut full = self.body_prefix(to);

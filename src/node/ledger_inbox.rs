@@ -129,7 +129,7 @@ impl<T: TimeSource> NodeCore<T> {
                 }
                 LedgerEntry::Leaving => {}
                 LedgerEntry::Heard { members } => {
-                    self.heard_from_side(header.sender, &members, now);
+                    self.heard_from_side(header.sender, from, &members, now);
                 }
                 LedgerEntry::Ask {
                     key,

@@ -8,25 +8,15 @@
 use std::collections::VecDeque;
 
 use super::placement::Ring;
-use super::placement::distance_to_first;
+use std::sync::Arc;
+
+use super::blind_arcs::BlindArcs;
+use super::placement::point_of_key;
 use crate::limiter::{KeyId, OwnerOf, OwnerView};
 
 /// Rings before the last changes, kept for their quiet periods. More changes than this within
 /// a quiet period make every window quiet until the oldest one dropped ends its period.
 const RINGS_KEPT: usize = 8;
-/// Members that went down without a word, kept for the windows they owned. More than this
-/// make every window blind from the oldest one dropped (a few hundred bytes each).
-const UNSAID_KEPT: usize = 256;
-
-/// A member that went down without a word: its points, to tell which windows it owned, and
-/// from when its windows are blind ([`OwnerOf::blind_since_ms`]).
-#[derive(Debug, Clone)]
-struct Unsaid {
-    id: u128,
-    points: Vec<u64>,
-    blind_since_ms: u64,
-}
-
 /// The ledger's state in a node.
 #[derive(Debug, Default)]
 pub(super) struct LedgerNode {
@@ -41,10 +31,8 @@ pub(super) struct LedgerNode {
     /// `(since when, part)` of the lease parts in force within the last quiet period, oldest
     /// first (`ledger.rs`, `lease_part`).
     parts: VecDeque<(u64, (u64, u64))>,
-    /// Members that went down without a word, oldest first.
-    unsaid: VecDeque<Unsaid>,
-    /// Every window is blind from this: an [`Unsaid`] fell out of `unsaid`.
-    floor_blind_since_ms: u64,
+    /// The windows of members that went down without a word, blind from when.
+    blind: Arc<BlindArcs>,
 }
 
 impl LedgerNode {
@@ -78,8 +66,7 @@ pub(super) struct RingView {
     floor_quiet_until_ms: u64,
     quiet_ms: u64,
     part: (u64, u64),
-    unsaid: Vec<Unsaid>,
-    floor_blind_since_ms: u64,
+    blind: Arc<BlindArcs>,
 }
 
 impl OwnerView for RingView {
@@ -92,20 +79,10 @@ impl OwnerView for RingView {
             .map(|(at, _)| at + self.quiet_ms)
             .max()
             .unwrap_or(0);
-        // A member that went down without a word owned the window if its points would take it
-        // from the owner now.
-        let distance = self.ring.owner_distance(key)?;
-        let blind = self
-            .unsaid
-            .iter()
-            .filter(|u| distance_to_first(&u.points, key).is_some_and(|d| d <= distance))
-            .map(|u| u.blind_since_ms)
-            .max()
-            .unwrap_or(0);
         Some(OwnerOf {
             owner: owner.id,
             quiet_until_ms: moved.max(self.floor_quiet_until_ms),
-            blind_since_ms: blind.max(self.floor_blind_since_ms),
+            blind_since_ms: self.blind.blind_since(point_of_key(key)),
         })
     }
 
@@ -167,13 +144,13 @@ impl LedgerNode {
             floor_quiet_until_ms: self.floor_quiet_until_ms,
             quiet_ms,
             part,
-            unsaid: self.unsaid.iter().cloned().collect(),
-            floor_blind_since_ms: self.floor_blind_since_ms,
+            blind: Arc::clone(&self.blind),
         })
     }
 
-    /// The ring changed from `old` to `new`: the members gone from it without a word are
-    /// remembered, blind from `blind_since_ms`; those back on it are forgotten.
+    /// The ring changed from `old` to `new`: the windows of each member gone from it without a
+    /// word, on `old` and beside the members on `new` (a member that saw the members change in
+    /// another order may have given it those), are blind from `blind_since_ms`.
     fn went_down(
         &mut self,
         old: &Ring,
@@ -182,20 +159,16 @@ impl LedgerNode {
         blind_since_ms: u64,
     ) {
         let now_on = new.member_ids();
-        self.unsaid.retain(|u| !now_on.contains(&u.id));
+        let mut arcs = Vec::new();
         for id in old.member_ids().difference(&now_on) {
             if unsaid(*id) {
-                self.unsaid.push_back(Unsaid {
-                    id: *id,
-                    points: old.points_of_member(*id),
-                    blind_since_ms,
-                });
+                let points = old.points_of_member(*id);
+                arcs.extend(old.arcs_of(&points));
+                arcs.extend(new.arcs_of(&points));
             }
         }
-        while self.unsaid.len() > UNSAID_KEPT {
-            if let Some(u) = self.unsaid.pop_front() {
-                self.floor_blind_since_ms = self.floor_blind_since_ms.max(u.blind_since_ms);
-            }
+        if !arcs.is_empty() {
+            Arc::make_mut(&mut self.blind).add(arcs, blind_since_ms);
         }
     }
 }
@@ -311,15 +284,15 @@ mod tests {
                 BLIND_AFTER,
             )
             .expect("a new ring");
-        // A window is blind where 3 would own it beside the members now: its own, and those it
-        // would have taken from 4 (a member that saw 4 leave before 3 went down gave 3 those).
+        // A window is blind where 3 owned it, and where it would own it beside the members now
+        // (a member that saw 4 leave before 3 went down gave 3 those of 4's).
         let with_3 = ring(&[1, 2, 3]);
-        let (mut blind, mut moved, mut kept) = (0, 0, 0);
+        let (mut blind, mut moved, mut kept) = (Vec::new(), 0, 0);
         for k in (0..2_000u128).map(spread) {
             let was = before.owner(k).expect("an owner").id;
             let o = view.owner_of(k).expect("an owner");
-            if with_3.owner(k).expect("an owner").id == 3 {
-                blind += 1;
+            if was == 3 || with_3.owner(k).expect("an owner").id == 3 {
+                blind.push(k);
                 assert_eq!(o.blind_since_ms, 50_000 + BLIND_AFTER, "{k:?}");
                 assert_eq!(o.leases_from_ms(60_000, 10), 50_000 + BLIND_AFTER + 60_010);
                 assert_eq!(o.leases_from_ms(1_000, 10), 50_000 + BLIND_AFTER + 1_010);
@@ -333,34 +306,30 @@ mod tests {
                 assert!(o.leases_from_ms(60_000, 10) < 50_000);
             }
         }
-        assert!(blind > 0 && moved > 0 && kept > 0, "{blind} {moved} {kept}");
-        // 3 back (a cut healed): its windows are its own again, and blind to no one later.
-        node.install(
-            60_000,
-            &ring(&[1, 2, 3]),
-            3,
-            (3, 3),
-            QUIET,
-            false,
-            |_| false,
-            0,
-        )
-        .expect("3 back");
-        let view = node
+        assert!(!blind.is_empty() && moved > 0 && kept > 0);
+        // A member that joins (or a member that comes back) takes some of those windows: they
+        // stay blind to whoever owns them, from the same time.
+        let joined = node
             .install(
-                70_000,
-                &ring(&[1, 2]),
-                4,
-                (2, 2),
+                51_000,
+                &ring(&[1, 2, 9]),
+                3,
+                (3, 4),
                 QUIET,
                 false,
                 |_| false,
                 0,
             )
-            .expect("3 gone, saying so");
-        assert!((0..2_000u128).all(|k| {
-            view.owner_of(spread(k))
-                .is_some_and(|o| o.blind_since_ms == 0)
+            .expect("9 joined");
+        let taken = blind
+            .iter()
+            .filter(|k| joined.owner_of(**k).is_some_and(|o| o.owner == 9))
+            .count();
+        assert!(taken > 0, "9 takes some of 3's windows");
+        assert!(blind.iter().all(|k| {
+            joined
+                .owner_of(*k)
+                .is_some_and(|o| o.blind_since_ms == 50_000 + BLIND_AFTER)
         }));
     }
 }

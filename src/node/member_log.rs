@@ -64,6 +64,9 @@ pub struct MemberLog {
     /// Members that went down without saying they were leaving (crashed, or cut off by a
     /// partition: they may still be admitting on the far side), and when.
     crashed: BTreeMap<u128, Instant>,
+    /// The same, kept for [`REMEMBER_DOWN`] whatever `expected_hold_ms` is: the ledger's ring
+    /// asks it when the member leaves the ring (`went_down_unsaid`).
+    unsaid: BTreeMap<u128, Instant>,
     /// Members that said they were leaving (`LedgerEntry::Leaving`), and when.
     leaving_said: BTreeMap<u128, Instant>,
     /// This node is leaving: foca then counts it as down, which is no trouble.
@@ -84,6 +87,7 @@ impl MemberLog {
                 let key = m.node.as_u128();
                 self.suspects.remove(&key);
                 self.crashed.remove(&key);
+                self.unsaid.remove(&key);
                 self.leaving_said.remove(&key);
                 if self.gone.remove(&key).is_some() {
                     MemberChange::Alive {
@@ -108,6 +112,9 @@ impl MemberLog {
                     .is_some_and(|said| at.saturating_duration_since(said) <= LEAVE_WORD_HOLDS);
                 if !left {
                     remember(&mut self.crashed, key, at);
+                    self.unsaid
+                        .retain(|_, t| at.saturating_duration_since(*t) < REMEMBER_DOWN);
+                    remember(&mut self.unsaid, key, at);
                 }
                 if self.suspects.remove(&key).is_some() {
                     MemberChange::Down {
@@ -130,6 +137,7 @@ impl MemberLog {
             MemberEvent::Renamed { old, new } => {
                 self.suspects.remove(&old.node.as_u128());
                 self.crashed.remove(&old.node.as_u128());
+                self.unsaid.remove(&old.node.as_u128());
                 MemberChange::Restarted {
                     old: old.node,
                     id: new.node,
@@ -177,6 +185,7 @@ impl MemberLog {
         remember(&mut self.leaving_said, member, at);
         // Down already (its word came after SWIM's): not on a far side after all.
         self.crashed.remove(&member);
+        self.unsaid.remove(&member);
     }
 
     /// Members that went down within `hold` before `at` without saying they were leaving, and
@@ -188,9 +197,9 @@ impl MemberLog {
         self.crashed.len()
     }
 
-    /// Whether `member` went down without saying it was leaving, within what is remembered.
+    /// Whether `member` went down without saying it was leaving, within [`REMEMBER_DOWN`].
     pub fn went_down_unsaid(&self, member: u128) -> bool {
-        self.crashed.contains_key(&member)
+        self.unsaid.contains_key(&member)
     }
 
     fn remember_gone(&mut self, key: u128, at: Instant) {

@@ -20,6 +20,7 @@
 //! - `view.rs`, `stats.rs`, `collector.rs`: what the node publishes (members, wire counters,
 //!   metrics).
 
+mod blind_arcs;
 mod bodies;
 mod builder;
 mod clock_sync;

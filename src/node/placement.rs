@@ -95,7 +95,7 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// A window id's point on the ring.
-fn point_of_key(key: KeyId) -> u64 {
+pub(super) fn point_of_key(key: KeyId) -> u64 {
     (key.0 as u64) ^ mix((key.0 >> 64) as u64)
 }
 
@@ -214,10 +214,26 @@ impl Ring {
         points
     }
 
-    /// How far clockwise from `key`'s point its owner's point is, `None` on an empty ring.
-    pub fn owner_distance(&self, key: KeyId) -> Option<u64> {
-        let start = self.start_of(key)?;
-        Some(self.points[start].0.wrapping_sub(point_of_key(key)))
+    /// The ranges of window points (inclusive; a range whose first point is past its last
+    /// wraps) that a member with `points` (sorted) owns on this ring with it, whether or not it
+    /// is on the ring: from past the point before each of its points, to that point.
+    pub fn arcs_of(&self, points: &[u64]) -> Vec<(u64, u64)> {
+        let greatest = self
+            .points
+            .last()
+            .map(|(q, _)| *q)
+            .max(points.last().copied());
+        let before = |p: u64| {
+            let on_ring = self.points.partition_point(|(q, _)| *q < p);
+            let own = points.partition_point(|q| *q < p);
+            let on_ring = on_ring.checked_sub(1).map(|i| self.points[i].0);
+            let own = own.checked_sub(1).map(|i| points[i]);
+            on_ring.max(own).or(greatest)
+        };
+        points
+            .iter()
+            .filter_map(|p| before(*p).map(|q| (q.wrapping_add(1), *p)))
+            .collect()
     }
 
     /// The owner and the next owner of `key` (the same member twice only on a ring of one).
@@ -233,16 +249,6 @@ impl Ring {
             .unwrap_or(first);
         Some([self.slots[first as usize]?, self.slots[second as usize]?])
     }
-}
-
-/// How far clockwise from `key`'s point the first of `points` (sorted) is, `None` if there
-/// are none: with [`Ring::owner_distance`], whether a member with those points would own `key`.
-pub fn distance_to_first(points: &[u64], key: KeyId) -> Option<u64> {
-    let at = point_of_key(key);
-    let first = points
-        .get(points.partition_point(|p| *p < at))
-        .or(points.first())?;
-    Some(first.wrapping_sub(at))
 }
 
 /// The union of two sorted lists, sorted.

@@ -27,6 +27,19 @@ pub fn relay_target(me: u128, round: u64, ring: &[u128]) -> Option<u128> {
     ring.get((mine + step % n) % n).copied()
 }
 
+/// Most bytes a member takes in a `Heard` entry: its short id and a distance of up to five
+/// varint bytes.
+const MOST_BYTES_A_MEMBER: usize = 9;
+/// Most bytes of a datagram body around one `Heard` entry's members: the register batch's
+/// empty head, the section's and the entry's tags and counts, the newest time.
+const HEARD_OVERHEAD: usize = 48;
+
+/// How many members one `Heard` entry may name so that it fits a body of `max_body` bytes on
+/// its own, whatever the times.
+pub fn heard_chunk(max_body: usize) -> usize {
+    (max_body.saturating_sub(HEARD_OVERHEAD) / MOST_BYTES_A_MEMBER).clamp(1, MOST_HEARD)
+}
+
 impl<T: TimeSource> NodeCore<T> {
     /// How long a member this node's side heard from counts as present on it, in ms.
     pub(super) fn present_within_ms(&self) -> u64 {
@@ -59,7 +72,7 @@ impl<T: TimeSource> NodeCore<T> {
         let mut heard = self.liveness.side_heard_since(since);
         heard.push((short_id(me), now.cluster_ms));
         let entries = heard
-            .chunks(MOST_HEARD)
+            .chunks(heard_chunk(self.max_batch_body()))
             .map(|chunk| LedgerEntry::Heard {
                 members: chunk.to_vec(),
             })
@@ -70,13 +83,22 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// `sender` (a member SWIM does not suspect, so on this node's side) relays whom its side
-    /// heard from, and when.
-    pub(super) fn heard_from_side(&mut self, sender: u128, members: &[(u32, u64)], now: Now) {
-        if !self.liveness.is_member(sender) || self.suspects.contains(&sender) {
+    /// `sender` (a member SWIM does not suspect, so on this node's side, at the address SWIM
+    /// holds for it) relays whom its side heard from, and when. A short id that is this node's
+    /// own is passed over: the sender may mean this node by it, and a member this node knows
+    /// with the same short id would be credited with this node's time.
+    pub(super) fn heard_from_side(
+        &mut self,
+        sender: u128,
+        from: std::net::SocketAddr,
+        members: &[(u32, u64)],
+        now: Now,
+    ) {
+        if self.liveness.address_of(sender) != Some(from) || self.suspects.contains(&sender) {
             return;
         }
-        for (short, at_ms) in members {
+        let mine = short_id(self.params.node_id.as_u128());
+        for (short, at_ms) in members.iter().filter(|(s, _)| *s != mine) {
             self.liveness.heard_relayed(*short, *at_ms, now.cluster_ms);
         }
     }

@@ -247,3 +247,30 @@ fn a_boot_id_solved_for_a_windows_point_does_not_make_its_node_the_owner() {
     // By chance a member is first owner of 1 window in 51.
     assert!(owned <= 3, "the solved ids own {owned} of their 20 windows");
 }
+
+/// The ranges `arcs_of` gives a member's points hold exactly the windows it owns: on a ring
+/// it is on, and on a ring without it, those it would own if it came back.
+#[test]
+fn a_members_arcs_hold_exactly_the_windows_it_owns() {
+    let on = Ring::of(KEY, &members(12));
+    let gone = members(12)[4].id;
+    let without: Vec<Member> = members(12).into_iter().filter(|m| m.id != gone).collect();
+    let off = Ring::of(KEY, &without);
+    let points = on.points_of_member(gone);
+    for ring in [&on, &off] {
+        let arcs = ring.arcs_of(&points);
+        let within = |p: u64| {
+            arcs.iter().any(|(first, last)| {
+                if first <= last {
+                    (*first..=*last).contains(&p)
+                } else {
+                    p >= *first || p <= *last
+                }
+            })
+        };
+        for k in (0..4_000u128).map(key) {
+            let owned = on.owner(k).expect("an owner").id == gone;
+            assert_eq!(within(point_of_key(k)), owned, "{k:?}");
+        }
+    }
+}

@@ -1,8 +1,9 @@
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use super::relay_target;
-use crate::ledger::tuning::present_within_rounds;
+use super::{heard_chunk, relay_target};
+use crate::gossip::ledger_message::{LedgerEntry, MOST_HEARD, encode_ledger};
+use crate::gossip::message::{Stamp, empty_batch_body};
 
 /// The oldest news any member holds of any other, over `rounds` rounds after the first
 /// `rounds / 2`, when each of `n` members (ids drawn from `seed`) pushes everything it heard to
@@ -42,10 +43,6 @@ fn what_a_member_heard_reaches_every_member_within_the_rounds() {
             let oldest = oldest_news(n, seed, 80);
             let log2 = u64::from(usize::BITS - (n - 1).leading_zeros());
             let spread = log2 + 1;
-            assert!(
-                2 * spread <= present_within_rounds(n),
-                "the horizon holds two spreads"
-            );
             println!("{n} members, seed {seed}: oldest news {oldest} rounds, spread {spread}");
             assert!(
                 oldest <= spread,
@@ -75,4 +72,27 @@ fn in_a_round_every_member_pushes_to_a_different_one() {
     }
     assert_eq!(relay_target(7, 0, &[7]), None, "alone");
     assert_eq!(relay_target(8, 0, &[7, 9]), None, "not on the ring");
+}
+
+/// A `Heard` entry of as many members as `heard_chunk` allows fits a datagram body on its own,
+/// at the least packet size a cluster may configure and at the default, whatever the times.
+#[test]
+fn a_heard_chunk_fits_a_datagram_at_every_packet_size() {
+    const SENT: u64 = 1_700_000_000_000;
+    for max_body in [491, 700, 1_255, 8_000] {
+        let n = heard_chunk(max_body);
+        assert!((1..=MOST_HEARD).contains(&n));
+        // Distances of 2^31 units take the most varint bytes.
+        let members: Vec<(u32, u64)> = (0..n as u32)
+            .map(|i| (u32::MAX - i, SENT - (u64::from(i % 2) << 35)))
+            .collect();
+        let mut body = empty_batch_body(Stamp::Whole);
+        body.extend(encode_ledger(&[LedgerEntry::Heard { members }], 1, SENT));
+        assert!(
+            body.len() <= max_body,
+            "{n} members: {} > {max_body}",
+            body.len()
+        );
+    }
+    assert_eq!(heard_chunk(0), 1);
 }
