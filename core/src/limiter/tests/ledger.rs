@@ -428,6 +428,33 @@ fn a_request_refused_again_after_waiting_counts_once_in_the_demand() {
     assert_eq!(offered(now), 3, "a new request counts");
 }
 
+/// The rounds (one every 200 ms from `T0`, `rounds` of them) in which the owner of a cluster
+/// whose other nodes each check `limit` once a round granted a lease, one entry per grant:
+/// the owner hears the nodes as `heard_as` says and leases as `rounds_as` says.
+fn lease_times(
+    c: &Cluster,
+    limit: Limit,
+    rounds: u64,
+    heard_as: OwnerOf,
+    rounds_as: OwnerOf,
+) -> Vec<u64> {
+    let mut granted = Vec::new();
+    for step in 0..rounds {
+        let now = T0 + step * 200;
+        for node in &c.nodes[1..] {
+            check(node, "k", &[limit], 1, now);
+            if let Some((batch, reports)) = node.collect_with_reports(now) {
+                c.owner().merge(&batch, now);
+                c.owner()
+                    .owner_heard(&batch, &reports, now, |_| Some(heard_as));
+            }
+        }
+        let grants = c.owner().owner_round(now, |_| Some(rounds_as));
+        granted.extend(grants.iter().map(|_| now));
+    }
+    granted
+}
+
 /// A window whose previous owner went down without a word is blind to its owner for the
 /// window's length past the blind time, whatever its quiet time: a 2 s window blind from
 /// `T0 + 1 s` is leased from `T0 + 3 s` and the clock margin, not at the quiet time before.
@@ -448,20 +475,7 @@ fn an_owner_leases_a_blind_window_only_a_window_past_its_blind_time() {
         owner.leases_from_ms(2_000, c.owner().config().ledger.margin_ms),
         leases_from
     );
-    let mut granted = Vec::new();
-    for step in 0..30u64 {
-        let now = T0 + step * 200;
-        for node in &c.nodes[1..] {
-            check(node, "k", &[limit], 1, now);
-            if let Some((batch, reports)) = node.collect_with_reports(now) {
-                c.owner().merge(&batch, now);
-                c.owner()
-                    .owner_heard(&batch, &reports, now, |_| Some(owner));
-            }
-        }
-        let grants = c.owner().owner_round(now, |_| Some(owner));
-        granted.extend(grants.iter().map(|_| now));
-    }
+    let granted = lease_times(&c, limit, 30, owner, owner);
     assert!(!granted.is_empty(), "leased once the window passed");
     assert!(
         granted.iter().all(|at| *at >= leases_from),
@@ -480,23 +494,9 @@ fn an_owner_leases_nothing_before_its_latest_quiet_time() {
         window: WindowSpec::with_default_buckets(1_000).unwrap(),
     };
     let quiet_until = T0 + 5_000;
-    let mut granted = Vec::new();
-    for step in 0..40u64 {
-        let now = T0 + step * 200;
-        for node in &c.nodes[1..] {
-            check(node, "k", &[limit], 1, now);
-            if let Some((batch, reports)) = node.collect_with_reports(now) {
-                c.owner().merge(&batch, now);
-                // Books opened when the view said the window was free to lease.
-                c.owner()
-                    .owner_heard(&batch, &reports, now, |_| Some(LEASES_AT_ONCE));
-            }
-        }
-        let grants = c
-            .owner()
-            .owner_round(now, |_| Some(OwnerOf::quiet_until(0, quiet_until)));
-        granted.extend(grants.iter().map(|_| now));
-    }
+    // Books opened when the view said the window was free to lease.
+    let later = OwnerOf::quiet_until(0, quiet_until);
+    let granted = lease_times(&c, limit, 40, LEASES_AT_ONCE, later);
     assert!(!granted.is_empty(), "leased once the quiet time passed");
     assert!(
         granted.iter().all(|at| *at >= quiet_until),
