@@ -89,9 +89,11 @@ impl<T: TimeSource> NodeCore<T> {
         };
         let (ring, generation) = ownership.ring();
         let ledger = self.ledger.get_or_insert_with(LedgerNode::default);
-        let strict = matches!(policy, Policy::Ledger(PartitionPolicy::Strict));
-        let member_log = &self.member_log;
-        let unsaid = |id: u128| strict && member_log.went_down_unsaid(id);
+        let unsaid = if matches!(policy, Policy::Ledger(PartitionPolicy::Strict)) {
+            self.member_log.unsaid_downs()
+        } else {
+            Vec::new()
+        };
         let installed = ledger.install(
             now.cluster_ms,
             ring,
@@ -99,7 +101,7 @@ impl<T: TimeSource> NodeCore<T> {
             side,
             quiet_ms,
             warming,
-            unsaid,
+            &unsaid,
             blind_after_ms,
         );
         if let Some(view) = installed {
@@ -301,17 +303,25 @@ impl<T: TimeSource> NodeCore<T> {
             (body.len() <= max).then_some(body)
         };
         let mut bodies = Vec::new();
+        // What fits no datagram is sent to no one, and counted.
+        let mut dropped = 0u64;
+        let mut flush = |pending: &[(RegisterUpdate, Option<LedgerReport>)],
+                         extra: &[LedgerEntry],
+                         bodies: &mut Vec<Vec<u8>>| {
+            if pending.is_empty() && extra.is_empty() {
+                return;
+            }
+            match body_of(pending, extra) {
+                Some(body) => bodies.push(body),
+                None => dropped += 1,
+            }
+        };
         let mut pending: Vec<(RegisterUpdate, Option<LedgerReport>)> = Vec::new();
         for pair in pairs {
             pending.push(pair);
             if body_of(&pending, &[]).is_none() {
                 let last = pending.pop().expect("just pushed");
-                if let Some(body) = body_of(&pending, &[]) {
-                    bodies.push(body);
-                } else {
-                    // One register that fits no datagram is sent to no one.
-                    self.view.wire.send_errors.fetch_add(1, Ordering::Relaxed);
-                }
+                flush(&pending, &[], &mut bodies);
                 pending = vec![last];
             }
         }
@@ -320,25 +330,17 @@ impl<T: TimeSource> NodeCore<T> {
             extra.push(e);
             if body_of(&pending, &extra).is_none() {
                 let last = extra.pop().expect("just pushed");
-                match body_of(&pending, &extra) {
-                    Some(body) => bodies.push(body),
-                    None if !extra.is_empty() => {
-                        self.view.wire.send_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                    None => {}
-                }
+                flush(&pending, &extra, &mut bodies);
                 pending.clear();
                 extra = vec![last];
             }
         }
-        if !pending.is_empty() || !extra.is_empty() {
-            match body_of(&pending, &extra) {
-                Some(body) => bodies.push(body),
-                // An entry that fits no datagram is sent to no one.
-                None => {
-                    self.view.wire.send_errors.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+        flush(&pending, &extra, &mut bodies);
+        if dropped > 0 {
+            self.view
+                .wire
+                .send_errors
+                .fetch_add(dropped, Ordering::Relaxed);
         }
         for body in bodies {
             let mut full = self.body_prefix(to);

@@ -5,10 +5,12 @@
 //! saying it was leaving is blind to its next owner for a window's length (see
 //! [`OwnerOf::blind_since_ms`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::placement::Ring;
 use std::sync::Arc;
+
+use tokio::time::Instant;
 
 use super::blind_arcs::BlindArcs;
 use super::placement::point_of_key;
@@ -33,6 +35,8 @@ pub(super) struct LedgerNode {
     parts: VecDeque<(u64, (u64, u64))>,
     /// The windows of members that went down without a word, blind from when.
     blind: Arc<BlindArcs>,
+    /// The downs without a word whose windows are blind: each member, and when it went down.
+    recorded: BTreeMap<u128, Instant>,
 }
 
 impl LedgerNode {
@@ -100,8 +104,8 @@ impl LedgerNode {
     /// The view to give the limiter for `ring` (of `generation`) and the side's part now, or
     /// `None` if the installed one still holds. `starting`: the node has not ended its
     /// warm-up (or this is its first ring): it leases nothing until a quiet period after.
-    /// `unsaid`: whether a member went down without a word (never, outside `strict`), whose
-    /// windows are blind from `blind_after_ms` past now.
+    /// `unsaid`: the members that went down without a word, and when (none outside
+    /// `strict`), whose windows are blind from `blind_after_ms` past now.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn install(
         &mut self,
@@ -111,24 +115,27 @@ impl LedgerNode {
         side: (u64, u64),
         quiet_ms: u64,
         starting: bool,
-        unsaid: impl Fn(u128) -> bool,
+        unsaid: &[(u128, Instant)],
         blind_after_ms: u64,
     ) -> Option<RingView> {
         let part = self.part_at(now_ms, side, quiet_ms);
+        let blinded = self.went_down(ring, unsaid, now_ms.saturating_add(blind_after_ms));
         // A node's first rings say nothing of who leased its windows before it: every owner
         // before it may still be leasing them until it knows of this node.
         let floor = self.floor_quiet_until_ms;
         if starting || self.installed.is_none() {
             self.floor_quiet_until_ms = floor.max(now_ms + quiet_ms);
         }
-        if self.installed == Some((generation, part)) && self.floor_quiet_until_ms == floor {
+        if self.installed == Some((generation, part))
+            && self.floor_quiet_until_ms == floor
+            && !blinded
+        {
             return None;
         }
         let old = self.ring.replace(ring.clone());
         if self.installed.is_some_and(|(g, _)| g != generation)
             && let Some(old) = old
         {
-            self.went_down(&old, ring, unsaid, now_ms.saturating_add(blind_after_ms));
             self.before.push_back((now_ms, old));
         }
         self.before.retain(|(at, _)| at + quiet_ms > now_ms);
@@ -148,28 +155,37 @@ impl LedgerNode {
         })
     }
 
-    /// The ring changed from `old` to `new`: the windows of each member gone from it without a
-    /// word, on `old` and beside the members on `new` (a member that saw the members change in
-    /// another order may have given it those), are blind from `blind_since_ms`.
-    fn went_down(
-        &mut self,
-        old: &Ring,
-        new: &Ring,
-        unsaid: impl Fn(u128) -> bool,
-        blind_since_ms: u64,
-    ) {
-        let now_on = new.member_ids();
-        let mut arcs = Vec::new();
-        for id in old.member_ids().difference(&now_on) {
-            if unsaid(*id) {
-                let points = old.points_of_member(*id);
-                arcs.extend(old.arcs_of(&points));
-                arcs.extend(new.arcs_of(&points));
+    /// Makes blind, from `blind_since_ms`, the windows of each member of `unsaid` not on `ring`
+    /// and not made blind for that down already: every window it would own beside the members
+    /// on both `ring` and the ring installed before (it owned some of them, and a member that
+    /// saw the members change in another order may have given it others). Returns whether any
+    /// window became blind.
+    fn went_down(&mut self, ring: &Ring, unsaid: &[(u128, Instant)], blind_since_ms: u64) -> bool {
+        let on_ring = ring.member_ids();
+        let unsaid: BTreeMap<u128, Instant> = unsaid.iter().copied().collect();
+        self.recorded
+            .retain(|id, _| !on_ring.contains(id) && unsaid.contains_key(id));
+        let fresh: Vec<(u128, Instant)> = unsaid
+            .into_iter()
+            .filter(|(id, at)| !on_ring.contains(id) && self.recorded.get(id) != Some(at))
+            .collect();
+        if fresh.is_empty() {
+            return false;
+        }
+        let stayed = match &self.ring {
+            Some(before) => {
+                let before = before.member_ids();
+                ring.retaining(|id| before.contains(&id))
             }
+            None => ring.clone(),
+        };
+        let mut arcs = Vec::new();
+        for (id, at) in fresh {
+            arcs.extend(stayed.arcs_of(&stayed.points_of_member(id)));
+            self.recorded.insert(id, at);
         }
-        if !arcs.is_empty() {
-            Arc::make_mut(&mut self.blind).add(arcs, blind_since_ms);
-        }
+        Arc::make_mut(&mut self.blind).add(arcs, blind_since_ms);
+        true
     }
 }
 
@@ -204,12 +220,12 @@ mod tests {
             |view: &RingView, k: KeyId| view.owner_of(k).expect("an owner").quiet_until_ms;
         let mut node = LedgerNode::default();
         let alone = node
-            .install(10_000, &ring(&[1]), 1, (1, 1), QUIET, true, |_| false, 0)
+            .install(10_000, &ring(&[1]), 1, (1, 1), QUIET, true, &[], 0)
             .expect("a first view");
         assert_eq!(alone.owner_of(spread(42)).map(|o| o.owner), Some(1));
         assert_eq!(quiet_at(&alone, spread(42)), 10_000 + QUIET);
         let seen = node
-            .install(10_200, &all, 2, (8, 8), QUIET, true, |_| false, 0)
+            .install(10_200, &all, 2, (8, 8), QUIET, true, &[], 0)
             .expect("a new ring");
         let owned: Vec<KeyId> = (0..256u128)
             .map(spread)
@@ -219,7 +235,7 @@ mod tests {
         assert!(owned.iter().all(|k| quiet_at(&seen, *k) >= 10_200 + QUIET));
         // Still warming up a round later, with nothing else changed: quiet a period past it.
         let warming = node
-            .install(10_400, &all, 2, (8, 8), QUIET, true, |_| false, 0)
+            .install(10_400, &all, 2, (8, 8), QUIET, true, &[], 0)
             .expect("a later floor");
         assert!(
             owned
@@ -228,7 +244,7 @@ mod tests {
         );
         // Warmed up: the floor stays where the warm-up left it.
         assert!(
-            node.install(10_600, &all, 2, (8, 8), QUIET, false, |_| false, 0)
+            node.install(10_600, &all, 2, (8, 8), QUIET, false, &[], 0)
                 .is_none()
         );
         // A ring change later leaves the windows that stay with the node leasing.
@@ -240,7 +256,7 @@ mod tests {
                 (7, 7),
                 QUIET,
                 false,
-                |_| false,
+                &[],
                 0,
             )
             .expect("a new ring");
@@ -259,17 +275,8 @@ mod tests {
         const QUIET: u64 = 1_600;
         const BLIND_AFTER: u64 = 3_000;
         let mut node = LedgerNode::default();
-        node.install(
-            1_000,
-            &ring(&[1, 2, 3, 4]),
-            1,
-            (4, 4),
-            QUIET,
-            false,
-            |_| false,
-            0,
-        )
-        .expect("a first view");
+        node.install(1_000, &ring(&[1, 2, 3, 4]), 1, (4, 4), QUIET, false, &[], 0)
+            .expect("a first view");
         let before = ring(&[1, 2, 3, 4]);
         // 3 crashed, 4 left saying so.
         let view = node
@@ -280,7 +287,7 @@ mod tests {
                 (2, 3),
                 QUIET,
                 false,
-                |id| id == 3,
+                &[(3, Instant::now())],
                 BLIND_AFTER,
             )
             .expect("a new ring");
@@ -310,16 +317,7 @@ mod tests {
         // A member that joins (or a member that comes back) takes some of those windows: they
         // stay blind to whoever owns them, from the same time.
         let joined = node
-            .install(
-                51_000,
-                &ring(&[1, 2, 9]),
-                3,
-                (3, 4),
-                QUIET,
-                false,
-                |_| false,
-                0,
-            )
+            .install(51_000, &ring(&[1, 2, 9]), 3, (3, 4), QUIET, false, &[], 0)
             .expect("9 joined");
         let taken = blind
             .iter()
@@ -330,6 +328,32 @@ mod tests {
             joined
                 .owner_of(*k)
                 .is_some_and(|o| o.blind_since_ms == 50_000 + BLIND_AFTER)
+        }));
+        // A member that came and went down without a word between two views (never on a ring
+        // this node installed): the windows it would own beside the members are blind all the
+        // same, from when this node learned of it.
+        let with_5 = ring(&[1, 2, 5, 9]);
+        let down_5 = [(5, Instant::now())];
+        let late = node
+            .install(
+                52_000,
+                &ring(&[1, 2, 9]),
+                3,
+                (3, 5),
+                QUIET,
+                false,
+                &down_5,
+                BLIND_AFTER,
+            )
+            .expect("5's windows blind");
+        let fives: Vec<KeyId> = (0..2_000u128)
+            .map(spread)
+            .filter(|k| with_5.owner(*k).is_some_and(|o| o.id == 5))
+            .collect();
+        assert!(!fives.is_empty());
+        assert!(fives.iter().all(|k| {
+            late.owner_of(*k)
+                .is_some_and(|o| o.blind_since_ms >= 52_000 + BLIND_AFTER)
         }));
     }
 }

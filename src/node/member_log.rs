@@ -183,7 +183,8 @@ impl MemberLog {
         self.leaving_said
             .retain(|_, t| at.saturating_duration_since(*t) <= LEAVE_WORD_HOLDS);
         remember(&mut self.leaving_said, member, at);
-        // Down already (its word came after SWIM's): not on a far side after all.
+        // Down already (its word came after SWIM's, from the address SWIM held for it): not on
+        // a far side after all.
         self.crashed.remove(&member);
         self.unsaid.remove(&member);
     }
@@ -197,9 +198,10 @@ impl MemberLog {
         self.crashed.len()
     }
 
-    /// Whether `member` went down without saying it was leaving, within [`REMEMBER_DOWN`].
-    pub fn went_down_unsaid(&self, member: u128) -> bool {
-        self.unsaid.contains_key(&member)
+    /// The members that went down without saying they were leaving, within [`REMEMBER_DOWN`],
+    /// and when.
+    pub fn unsaid_downs(&self) -> Vec<(u128, Instant)> {
+        self.unsaid.iter().map(|(id, at)| (*id, *at)).collect()
     }
 
     fn remember_gone(&mut self, key: u128, at: Instant) {

@@ -207,6 +207,20 @@ impl Ring {
         self.slots.iter().flatten().map(|m| m.id).collect()
     }
 
+    /// This ring with only the members `keep` keeps.
+    pub fn retaining(&self, keep: impl Fn(u128) -> bool) -> Ring {
+        let kept: Vec<Member> = self
+            .slots
+            .iter()
+            .flatten()
+            .filter(|m| keep(m.id))
+            .copied()
+            .collect();
+        let mut ring = self.clone();
+        ring.update(&kept);
+        ring
+    }
+
     /// The points member `id` has (or would have) on this ring, sorted.
     pub fn points_of_member(&self, id: u128) -> Vec<u64> {
         let mut points: Vec<u64> = points_of(&self.key, id).collect();
