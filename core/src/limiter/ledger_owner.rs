@@ -179,7 +179,7 @@ impl Limiter {
     /// [`CALM_ROUNDS`]: crate::ledger::tuning::CALM_ROUNDS
     /// [`LedgerTiming::lease_ms`]: super::LedgerTiming
     /// `leases(key)`: whether this node leases the window, and from when (see
-    /// [`OwnerOf`](super::OwnerOf)).
+    /// [`OwnerOf`]).
     pub fn owner_round(
         &self,
         now_ms: u64,
