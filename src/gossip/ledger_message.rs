@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::message::MessageError;
 use smallvec::SmallVec;
 
-use crate::ledger::{HeldLease, HoldingsReport, Lease, Segment};
+use crate::ledger::{HeldLease, HoldingsReport, Lease, SealedBucket, Segment};
 use crate::limiter::{KeyId, LedgerReport};
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -69,6 +69,8 @@ enum Wire {
         limit: u32,
         held: Vec<WireHeld>,
         closed: bool,
+        /// `(epoch, [spends by fine slot])` of each bucket sealed.
+        sealed: Vec<(u64, Vec<u32>)>,
     },
     Lease {
         key: [u8; 16],
@@ -103,6 +105,9 @@ enum Wire {
         members: Vec<([u8; 4], u32)>,
     },
 }
+
+/// At most this many sealed buckets are taken from one report: a clock keeps 16 buckets.
+const MOST_SEALED: usize = 16;
 
 /// At most this many members are taken from one `Heard` entry: what one datagram holds.
 pub const MOST_HEARD: usize = 128;
@@ -195,6 +200,12 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
                     .map(|h| held_out(h, receiver, sent_ms))
                     .collect(),
                 closed: report.holdings.closed,
+                sealed: report
+                    .holdings
+                    .sealed
+                    .iter()
+                    .map(|b| (b.epoch, b.counts.to_vec()))
+                    .collect(),
             },
             LedgerEntry::Lease {
                 key,
@@ -274,6 +285,7 @@ pub fn decode_ledger(
                 limit,
                 held,
                 closed,
+                sealed,
             } => {
                 let held: Option<Vec<HeldLease>> = (held.len() <= MOST_PARTS)
                     .then(|| {
@@ -292,7 +304,20 @@ pub fn decode_ledger(
                             .collect()
                     })
                     .flatten();
-                let Some(held) = held else {
+                let sealed: Option<Vec<SealedBucket>> = (sealed.len() <= MOST_SEALED)
+                    .then(|| {
+                        sealed
+                            .into_iter()
+                            .map(|(epoch, counts)| {
+                                Some(SealedBucket {
+                                    epoch,
+                                    counts: counts.try_into().ok()?,
+                                })
+                            })
+                            .collect()
+                    })
+                    .flatten();
+                let (Some(held), Some(sealed)) = (held, sealed) else {
                     rejects.malformed += 1;
                     continue;
                 };
@@ -300,7 +325,11 @@ pub fn decode_ledger(
                     index,
                     report: LedgerReport {
                         limit,
-                        holdings: HoldingsReport { held, closed },
+                        holdings: HoldingsReport {
+                            held,
+                            closed,
+                            sealed,
+                        },
                     },
                 }
             }

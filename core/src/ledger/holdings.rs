@@ -11,14 +11,18 @@
 //! *before* the emission reads the ring. So every spend is either in the ring the emission
 //! reads, or still counted unspent in the report: the owner, which counts both, never misses
 //! one (it may count a spend twice, which only holds the window back).
+//!
+//! Each spend is also counted in the window's spend clock (`spend_clock.rs`) once its tokens
+//! are taken; a spend whose clock slot is sealed takes none.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use arc_swap::{ArcSwapOption, Guard};
+use arc_swap::ArcSwapOption;
 use smallvec::SmallVec;
 
 use super::lease::{HeldLease, HoldingsReport, Lease, Segment};
+use super::spend_clock::{ClockShape, SealedBucket, SpendClock};
 
 /// What `close` leaves in a segment's spent counter: above any count, so that a charge taken
 /// before the close and refunded after it (a later item of its request refused) cannot make a
@@ -71,6 +75,9 @@ struct Book {
     refused_until_ms: AtomicU64,
     /// When this node last reported the window to its owner (ms).
     reported_at_ms: AtomicU64,
+    /// Every spend by fine slot (`spend_clock.rs`): made with the first lease taken, and
+    /// kept by every book after, so that no spend is counted in a clock that is not sealed.
+    clock: Option<Arc<SpendClock>>,
 }
 
 impl Book {
@@ -85,6 +92,7 @@ impl Book {
             ask_again_at_ms: carried(|b| &b.ask_again_at_ms),
             refused_until_ms: carried(|b| &b.refused_until_ms),
             reported_at_ms: carried(|b| &b.reported_at_ms),
+            clock: old.and_then(|b| b.clock.clone()),
         }
     }
 }
@@ -94,28 +102,6 @@ impl Book {
 #[derive(Debug, Default)]
 pub struct Holdings {
     book: ArcSwapOption<Book>,
-}
-
-/// Tokens taken by [`Holdings::try_spend`], to give back if the request is not admitted after
-/// all (another of its limits refused).
-#[derive(Debug)]
-pub struct Charge {
-    book: Guard<Option<Arc<Book>>>,
-    /// `(entry, segment, tokens)`.
-    taken: SmallVec<[(usize, usize, u32); 2]>,
-}
-
-impl Charge {
-    /// Puts the tokens back, as if never taken.
-    pub fn refund(self) {
-        if let Some(book) = self.book.as_ref() {
-            for (e, s, n) in self.taken {
-                if let Some(seg) = book.entries.get(e).and_then(|e| e.segments.get(s)) {
-                    seg.spent.fetch_sub(n, Ordering::AcqRel);
-                }
-            }
-        }
-    }
 }
 
 impl Holdings {
@@ -163,9 +149,20 @@ impl Holdings {
                 }
             }
         }
-        let charge = Charge { book, taken };
-        if need > 0 {
-            charge.refund();
+        let counted = need == 0
+            && book
+                .as_ref()
+                .and_then(|b| b.clock.as_ref())
+                .is_none_or(|c| c.spend(now_ms, cost));
+        let charge = Charge {
+            book,
+            taken,
+            at_ms: now_ms,
+            cost,
+        };
+        if !counted {
+            // Too few tokens, or the clock's slot is sealed: nothing was counted there.
+            charge.give_back();
             return None;
         }
         Some(charge)
@@ -281,7 +278,8 @@ impl Holdings {
     /// duplicate, or one overtaken by a later message). Segments the user had keep what was
     /// spent of them; a segment the message leaves out is one its owner knows fully spent.
     /// Writers must be serialised (the limiter's holdings lock). Returns whether it was taken.
-    pub fn accept(&self, lease: &Lease) -> bool {
+    /// The first lease taken makes the window's spend clock, of `shape`.
+    pub fn accept(&self, lease: &Lease, shape: ClockShape) -> bool {
         let current = self.book.load_full();
         let old = current.as_deref();
         if old.is_some_and(|b| b.closed) {
@@ -324,7 +322,10 @@ impl Holdings {
             .unwrap_or_default();
         entries.push(entry);
         entries.sort_by_key(|e| (e.expires_ms, e.owner));
-        let book = Book::next(old, entries, false);
+        let mut book = Book::next(old, entries, false);
+        if book.clock.is_none() {
+            book.clock = Some(Arc::new(SpendClock::new(shape)));
+        }
         // A message came: asking is open again.
         book.ask_again_at_ms.store(0, Ordering::Relaxed);
         // The owner leased again: whatever it refused before no longer stands.
@@ -353,13 +354,14 @@ impl Holdings {
                 .map(|e| held_of(e, !e.spendable(now_ms, margin_ms)))
                 .collect(),
             closed: current.closed,
+            sealed: Vec::new(),
         }
     }
 
     /// Stops spending for good (the node is leaving) and reports what is handed back: every
     /// token not spent, which the owner may lease again at once. A check racing this either
     /// took its token before (and is in the ring) or finds none.
-    pub fn close(&self) -> HoldingsReport {
+    pub fn close(&self, now_ms: u64) -> HoldingsReport {
         let current = self.book.load_full();
         let mut held = Vec::new();
         for e in current.iter().flat_map(|b| b.entries.iter()) {
@@ -377,7 +379,26 @@ impl Holdings {
         }
         let closed = Book::next(current.as_deref(), SmallVec::new(), true);
         self.book.store(Some(Arc::new(closed)));
-        HoldingsReport { held, closed: true }
+        // No spend comes any more: every bucket is sealed, the current one too.
+        let sealed = current
+            .as_ref()
+            .and_then(|b| b.clock.as_ref())
+            .map_or_else(Vec::new, |c| c.seal(now_ms, true));
+        HoldingsReport {
+            held,
+            closed: true,
+            sealed,
+        }
+    }
+
+    /// Seals the buckets of the spend clock that ended by `now_ms` (`spend_clock.rs`) and
+    /// returns those newly sealed that hold spends, for the next report.
+    pub fn seal(&self, now_ms: u64) -> Vec<SealedBucket> {
+        self.book
+            .load()
+            .as_ref()
+            .and_then(|b| b.clock.as_ref())
+            .map_or_else(Vec::new, |c| c.seal(now_ms, false))
     }
 }
 
@@ -396,5 +417,8 @@ fn held_of(e: &Entry, lapsed: bool) -> HeldLease {
     }
 }
 
+mod charge;
 #[cfg(test)]
 mod tests;
+
+pub use charge::Charge;

@@ -9,6 +9,8 @@
 
 use smallvec::SmallVec;
 
+use super::spend_clock::SealedBucket;
+
 /// Tokens of one lease that become spendable together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Segment {
@@ -65,6 +67,9 @@ pub struct HoldingsReport {
     pub held: Vec<HeldLease>,
     /// The user has stopped spending (it is leaving): what it had left is handed back.
     pub closed: bool,
+    /// Buckets of the window sealed since the last report, with their spends by fine slot
+    /// (`spend_clock.rs`).
+    pub sealed: Vec<SealedBucket>,
 }
 
 impl HoldingsReport {

@@ -13,6 +13,8 @@ mod holdings;
 mod lease;
 mod occupancy;
 mod quantile;
+mod spend_clock;
+mod spend_marks;
 mod targets;
 pub mod tuning;
 
@@ -21,4 +23,6 @@ pub use holdings::{Charge, Holdings};
 pub use lease::{HeldLease, HoldingsReport, Lease, Segment};
 pub use occupancy::{Occupancy, Span};
 pub use quantile::poisson_quantile;
+pub use spend_clock::{ClockShape, SealedBucket, SpendClock, slot_end_ms};
+pub use spend_marks::SpendMarks;
 pub use targets::{Cover, cover_targets};

@@ -11,11 +11,13 @@ pub const LEASE_ROUNDS: u64 = 2;
 /// The lease lifetime at the default summary round (200 ms).
 pub const LEASE_MS: u64 = 400;
 
-/// How far two cluster clocks may disagree, in ms: cluster time keeps nodes within its
-/// steering dead band of each other (`DEAD_BAND_MS`, 20 ms, either way of the reference, so a
-/// pair is closer than that in the common case). A user stops spending a lease this long before
-/// it ends and an owner counts a spend this long past its bucket's end, so that a window on any
-/// node's clock holds at most `L`. Test:
+/// How far a node's cluster clock may be off the owner's, in ms: cluster time keeps nodes
+/// within its steering dead band of the reference (`DEAD_BAND_MS`, 20 ms either way; closer
+/// than this in the common case). A user stops spending a lease this long before it ends, a
+/// lease's tokens take their slots this long past its end plus the window, and a spend takes
+/// its slot twice this long past its fine slot's end plus the window (its spender's clock and
+/// the next spender's may each be off the owner's the other way), so that every window, on
+/// the owner's clock, holds at most `L`. Test:
 /// `limiter::tests::ledger::a_user_whose_clock_is_behind_stays_within_the_limit`.
 pub const CLOCK_MARGIN_MS: u64 = 10;
 
@@ -24,6 +26,15 @@ pub const CLOCK_MARGIN_MS: u64 = 10;
 /// cost of a slot idling up to this long. A quarter of a 100 ms bucket. Test:
 /// `ledger::books::tests::segments_are_sized_by_want_and_start_when_slots_free`.
 pub const START_STEP_MS: u64 = 25;
+
+/// Slots a user counts its spends in per bucket, for the owner (`spend_clock.rs`): the owner
+/// counts a spend until its slot's end plus the window, so a token idles at most a slot, a
+/// bucket over this, past the moment it leaves the window (on average half of that: 0.6 % of
+/// the window at the default 10 buckets, whatever the window or the traffic), where knowing
+/// only the bucket idles it half a bucket (5 %). More slots cost a count each on the wire for
+/// every bucket a busy window seals. Tests: `ledger::spend_clock::tests`,
+/// `limiter::tests::ledger::sealed_spends_free_their_slots_at_the_end_of_their_fine_slot`.
+pub const FINE_SLOTS: usize = 8;
 
 /// How long a request that finds no token waits for the owner's answer, in ms: inside Envoy's
 /// default 20 ms timeout for the whole call, with room for the rest of it. Where the owner is

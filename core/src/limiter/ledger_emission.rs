@@ -88,7 +88,7 @@ impl Limiter {
                 .filter_map(|id| Some((id, self.table.get(&id, &guard)?)));
             // Closed before the ring is read: a check racing this spent its token (and is in
             // the ring read next) or finds none.
-            self.emission(held, stamp, now_ms, Holdings::close)
+            self.emission(held, stamp, now_ms, |h| h.close(now_ms))
         };
         self.owner_heard(&batch.0, &batch.1, now_ms, |k| self.leases_here(k));
         Some(batch)
@@ -106,9 +106,13 @@ impl Limiter {
         let mut updates = Vec::new();
         let mut reports = Vec::new();
         for (id, state) in windows {
-            let holdings = holdings_of(&state.holdings);
+            let mut holdings = holdings_of(&state.holdings);
             let spec = state.spec();
             let snap = state.ring.snapshot(&spec, now_ms);
+            if !holdings.closed && refused_in_window(&snap) {
+                // Where the window refuses, its owner's room is worth the spends' fine times.
+                holdings.sealed = state.holdings.seal(now_ms);
+            }
             updates.push(RegisterUpdate {
                 key: id,
                 window_ms: spec.window_ms(),
@@ -162,6 +166,13 @@ impl Limiter {
 /// report comes within [`CALM_ROUNDS`] rounds anyway. So only for windows longer than that.
 fn lapse_worth_reporting(state: &WindowState, round_ms: u64) -> bool {
     state.spec().window_ms() > CALM_ROUNDS * round_ms
+}
+
+/// Whether the window refused anything of what it holds.
+fn refused_in_window(snap: &RingSnapshot) -> bool {
+    let offered: u64 = snap.offered_buckets().map(|(_, c)| c).sum();
+    let admitted: u64 = snap.admitted_buckets().map(|(_, c)| c).sum();
+    offered > admitted
 }
 
 /// Whether a window is reported this round (see [`Limiter::collect_with_reports`]).

@@ -13,7 +13,7 @@ use super::{KeyId, Limiter, OwnerOf};
 use crate::ledger::tuning::LEASE_QUANTILE;
 use crate::ledger::{
     Ask, AskAnswer, Books, Cover, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal,
-    Span, cover_targets, poisson_quantile,
+    Span, SpendMarks, cover_targets, poisson_quantile, slot_end_ms,
 };
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -45,6 +45,18 @@ pub(crate) struct OwnedWindows {
 struct Owned {
     books: Books,
     spec: WindowSpec,
+    /// The buckets the users sealed, by fine slot.
+    marks: SpendMarks,
+}
+
+impl Owned {
+    fn new(me: u128, spec: WindowSpec) -> Self {
+        Self {
+            books: Books::new(me),
+            spec,
+            marks: SpendMarks::default(),
+        }
+    }
 }
 
 impl Limiter {
@@ -71,37 +83,60 @@ impl Limiter {
     }
 
     /// Every spend the window's registers record (this node's ring and every origin's
-    /// register), each until the latest moment it can occupy a sliding window: its bucket's
-    /// end, plus the window, plus the clock margin.
+    /// register), each until the latest moment it can occupy a sliding window: the end of its
+    /// fine slot where its user sealed its bucket (`marks`; the sealed counts hold every spend
+    /// of that user's bucket), else its bucket's end; plus the window and twice the clock
+    /// margin ([`CLOCK_MARGIN_MS`](crate::ledger::tuning::CLOCK_MARGIN_MS)).
     pub(super) fn spends_of(
         &self,
         state: &WindowState,
         spec: &WindowSpec,
+        marks: &SpendMarks,
         now_ms: u64,
     ) -> Vec<Span> {
-        let mut by_epoch: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut by_origin: BTreeMap<(u128, u64), u64> = BTreeMap::new();
         for (epoch, count) in state.ring.snapshot(spec, now_ms).admitted_buckets() {
-            *by_epoch.entry(epoch).or_default() += count;
+            *by_origin.entry((self.origin.0, epoch)).or_default() += count;
         }
         if let Some(replica) = state.remote.load_full() {
+            let sync = self.lock_sync();
             for (idx, reg) in replica.iter() {
                 if is_aggregate(idx) {
                     continue;
                 }
+                // An origin this node no longer knows has no sealed bucket here.
+                let origin = sync.origin_of(idx).map_or(u128::MAX, |o| o.0);
                 for (epoch, count) in reg.buckets() {
-                    *by_epoch.entry(epoch).or_default() += count;
+                    *by_origin.entry((origin, epoch)).or_default() += count;
                 }
             }
         }
-        let tail = spec.window_ms() + self.config.ledger.margin_ms;
-        by_epoch
+        // The spender's clock and the next spender's may each be a margin off the owner's.
+        let tail = spec.window_ms() + 2 * self.config.ledger.margin_ms;
+        let bucket_ms = spec.bucket_ms();
+        let mut until: BTreeMap<u64, u64> = BTreeMap::new();
+        for ((origin, epoch), count) in &by_origin {
+            if marks.of(*origin, *epoch).is_none() {
+                *until
+                    .entry(spec.epoch_start_ms(epoch + 1).saturating_add(tail))
+                    .or_default() += count;
+            }
+        }
+        for (_, epoch, counts) in marks.iter() {
+            for (j, c) in counts.iter().enumerate() {
+                *until
+                    .entry(slot_end_ms(epoch, j, bucket_ms).saturating_add(tail))
+                    .or_default() += u64::from(*c);
+            }
+        }
+        until
             .into_iter()
-            .map(|(epoch, count)| Span {
+            .filter(|(t, c)| *t > now_ms && *c > 0)
+            .map(|(until_ms, count)| Span {
                 from_ms: 0,
-                until_ms: spec.epoch_start_ms(epoch + 1).saturating_add(tail),
+                until_ms,
                 count,
             })
-            .filter(|s| s.until_ms > now_ms)
             .collect()
     }
 
@@ -151,10 +186,16 @@ impl Limiter {
                 continue;
             }
             let spec = state.spec();
-            let entry = owned.windows.entry(update.key).or_insert_with(|| Owned {
-                books: Books::new(self.origin.0),
-                spec,
-            });
+            let entry = owned
+                .windows
+                .entry(update.key)
+                .or_insert_with(|| Owned::new(self.origin.0, spec));
+            // Sealed buckets the window can still hold, on any clock within a bucket of this.
+            let newest = spec.epoch(now_ms) + 1;
+            let oldest = newest.saturating_sub(u64::from(spec.buckets()) + 2);
+            entry
+                .marks
+                .heard(user.0, &report.holdings.sealed, oldest..=newest);
 
             entry.books.heard(
                 user.0,
@@ -215,7 +256,12 @@ impl Limiter {
             if demands.is_empty() {
                 return true;
             }
-            let spends = self.spends_of(state, &w.spec, now_ms);
+            let oldest = w
+                .spec
+                .epoch(now_ms)
+                .saturating_sub(u64::from(w.spec.buckets()) + 1);
+            w.marks.forget_before(oldest);
+            let spends = self.spends_of(state, &w.spec, &w.marks, now_ms);
             let mut params = self.ledger_params(&w.spec, limit, &owner);
             let window_ms = w.spec.window_ms() as f64;
             // What a user is expected to be offered over `lease_ms`: its count over the window,
@@ -332,14 +378,14 @@ impl Limiter {
             };
         }
         let mut owned = self.lock_owned();
-        let entry = owned.windows.entry(key).or_insert_with(|| Owned {
-            books: Books::new(self.origin.0),
-            spec: *spec,
-        });
+        let entry = owned
+            .windows
+            .entry(key)
+            .or_insert_with(|| Owned::new(self.origin.0, *spec));
         let since = now_ms.saturating_sub(2 * self.config.ledger.lease_ms);
         let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
         let params = self.ledger_params(spec, limit, owner);
-        let spends = self.spends_of(state, spec, now_ms);
+        let spends = self.spends_of(state, spec, &entry.marks, now_ms);
         let ask = Ask {
             user,
             want: u64::from(want),
@@ -365,7 +411,7 @@ impl Limiter {
         }
         let accepted = {
             let _writer = self.lock_holdings();
-            state.holdings.accept(&grant.lease)
+            state.holdings.accept(&grant.lease, self.clock_shape(&spec))
         };
         if accepted {
             self.lock_holding().insert(grant.key);

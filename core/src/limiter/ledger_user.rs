@@ -205,7 +205,7 @@ impl Limiter {
             AskAnswer::Granted(lease) => {
                 let accepted = {
                     let _writer = self.lock_holdings();
-                    state.holdings.accept(&lease)
+                    state.holdings.accept(&lease, self.clock_shape(spec))
                 };
                 if accepted {
                     self.lock_holding().insert(id);

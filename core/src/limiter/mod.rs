@@ -229,6 +229,16 @@ impl Limiter {
         matches!(self.config.policy, Policy::Ledger(_))
     }
 
+    /// The spend clock of a window of `spec` (`ledger::SpendClock`): it keeps the buckets
+    /// between two reports of a busy window (one a round), the current one and one more.
+    fn clock_shape(&self, spec: &crate::window::WindowSpec) -> crate::ledger::ClockShape {
+        let bucket_ms = spec.bucket_ms().max(1);
+        crate::ledger::ClockShape {
+            bucket_ms,
+            buckets: (self.config.gossip_interval_ms.div_ceil(bucket_ms) + 2).min(16),
+        }
+    }
+
     fn lock_holding(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<KeyId>> {
         self.holding.lock().unwrap_or_else(|e| e.into_inner())
     }

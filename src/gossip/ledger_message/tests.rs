@@ -29,6 +29,10 @@ fn every_entry_round_trips_and_owners_implied_by_the_datagram_are_not_written() 
                 },
             ],
             closed: false,
+            sealed: vec![crate::ledger::SealedBucket {
+                epoch: 17_000_000_000,
+                counts: [3, 0, 1, 0, 0, 0, 0, 9],
+            }],
         },
     };
     let entries = vec![
@@ -118,11 +122,28 @@ fn malformed_entries_are_dropped_alone_and_garbage_fails_whole() {
             key: [1; 16],
             retry_after_ms: 5,
         },
+        Wire::Report {
+            index: 0,
+            limit: 10,
+            held: vec![],
+            closed: false,
+            sealed: vec![(5, vec![1; 7])],
+        },
+        Wire::Report {
+            index: 0,
+            limit: 10,
+            held: vec![],
+            closed: false,
+            sealed: vec![(5, vec![1; 8]); MOST_SEALED + 1],
+        },
     ];
     let body = bincode::serde::encode_to_vec(&bad, WIRE).unwrap();
     let (entries, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
     assert_eq!(entries.len(), 1);
-    assert_eq!(rejects.malformed, 2, "a bad shape, segments out of order");
+    assert_eq!(
+        rejects.malformed, 4,
+        "a bad shape, segments out of order, a sealed bucket of 7 slots, too many buckets"
+    );
     assert!(decode_ledger(&[0xFF; 9], 1, 2, SENT).is_err());
     let mut trailing = body.clone();
     trailing.push(0);

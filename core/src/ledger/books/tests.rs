@@ -7,6 +7,13 @@ use std::collections::VecDeque;
 use proptest::prelude::*;
 
 use super::*;
+use crate::ledger::ClockShape;
+
+/// A spend clock of 100 ms buckets.
+const SHAPE: ClockShape = ClockShape {
+    bucket_ms: 100,
+    buckets: 4,
+};
 use crate::ledger::Holdings;
 
 const W: u64 = 1_000;
@@ -166,7 +173,7 @@ proptest! {
                     }
                     if to {
                         if let Some(lease) = to_user[u].pop_front() && arrives {
-                            us[u].holdings.accept(&lease);
+                            us[u].holdings.accept(&lease, SHAPE);
                         }
                     } else if let Some((report, v, at)) = from_user[u].pop_front() && arrives {
                         known_at[u] = known_at[u].max(at);
@@ -239,7 +246,7 @@ fn a_renewal_does_not_double_book_what_the_user_still_holds() {
     let mut books = Books::new(1);
     let (_, first) = books.grant_round(&[renew(2, 6)], &[], 10_000, &p).remove(0);
     let user = Holdings::default();
-    user.accept(&first);
+    user.accept(&first, SHAPE);
     user.try_spend(10_010, 2, 0).unwrap();
     books.heard(
         2,
@@ -256,7 +263,7 @@ fn a_renewal_does_not_double_book_what_the_user_still_holds() {
     assert_eq!(second.expires_ms, 10_600, "the end moved");
     assert_eq!(books.held_by(2), 6);
     assert_eq!(books.occupancy(&[], 10_200, &p).at(10_300), 6);
-    user.accept(&second);
+    user.accept(&second, SHAPE);
     assert_eq!(user.available(10_300, 0), 6);
 }
 
@@ -268,7 +275,7 @@ fn a_lapsed_lease_is_free_only_once_no_newer_message_can_revive_it() {
     let mut books = Books::new(1);
     let (_, first) = books.grant_round(&[renew(2, 5)], &[], 10_000, &p).remove(0);
     let user = Holdings::default();
-    user.accept(&first);
+    user.accept(&first, SHAPE);
     // The owner renews (the user does not have it yet); the user's lease ends.
     books.grant_round(&[renew(2, 0)], &[], 10_300, &p);
     let lapsed = user.report(10_450, 0);
@@ -291,7 +298,7 @@ fn a_lapsed_lease_is_free_only_once_no_newer_message_can_revive_it() {
         expires_ms: 10_700,
         segments: first.segments.clone(),
     };
-    user.accept(&renewal);
+    user.accept(&renewal, SHAPE);
     assert_eq!(
         user.available(10_470, 0),
         5,
@@ -347,13 +354,13 @@ fn a_closed_report_frees_what_it_hands_back_at_once() {
     assert_eq!(leases.len(), 1);
     assert_eq!(books.occupancy(&[], 10_000, &p).at(10_000), 4);
     let h = Holdings::default();
-    h.accept(&leases[0].1);
+    h.accept(&leases[0].1, SHAPE);
     h.try_spend(10_010, 1, 0).unwrap();
     books.heard(
         2,
         1,
         Heard {
-            report: h.close(),
+            report: h.close(0),
             demand: 0,
             limit: 4,
         },

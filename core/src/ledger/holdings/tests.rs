@@ -1,4 +1,11 @@
 use super::*;
+use crate::ledger::ClockShape;
+
+/// A spend clock of 100 ms buckets.
+const SHAPE: ClockShape = ClockShape {
+    bucket_ms: 100,
+    buckets: 4,
+};
 
 const T0: u64 = 1_700_000_000_000;
 const MARGIN: u64 = 10;
@@ -24,7 +31,7 @@ fn lease(seq: u32, until: u64, segments: &[Segment]) -> Lease {
 fn tokens_are_spent_once_within_their_lease_and_never_past_it() {
     let h = Holdings::default();
     assert!(h.try_spend(T0, 1, MARGIN).is_none(), "nothing held");
-    assert!(h.accept(&lease(1, 400, &[seg(1, 3, 0)])));
+    assert!(h.accept(&lease(1, 400, &[seg(1, 3, 0)]), SHAPE));
     assert!(h.try_spend(T0, 2, MARGIN).is_some());
     assert!(h.try_spend(T0, 2, MARGIN).is_none(), "one left");
     assert_eq!(h.available(T0, MARGIN), 1);
@@ -37,7 +44,7 @@ fn tokens_are_spent_once_within_their_lease_and_never_past_it() {
 #[test]
 fn a_post_dated_segment_is_spent_only_from_its_start_and_a_cost_may_span_segments() {
     let h = Holdings::default();
-    h.accept(&lease(1, 500, &[seg(1, 1, 0), seg(2, 2, 100)]));
+    h.accept(&lease(1, 500, &[seg(1, 1, 0), seg(2, 2, 100)]), SHAPE);
     assert_eq!(h.next_valid_after(T0, MARGIN), Some(T0 + 100));
     assert!(
         h.try_spend(T0 + 50, 2, MARGIN).is_none(),
@@ -59,18 +66,21 @@ fn a_post_dated_segment_is_spent_only_from_its_start_and_a_cost_may_span_segment
 #[test]
 fn a_renewal_keeps_what_was_spent_and_moves_the_end() {
     let h = Holdings::default();
-    h.accept(&lease(1, 400, &[seg(1, 4, 0)]));
+    h.accept(&lease(1, 400, &[seg(1, 4, 0)]), SHAPE);
     h.try_spend(T0 + 10, 3, MARGIN).unwrap();
     // Renewed: segment 1 again (the owner does not know it is nearly spent), and segment 2.
-    assert!(h.accept(&lease(2, 800, &[seg(1, 4, 0), seg(2, 2, 0)])));
+    assert!(h.accept(&lease(2, 800, &[seg(1, 4, 0), seg(2, 2, 0)]), SHAPE));
     assert_eq!(
         h.available(T0 + 500, MARGIN),
         3,
         "1 left of segment 1, and 2 new"
     );
-    assert!(!h.accept(&lease(2, 900, &[seg(3, 50, 0)])), "a duplicate");
     assert!(
-        !h.accept(&lease(1, 400, &[seg(1, 4, 0)])),
+        !h.accept(&lease(2, 900, &[seg(3, 50, 0)]), SHAPE),
+        "a duplicate"
+    );
+    assert!(
+        !h.accept(&lease(1, 400, &[seg(1, 4, 0)]), SHAPE),
         "an older message"
     );
     let report = h.report(T0 + 500, MARGIN);
@@ -80,14 +90,14 @@ fn a_renewal_keeps_what_was_spent_and_moves_the_end() {
     assert_eq!(held.spent.as_slice(), &[(1, 3), (2, 0)]);
     // A message that leaves a segment out: its owner knows it spent.
     h.try_spend(T0 + 500, 1, MARGIN).unwrap();
-    assert!(h.accept(&lease(3, 900, &[seg(2, 2, 0)])));
+    assert!(h.accept(&lease(3, 900, &[seg(2, 2, 0)]), SHAPE));
     assert_eq!(h.available(T0 + 600, MARGIN), 2);
 }
 
 #[test]
 fn a_report_says_when_a_lease_lapsed_and_closing_hands_back_the_rest() {
     let h = Holdings::default();
-    h.accept(&lease(1, 200, &[seg(1, 4, 0)]));
+    h.accept(&lease(1, 200, &[seg(1, 4, 0)]), SHAPE);
     h.try_spend(T0, 1, MARGIN).unwrap();
     let at_300 = h.report(T0 + 300, MARGIN);
     let held = at_300.of(7).unwrap();
@@ -95,14 +105,14 @@ fn a_report_says_when_a_lease_lapsed_and_closing_hands_back_the_rest() {
     assert_eq!(held.unspent, 0);
     assert_eq!(h.available(T0 + 300, MARGIN), 0);
     // Its sequence number is kept: an old message does not revive it.
-    assert!(!h.accept(&lease(1, 900, &[seg(1, 4, 0)])));
-    assert!(h.accept(&lease(2, 900, &[seg(2, 6, 0)])));
+    assert!(!h.accept(&lease(1, 900, &[seg(1, 4, 0)]), SHAPE));
+    assert!(h.accept(&lease(2, 900, &[seg(2, 6, 0)]), SHAPE));
     h.try_spend(T0 + 300, 2, MARGIN).unwrap();
-    let closed = h.close();
+    let closed = h.close(0);
     assert!(closed.closed);
     assert_eq!(closed.of(7).unwrap().unspent, 4);
     assert!(h.try_spend(T0 + 300, 1, MARGIN).is_none(), "closed");
-    assert!(!h.accept(&lease(3, 900, &[seg(3, 1, 0)])), "closed");
+    assert!(!h.accept(&lease(3, 900, &[seg(3, 1, 0)]), SHAPE), "closed");
 }
 
 /// Threads spending while the book is replaced by renewals: every token is spent at most
@@ -111,7 +121,7 @@ fn a_report_says_when_a_lease_lapsed_and_closing_hands_back_the_rest() {
 fn concurrent_spends_and_renewals_never_spend_a_token_twice() {
     const THREADS: usize = 4;
     let h = Arc::new(Holdings::default());
-    h.accept(&lease(1, 100_000, &[seg(1, 1_000, 0)]));
+    h.accept(&lease(1, 100_000, &[seg(1, 1_000, 0)]), SHAPE);
     let spent: Vec<_> = (0..THREADS)
         .map(|_| {
             let h = h.clone();
@@ -129,7 +139,7 @@ fn concurrent_spends_and_renewals_never_spend_a_token_twice() {
     let mut segments: Vec<Segment> = vec![seg(1, 1_000, 0)];
     for seq in 2..50u32 {
         segments.push(seg(seq, 10, 0));
-        h.accept(&lease(seq, 100_000, &segments));
+        h.accept(&lease(seq, 100_000, &segments), SHAPE);
     }
     let total: u32 = spent.into_iter().map(|t| t.join().unwrap()).sum();
     let left = h.available(T0 + 1, MARGIN) as u32;
@@ -144,7 +154,7 @@ fn a_lease_clears_the_owners_refusal() {
     h.refused(T0 + 60_000);
     assert!(h.is_refused(T0) && !h.may_ask(T0));
     assert!(!h.is_refused(T0 + 60_000));
-    assert!(h.accept(&lease(1, 400, &[seg(1, 1, 0)])));
+    assert!(h.accept(&lease(1, 400, &[seg(1, 1, 0)]), SHAPE));
     assert!(!h.is_refused(T0), "the lease overtook the refusal");
     assert!(h.may_ask(T0));
 }
@@ -154,12 +164,44 @@ fn a_lease_clears_the_owners_refusal() {
 #[test]
 fn a_refund_after_closing_revives_no_token() {
     let h = Holdings::default();
-    assert!(h.accept(&lease(1, 400, &[seg(1, 2, 0)])));
+    assert!(h.accept(&lease(1, 400, &[seg(1, 2, 0)]), SHAPE));
     let old = h.book.load_full().expect("a book");
     let charge = h.try_spend(T0, 1, MARGIN).expect("a token");
-    let closed = h.close();
+    let closed = h.close(0);
     assert_eq!(closed.held[0].unspent, 1, "one handed back");
     charge.refund();
     let left: u32 = old.entries.iter().map(|e| e.unspent()).sum();
     assert_eq!(left, 0, "the old book holds no token after the refund");
+}
+
+/// A spend is counted in the window's clock; once its bucket is sealed, a check that read
+/// the clock before the bucket ended takes no token, and a refund after the seal leaves the
+/// sealed count as it was told. Closing seals the current bucket too.
+#[test]
+fn spends_are_counted_by_fine_slot_and_none_lands_in_a_sealed_bucket() {
+    let h = Holdings::default();
+    h.accept(&lease(1, 900, &[seg(1, 10, 0)]), SHAPE);
+    assert!(h.try_spend(T0 + 5, 2, MARGIN).is_some());
+    let refunded = h.try_spend(T0 + 99, 1, MARGIN).expect("a token");
+    assert!(h.seal(T0 + 99).is_empty(), "the bucket has not ended");
+    let sealed = h.seal(T0 + 100);
+    assert_eq!(sealed.len(), 1);
+    assert_eq!(sealed[0].counts[0], 2);
+    assert_eq!(sealed[0].counts[crate::ledger::tuning::FINE_SLOTS - 1], 1);
+    refunded.refund();
+    assert_eq!(h.available(T0 + 99, MARGIN), 8, "the refund came back");
+    assert!(
+        h.try_spend(T0 + 50, 1, MARGIN).is_none(),
+        "late, in a sealed bucket"
+    );
+    assert_eq!(
+        h.available(T0 + 99, MARGIN),
+        8,
+        "a late spend takes nothing"
+    );
+    assert!(h.try_spend(T0 + 150, 3, MARGIN).is_some());
+    let closed = h.close(T0 + 160);
+    assert_eq!(closed.sealed.len(), 1);
+    assert_eq!(closed.sealed[0].epoch, (T0 + 150) / 100);
+    assert_eq!(closed.sealed[0].counts.iter().sum::<u32>(), 3);
 }

@@ -503,3 +503,37 @@ fn an_owner_leases_nothing_before_its_latest_quiet_time() {
         "leased at {granted:?}, quiet until {quiet_until}"
     );
 }
+
+/// A user that refuses seals its buckets (`ledger::SpendClock`), and its owner counts each
+/// spend to the end of its fine slot, not of its bucket: a token comes back a slot (an eighth
+/// of a bucket) past the moment it leaves the window, plus the clock margins and the step of
+/// a post-dated lease. Every token's turn is at least the window, and on average less than a
+/// bucket's end would allow (half a bucket more: 50 ms here).
+#[test]
+fn sealed_spends_free_their_slots_at_the_end_of_their_fine_slot() {
+    let c = Cluster::new(2);
+    let limit = second(20);
+    let mut at = Vec::new();
+    for ms in 0..8_000u64 {
+        let now = T0 + ms;
+        if ms.is_multiple_of(200) {
+            c.round(now);
+        }
+        if c.check(1, "k", limit, now) && ms >= 2_000 {
+            at.push(ms);
+        }
+    }
+    let turns: Vec<u64> = at.windows(21).map(|w| w[20] - w[0]).collect();
+    assert!(!turns.is_empty(), "admitted {}", at.len());
+    let shortest = *turns.iter().min().unwrap();
+    assert!(shortest >= 1_000, "a token came back after {shortest} ms");
+    let idle = turns.iter().map(|t| t - 1_000).sum::<u64>() as f64 / turns.len() as f64;
+    let config = c.owner().config();
+    let margins = 2 * config.ledger.margin_ms;
+    let slot = limit.window.bucket_ms() / crate::ledger::tuning::FINE_SLOTS as u64;
+    let bound = (slot + margins + config.ledger.start_step_ms) as f64;
+    assert!(
+        idle <= bound,
+        "a token idles {idle:.1} ms a turn on average (at most {bound} ms: a slot, the margins, a step)"
+    );
+}
