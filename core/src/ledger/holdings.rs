@@ -24,9 +24,8 @@ use smallvec::SmallVec;
 use super::lease::{HeldLease, HoldingsReport, Lease, Segment};
 use super::spend_clock::{ClockShape, SealedBucket, SpendClock};
 
-/// What `close` leaves in a segment's spent counter: above any count, so that a charge taken
-/// before the close and refunded after it (a later item of its request refused) cannot make a
-/// handed-back token spendable again by a check still holding the old book.
+/// What `close` leaves in a segment's spent counter: above any count, so that no check still
+/// holding the old book takes a handed-back token.
 const CLOSED: u32 = u32::MAX;
 
 #[derive(Debug)]
@@ -107,19 +106,31 @@ pub struct Holdings {
 impl Holdings {
     /// Takes `cost` tokens spendable at `now_ms` (of the lease that ends soonest first), or
     /// none. Lock-free.
+    ///
+    /// The spend is counted in the window's clock *before* any token is taken, and a token
+    /// once taken is never given back ([`Charge::cancel`]): so a token a report can see spent
+    /// is either in the clock's count of its slot (the emission seals before it reads the
+    /// report), or spent by no one.
     pub fn try_spend(&self, now_ms: u64, cost: u32, margin_ms: u64) -> Option<Charge> {
         let book = self.book.load();
         let entries = match book.as_ref() {
             Some(b) if !b.closed => &b.entries,
             _ => return None,
         };
-        let mut taken: SmallVec<[(usize, usize, u32); 2]> = SmallVec::new();
+        // Most refused checks find no token: they leave the clock alone.
+        if self.available(now_ms, margin_ms) < u64::from(cost) {
+            return None;
+        }
+        let clock = book.as_ref().and_then(|b| b.clock.as_ref());
+        if clock.is_some_and(|c| !c.spend(now_ms, cost)) {
+            return None;
+        }
         let mut need = cost;
-        'entries: for (ei, entry) in entries.iter().enumerate() {
+        'entries: for entry in entries {
             if !entry.spendable(now_ms, margin_ms) {
                 continue;
             }
-            for (si, seg) in entry.segments.iter().enumerate() {
+            for seg in &entry.segments {
                 if need == 0 {
                     break 'entries;
                 }
@@ -140,7 +151,6 @@ impl Holdings {
                         Ordering::Acquire,
                     ) {
                         Ok(_) => {
-                            taken.push((ei, si, take));
                             need -= take;
                             break;
                         }
@@ -149,20 +159,14 @@ impl Holdings {
                 }
             }
         }
-        let counted = need == 0
-            && book
-                .as_ref()
-                .and_then(|b| b.clock.as_ref())
-                .is_none_or(|c| c.spend(now_ms, cost));
         let charge = Charge {
             book,
-            taken,
             at_ms: now_ms,
             cost,
         };
-        if !counted {
-            // Too few tokens, or the clock's slot is sealed: nothing was counted there.
-            charge.give_back();
+        if need > 0 {
+            // Another check took the tokens first: what this one took is not spent again.
+            charge.cancel();
             return None;
         }
         Some(charge)

@@ -49,32 +49,35 @@ pub fn slot_end_ms(epoch: u64, j: usize, bucket_ms: u64) -> u64 {
         .saturating_add(((j as u64 + 1) * bucket_ms).div_ceil(k))
 }
 
-/// A slot as one word: `tag (31) | sealed (1) | count (32)`, the tag being the low bits of
-/// the slot's number (`epoch * FINE_SLOTS + j`).
-const TAG_SHIFT: u32 = 33;
+/// A slot as one word: `tag (30) | live (1) | sealed (1) | count (32)`, the tag being the low
+/// bits of the slot's number (`epoch * FINE_SLOTS + j`); `live` tells a written slot (even one
+/// refunded to nothing) from a word never written. A window idle longer than its length is
+/// dropped with its clock, so no slot is left unwritten for the 2^29 slots a tag can tell.
+const TAG_SHIFT: u32 = 34;
+const LIVE: u64 = 1 << 33;
 const SEALED: u64 = 1 << 32;
 const COUNT: u64 = u32::MAX as u64;
-const TAG_MASK: u64 = (1 << 31) - 1;
+const TAG_MASK: u64 = (1 << 30) - 1;
 
 fn tag(fine: u64) -> u64 {
     fine & TAG_MASK
 }
 
 fn holds(word: u64, fine: u64) -> bool {
-    word != 0 && word >> TAG_SHIFT == tag(fine)
+    word & LIVE != 0 && word >> TAG_SHIFT == tag(fine)
 }
 
 /// Whether `word` holds a slot later than `fine` (a wrapping compare on the tag, valid for
-/// slots less than 2^30 apart).
+/// slots less than 2^29 apart).
 fn holds_newer(word: u64, fine: u64) -> bool {
-    word != 0 && {
+    word & LIVE != 0 && {
         let d = (word >> TAG_SHIFT).wrapping_sub(tag(fine)) & TAG_MASK;
-        d != 0 && d < (1 << 30)
+        d != 0 && d < (1 << 29)
     }
 }
 
 fn pack(fine: u64, sealed: bool, count: u32) -> u64 {
-    (tag(fine) << TAG_SHIFT) | if sealed { SEALED } else { 0 } | u64::from(count)
+    (tag(fine) << TAG_SHIFT) | LIVE | if sealed { SEALED } else { 0 } | u64::from(count)
 }
 
 /// A window's spends by fine slot. See the module documentation.
@@ -267,6 +270,25 @@ mod tests {
         assert_eq!(all.len(), 1);
         assert_eq!(all[0].epoch, 11);
         assert!(!c.spend(1_150, 1));
+    }
+
+    /// A slot refunded to nothing is still written: a spend for an older slot of the same
+    /// word (its bucket sealed, then the word reused) is refused, whatever the tag.
+    #[test]
+    fn a_slot_refunded_to_nothing_still_holds_its_place() {
+        let c = clock();
+        let wrap = (TAG_MASK + 1) / FINE_SLOTS as u64 * 100;
+        // A bucket whose first slot's tag is 0, three buckets after one sealed in the same word.
+        let t = wrap * (1 << 10);
+        assert_eq!(tag(c.fine(t)), 0);
+        assert!(c.spend(t - 300, 1));
+        assert_eq!(c.seal(t - 200, false).len(), 1);
+        assert!(c.spend(t, 1));
+        c.refund(t, 1);
+        assert!(
+            !c.spend(t - 300, 1),
+            "a late spend in a sealed and reused slot"
+        );
     }
 
     #[test]

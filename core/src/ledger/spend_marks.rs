@@ -1,6 +1,10 @@
 //! The sealed buckets an owner heard from a window's users (`spend_clock.rs`): for each user
 //! and bucket, its spends by fine slot. A sealed bucket's counts never change, so a bucket
 //! heard once is kept until it has left every window that can hold it.
+//!
+//! A user is named as its registers are in the owner's replicas (its origin's index there,
+//! which names no other origin before 2^31 more have come; this node's own ring, `u64::MAX`),
+//! so that a round pairs each register with its marks without a lookup.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +13,7 @@ use super::tuning::FINE_SLOTS;
 
 #[derive(Debug, Clone, Default)]
 pub struct SpendMarks {
-    by_user: BTreeMap<(u128, u64), [u32; FINE_SLOTS]>,
+    by_user: BTreeMap<(u64, u64), [u32; FINE_SLOTS]>,
 }
 
 impl SpendMarks {
@@ -17,7 +21,7 @@ impl SpendMarks {
     /// the window can still hold: anything else is no spend that matters, or a wrong word).
     pub fn heard(
         &mut self,
-        user: u128,
+        user: u64,
         sealed: &[SealedBucket],
         epochs: std::ops::RangeInclusive<u64>,
     ) {
@@ -32,12 +36,12 @@ impl SpendMarks {
     }
 
     /// `user`'s spends in bucket `epoch` by fine slot, if it sealed the bucket.
-    pub fn of(&self, user: u128, epoch: u64) -> Option<&[u32; FINE_SLOTS]> {
+    pub fn of(&self, user: u64, epoch: u64) -> Option<&[u32; FINE_SLOTS]> {
         self.by_user.get(&(user, epoch))
     }
 
     /// Every sealed bucket held: `(user, epoch, counts)`.
-    pub fn iter(&self) -> impl Iterator<Item = (u128, u64, &[u32; FINE_SLOTS])> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64, &[u32; FINE_SLOTS])> + '_ {
         self.by_user.iter().map(|((u, e), c)| (*u, *e, c))
     }
 

@@ -106,13 +106,18 @@ impl Limiter {
         let mut updates = Vec::new();
         let mut reports = Vec::new();
         for (id, state) in windows {
-            let mut holdings = holdings_of(&state.holdings);
             let spec = state.spec();
+            // Where the window refuses, its owner's room is worth the spends' fine times. Sealed
+            // before the report is read (see `Holdings::try_spend`).
+            let mut sealed = if refused_in_window(&state.ring.snapshot(&spec, now_ms)) {
+                state.holdings.seal(now_ms)
+            } else {
+                Vec::new()
+            };
+            let mut holdings = holdings_of(&state.holdings);
+            sealed.append(&mut holdings.sealed);
+            holdings.sealed = sealed;
             let snap = state.ring.snapshot(&spec, now_ms);
-            if !holdings.closed && refused_in_window(&snap) {
-                // Where the window refuses, its owner's room is worth the spends' fine times.
-                holdings.sealed = state.holdings.seal(now_ms);
-            }
             updates.push(RegisterUpdate {
                 key: id,
                 window_ms: spec.window_ms(),

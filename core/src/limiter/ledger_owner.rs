@@ -17,6 +17,10 @@ use crate::ledger::{
 };
 use crate::window::{EstimateMode, WindowSpec};
 
+/// How this node's own spends are named in a window's [`SpendMarks`] (others by their origin
+/// index, below 2^32).
+const OWN_MARKS: u64 = u64::MAX;
+
 /// What a user's emission carries for its window's owner besides the register.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LedgerReport {
@@ -94,20 +98,17 @@ impl Limiter {
         marks: &SpendMarks,
         now_ms: u64,
     ) -> Vec<Span> {
-        let mut by_origin: BTreeMap<(u128, u64), u64> = BTreeMap::new();
+        let mut by_origin: BTreeMap<(u64, u64), u64> = BTreeMap::new();
         for (epoch, count) in state.ring.snapshot(spec, now_ms).admitted_buckets() {
-            *by_origin.entry((self.origin.0, epoch)).or_default() += count;
+            *by_origin.entry((OWN_MARKS, epoch)).or_default() += count;
         }
         if let Some(replica) = state.remote.load_full() {
-            let sync = self.lock_sync();
             for (idx, reg) in replica.iter() {
                 if is_aggregate(idx) {
                     continue;
                 }
-                // An origin this node no longer knows has no sealed bucket here.
-                let origin = sync.origin_of(idx).map_or(u128::MAX, |o| o.0);
                 for (epoch, count) in reg.buckets() {
-                    *by_origin.entry((origin, epoch)).or_default() += count;
+                    *by_origin.entry((u64::from(idx), epoch)).or_default() += count;
                 }
             }
         }
@@ -193,9 +194,11 @@ impl Limiter {
             // Sealed buckets the window can still hold, on any clock within a bucket of this.
             let newest = spec.epoch(now_ms) + 1;
             let oldest = newest.saturating_sub(u64::from(spec.buckets()) + 2);
+            entry.marks.forget_before(oldest);
+            let named = idx.map_or(OWN_MARKS, u64::from);
             entry
                 .marks
-                .heard(user.0, &report.holdings.sealed, oldest..=newest);
+                .heard(named, &report.holdings.sealed, oldest..=newest);
 
             entry.books.heard(
                 user.0,

@@ -135,8 +135,11 @@ impl Limiter {
     }
 
     /// Spends every item's tokens, or none: each spend is recorded in the ring before the
-    /// tokens are taken (see `ledger::holdings`), and undone if a later item has none. A
-    /// refusal is counted once per request: not `again`.
+    /// tokens are taken (see `ledger::holdings`). A request whose items do not all hold
+    /// tokens takes none; one that loses a race for a later item's tokens cancels the
+    /// earlier items' spends, whose tokens are then spent by no one until their owner frees
+    /// them ([`Charge::cancel`](crate::ledger::Charge::cancel)). A refusal is counted once
+    /// per request: not `again`.
     fn spend_all(
         &self,
         held: &[Item<'_>],
@@ -146,8 +149,12 @@ impl Limiter {
     ) -> bool {
         let margin = self.config.ledger.margin_ms;
         let mut charges = SmallVec::<[_; 2]>::new();
-        let mut refused = false;
-        for (h, item) in held.iter().zip(items) {
+        let mut refused = held.len() > 1
+            && held
+                .iter()
+                .any(|h| h.state.holdings.available(now_ms, margin) < u64::from(h.cost));
+        let spending = if refused { &held[..0] } else { held };
+        for (h, item) in spending.iter().zip(items) {
             let epoch = item.limit.window.epoch(now_ms);
             let _ = h.state.ring.admit(epoch, h.cost, u64::MAX);
             match h.state.holdings.try_spend(now_ms, h.cost, margin) {
@@ -162,7 +169,7 @@ impl Limiter {
         if refused {
             for (h, epoch, charge) in charges {
                 h.state.ring.refund(epoch, h.cost);
-                charge.refund();
+                charge.cancel();
             }
         }
         for (h, item) in held.iter().zip(items) {

@@ -57,8 +57,12 @@ fn a_post_dated_segment_is_spent_only_from_its_start_and_a_cost_may_span_segment
     );
     let charge = h.try_spend(T0 + 100, 3, MARGIN).expect("1 + 2");
     assert_eq!(h.available(T0 + 100, MARGIN), 0);
-    charge.refund();
-    assert_eq!(h.available(T0 + 100, MARGIN), 3, "refunded whole");
+    charge.cancel();
+    assert_eq!(
+        h.available(T0 + 100, MARGIN),
+        0,
+        "a cancelled charge's tokens are spent by no one"
+    );
 }
 
 /// A renewal keeps what was left and what was spent: it moves the end and adds segments, and
@@ -159,44 +163,48 @@ fn a_lease_clears_the_owners_refusal() {
     assert!(h.may_ask(T0));
 }
 
-/// A charge taken before the holdings close and refunded after (another item of its request
+/// A charge taken before the holdings close and cancelled after (another item of its request
 /// refused) leaves nothing spendable in the book a racing check may still hold.
 #[test]
-fn a_refund_after_closing_revives_no_token() {
+fn a_cancel_after_closing_revives_no_token() {
     let h = Holdings::default();
     assert!(h.accept(&lease(1, 400, &[seg(1, 2, 0)]), SHAPE));
     let old = h.book.load_full().expect("a book");
     let charge = h.try_spend(T0, 1, MARGIN).expect("a token");
     let closed = h.close(0);
     assert_eq!(closed.held[0].unspent, 1, "one handed back");
-    charge.refund();
+    charge.cancel();
     let left: u32 = old.entries.iter().map(|e| e.unspent()).sum();
-    assert_eq!(left, 0, "the old book holds no token after the refund");
+    assert_eq!(left, 0, "the old book holds no token after the cancel");
 }
 
 /// A spend is counted in the window's clock; once its bucket is sealed, a check that read
-/// the clock before the bucket ended takes no token, and a refund after the seal leaves the
+/// the clock before the bucket ended takes no token, and a cancel after the seal leaves the
 /// sealed count as it was told. Closing seals the current bucket too.
 #[test]
 fn spends_are_counted_by_fine_slot_and_none_lands_in_a_sealed_bucket() {
     let h = Holdings::default();
     h.accept(&lease(1, 900, &[seg(1, 10, 0)]), SHAPE);
     assert!(h.try_spend(T0 + 5, 2, MARGIN).is_some());
-    let refunded = h.try_spend(T0 + 99, 1, MARGIN).expect("a token");
+    let cancelled = h.try_spend(T0 + 99, 1, MARGIN).expect("a token");
     assert!(h.seal(T0 + 99).is_empty(), "the bucket has not ended");
     let sealed = h.seal(T0 + 100);
     assert_eq!(sealed.len(), 1);
     assert_eq!(sealed[0].counts[0], 2);
     assert_eq!(sealed[0].counts[crate::ledger::tuning::FINE_SLOTS - 1], 1);
-    refunded.refund();
-    assert_eq!(h.available(T0 + 99, MARGIN), 8, "the refund came back");
+    cancelled.cancel();
+    assert_eq!(
+        h.available(T0 + 99, MARGIN),
+        7,
+        "a cancelled spend's token is not spent again"
+    );
     assert!(
         h.try_spend(T0 + 50, 1, MARGIN).is_none(),
         "late, in a sealed bucket"
     );
     assert_eq!(
         h.available(T0 + 99, MARGIN),
-        8,
+        7,
         "a late spend takes nothing"
     );
     assert!(h.try_spend(T0 + 150, 3, MARGIN).is_some());
@@ -204,4 +212,21 @@ fn spends_are_counted_by_fine_slot_and_none_lands_in_a_sealed_bucket() {
     assert_eq!(closed.sealed.len(), 1);
     assert_eq!(closed.sealed[0].epoch, (T0 + 150) / 100);
     assert_eq!(closed.sealed[0].counts.iter().sum::<u32>(), 3);
+}
+
+/// An emission seals before it reads the report, and a cancelled spend's tokens are spent by
+/// no one: a token a report shows spent is in the sealed counts or never admitted, even when
+/// its request is cancelled between the two (the sealed count then stays).
+#[test]
+fn a_token_a_report_shows_spent_is_in_the_sealed_counts() {
+    let h = Holdings::default();
+    h.accept(&lease(1, 900, &[seg(1, 10, 0)]), SHAPE);
+    let charge = h.try_spend(T0 + 5, 2, MARGIN).expect("tokens");
+    let sealed = h.seal(T0 + 100);
+    let report = h.report(T0 + 100, MARGIN);
+    charge.cancel();
+    let spent: u32 = report.held[0].spent.iter().map(|(_, n)| n).sum();
+    let counted: u32 = sealed.iter().flat_map(|b| b.counts).sum();
+    assert_eq!((spent, counted), (2, 2));
+    assert_eq!(h.available(T0 + 100, MARGIN), 8, "nor spent again");
 }
