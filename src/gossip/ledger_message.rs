@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::message::MessageError;
 use smallvec::SmallVec;
 
+use crate::ledger::tuning::FINE_SLOTS;
 use crate::ledger::{HeldLease, HoldingsReport, Lease, SealedBucket, Segment};
 use crate::limiter::{KeyId, LedgerReport};
 use crate::window::{EstimateMode, WindowSpec};
@@ -69,8 +70,6 @@ enum Wire {
         limit: u32,
         held: Vec<WireHeld>,
         closed: bool,
-        /// `(epoch, [spends by fine slot])` of each bucket sealed.
-        sealed: Vec<(u64, Vec<u32>)>,
     },
     Lease {
         key: [u8; 16],
@@ -103,6 +102,16 @@ enum Wire {
         newest: i64,
         /// `(short id, (newest - heard) in 10 ms, rounded up)`.
         members: Vec<([u8; 4], u32)>,
+    },
+    /// A report with sealed buckets: only to a member that reads them (`node/features.rs`,
+    /// `SEALED`); a build before it drops the whole section.
+    SealedReport {
+        index: u32,
+        limit: u32,
+        held: Vec<WireHeld>,
+        closed: bool,
+        /// `(epoch, [spends by fine slot])` of each bucket sealed.
+        sealed: Vec<(u64, [u32; FINE_SLOTS])>,
     },
 }
 
@@ -190,23 +199,31 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
     let wire: Vec<Wire> = entries
         .iter()
         .map(|e| match e {
-            LedgerEntry::Report { index, report } => Wire::Report {
-                index: *index,
-                limit: report.limit,
-                held: report
+            LedgerEntry::Report { index, report } => {
+                let held = report
                     .holdings
                     .held
                     .iter()
                     .map(|h| held_out(h, receiver, sent_ms))
-                    .collect(),
-                closed: report.holdings.closed,
-                sealed: report
-                    .holdings
-                    .sealed
-                    .iter()
-                    .map(|b| (b.epoch, b.counts.to_vec()))
-                    .collect(),
-            },
+                    .collect();
+                let sealed = &report.holdings.sealed;
+                if sealed.is_empty() {
+                    Wire::Report {
+                        index: *index,
+                        limit: report.limit,
+                        held,
+                        closed: report.holdings.closed,
+                    }
+                } else {
+                    Wire::SealedReport {
+                        index: *index,
+                        limit: report.limit,
+                        held,
+                        closed: report.holdings.closed,
+                        sealed: sealed.iter().map(|b| (b.epoch, b.counts)).collect(),
+                    }
+                }
+            }
             LedgerEntry::Lease {
                 key,
                 window_ms,
@@ -255,6 +272,47 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
     bincode::serde::encode_to_vec(&wire, WIRE).unwrap_or_default()
 }
 
+/// A report from the wire: `None` if a list is longer than a report holds or a time is out
+/// of range.
+fn report_in(
+    index: u32,
+    limit: u32,
+    held: Vec<WireHeld>,
+    closed: bool,
+    sealed: Vec<SealedBucket>,
+    receiver: u128,
+    sent_ms: u64,
+) -> Option<LedgerEntry> {
+    if held.len() > MOST_PARTS {
+        return None;
+    }
+    let held = held
+        .into_iter()
+        .map(|(owner, seq, expires, spent, unspent, lapsed)| {
+            Some(HeldLease {
+                owner: owner_in(owner, receiver),
+                seq,
+                expires_ms: at(expires, sent_ms).ok()?,
+                spent: (spent.len() <= MOST_PARTS)
+                    .then(|| spent.into_iter().collect::<SmallVec<_>>())?,
+                unspent,
+                lapsed,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(LedgerEntry::Report {
+        index,
+        report: LedgerReport {
+            limit,
+            holdings: HoldingsReport {
+                held,
+                closed,
+                sealed,
+            },
+        },
+    })
+}
+
 /// What decoding a ledger section dropped, entry by entry (the rest is kept).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LedgerRejects {
@@ -285,52 +343,34 @@ pub fn decode_ledger(
                 limit,
                 held,
                 closed,
-                sealed,
-            } => {
-                let held: Option<Vec<HeldLease>> = (held.len() <= MOST_PARTS)
-                    .then(|| {
-                        held.into_iter()
-                            .map(|(owner, seq, expires, spent, unspent, lapsed)| {
-                                Some(HeldLease {
-                                    owner: owner_in(owner, receiver),
-                                    seq,
-                                    expires_ms: at(expires, sent_ms).ok()?,
-                                    spent: (spent.len() <= MOST_PARTS)
-                                        .then(|| spent.into_iter().collect::<SmallVec<_>>())?,
-                                    unspent,
-                                    lapsed,
-                                })
-                            })
-                            .collect()
-                    })
-                    .flatten();
-                let sealed: Option<Vec<SealedBucket>> = (sealed.len() <= MOST_SEALED)
-                    .then(|| {
-                        sealed
-                            .into_iter()
-                            .map(|(epoch, counts)| {
-                                Some(SealedBucket {
-                                    epoch,
-                                    counts: counts.try_into().ok()?,
-                                })
-                            })
-                            .collect()
-                    })
-                    .flatten();
-                let (Some(held), Some(sealed)) = (held, sealed) else {
+            } => match report_in(index, limit, held, closed, Vec::new(), receiver, sent_ms) {
+                Some(entry) => entry,
+                None => {
                     rejects.malformed += 1;
                     continue;
-                };
-                LedgerEntry::Report {
-                    index,
-                    report: LedgerReport {
-                        limit,
-                        holdings: HoldingsReport {
-                            held,
-                            closed,
-                            sealed,
-                        },
-                    },
+                }
+            },
+            Wire::SealedReport {
+                index,
+                limit,
+                held,
+                closed,
+                sealed,
+            } => {
+                let sealed: Vec<SealedBucket> = sealed
+                    .into_iter()
+                    .take(MOST_SEALED + 1)
+                    .map(|(epoch, counts)| SealedBucket { epoch, counts })
+                    .collect();
+                match (sealed.len() <= MOST_SEALED)
+                    .then(|| report_in(index, limit, held, closed, sealed, receiver, sent_ms))
+                    .flatten()
+                {
+                    Some(entry) => entry,
+                    None => {
+                        rejects.malformed += 1;
+                        continue;
+                    }
                 }
             }
             Wire::Lease {

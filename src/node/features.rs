@@ -29,8 +29,11 @@ pub const COMPACT: u8 = 4;
 /// which carries the echo. In owner mode nothing else may ever come back from a member this
 /// node only ever sends to.
 pub const ASKS_ECHO: u8 = 2;
+/// Reads a ledger report with sealed buckets (`LedgerEntry::Report` with
+/// `HoldingsReport::sealed`, on the wire as its own variant).
+pub const SEALED: u8 = 8;
 /// What this build reads: the flags it announces.
-pub const READS: u8 = EXCHANGE | COMPACT;
+pub const READS: u8 = EXCHANGE | COMPACT | SEALED;
 
 /// How often a member this node sends to hears its flags again: an announcement is one
 /// datagram, and may be lost like any other.
@@ -49,7 +52,7 @@ pub struct PeerFeatures {
 impl PeerFeatures {
     /// `member` announced `flags` at `at`.
     pub fn heard(&mut self, member: u128, flags: u8, at: Instant) {
-        let flags = flags & (EXCHANGE | COMPACT);
+        let flags = flags & (EXCHANGE | COMPACT | SEALED);
         if flags != 0 {
             self.reads.insert(member, (flags, at));
         } else {
@@ -72,6 +75,11 @@ impl PeerFeatures {
     /// Whether `member` said, lately as of `at`, that it reads the compact header.
     pub fn reads_compact(&self, member: u128, at: Instant) -> bool {
         self.reads(member, COMPACT, at)
+    }
+
+    /// Whether `member` said, lately as of `at`, that it reads sealed buckets in a report.
+    pub fn reads_sealed(&self, member: u128, at: Instant) -> bool {
+        self.reads(member, SEALED, at)
     }
 
     /// Every member is due this node's flags at its next chance (what they carry changed).
@@ -120,7 +128,10 @@ mod tests {
             !f.reads_exchange(7, t) && f.reads_compact(7, t),
             "the latest word holds"
         );
+        f.heard(7, EXCHANGE | SEALED, t);
+        assert!(f.reads_sealed(7, t) && !f.reads_compact(7, t));
         f.heard(7, EXCHANGE, t);
+        assert!(!f.reads_sealed(7, t), "the latest word holds");
         // Said once and never again (lost, or forged for a member that cannot read one).
         assert!(f.reads_exchange(7, t + Duration::from_secs(74)));
         assert!(!f.reads_exchange(7, t + FLAGS_LAST));

@@ -251,10 +251,12 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// Sends each member what is routed to it, where it may be sent state.
+    /// Sends each member what is routed to it, where it may be sent state. Each hears, now
+    /// and then, what this build reads (`features.rs`): what it sends back may then use it.
     fn send_outgoing(&mut self, now: Now, out: Outgoing) {
         for (to, (pairs, entries)) in out {
             if self.may_send_state(now, to) {
+                self.announce_features(now, to);
                 self.send_ledger(now, to, pairs, entries);
             }
         }
@@ -265,10 +267,20 @@ impl<T: TimeSource> NodeCore<T> {
         &mut self,
         now: Now,
         to: Destination,
-        pairs: Vec<(RegisterUpdate, Option<LedgerReport>)>,
+        mut pairs: Vec<(RegisterUpdate, Option<LedgerReport>)>,
         entries: Vec<LedgerEntry>,
     ) {
         let receiver = to.node.unwrap_or(0);
+        // A member of an older build drops a section with sealed buckets whole: it gets its
+        // reports without them (its books count those buckets to their ends).
+        if !to
+            .node
+            .is_some_and(|n| self.features.reads_sealed(n, now.at))
+        {
+            for report in pairs.iter_mut().filter_map(|(_, r)| r.as_mut()) {
+                report.holdings.sealed.clear();
+            }
+        }
         let compact = self.compact_to(now, to);
         let stamp = Stamp::for_header(compact, now.wall_ms);
         let max = self.max_batch_body();

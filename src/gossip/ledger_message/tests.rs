@@ -122,27 +122,20 @@ fn malformed_entries_are_dropped_alone_and_garbage_fails_whole() {
             key: [1; 16],
             retry_after_ms: 5,
         },
-        Wire::Report {
+        Wire::SealedReport {
             index: 0,
             limit: 10,
             held: vec![],
             closed: false,
-            sealed: vec![(5, vec![1; 7])],
-        },
-        Wire::Report {
-            index: 0,
-            limit: 10,
-            held: vec![],
-            closed: false,
-            sealed: vec![(5, vec![1; 8]); MOST_SEALED + 1],
+            sealed: vec![(5, [1; FINE_SLOTS]); MOST_SEALED + 1],
         },
     ];
     let body = bincode::serde::encode_to_vec(&bad, WIRE).unwrap();
     let (entries, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
     assert_eq!(entries.len(), 1);
     assert_eq!(
-        rejects.malformed, 4,
-        "a bad shape, segments out of order, a sealed bucket of 7 slots, too many buckets"
+        rejects.malformed, 3,
+        "a bad shape, segments out of order, too many sealed buckets"
     );
     assert!(decode_ledger(&[0xFF; 9], 1, 2, SENT).is_err());
     let mut trailing = body.clone();
@@ -220,4 +213,34 @@ fn a_heard_entry_too_long_or_out_of_range_is_dropped_alone() {
             },
         ]
     );
+}
+
+/// A report without sealed buckets is written as a build that predates them writes a report,
+/// so that a member of either build reads it; one with them is a variant of its own.
+#[test]
+fn a_report_without_sealed_buckets_is_written_as_before() {
+    let report = |sealed: Vec<crate::ledger::SealedBucket>| LedgerEntry::Report {
+        index: 3,
+        report: LedgerReport {
+            limit: 9,
+            holdings: HoldingsReport {
+                held: vec![],
+                closed: true,
+                sealed,
+            },
+        },
+    };
+    let plain = encode_ledger(&[report(Vec::new())], 1, SENT);
+    let (wire, _): (Vec<Wire>, usize) = bincode::serde::decode_from_slice(&plain, WIRE).unwrap();
+    assert!(
+        matches!(wire[..], [Wire::Report { index: 3, .. }]),
+        "{wire:?}"
+    );
+    let sealed = vec![crate::ledger::SealedBucket {
+        epoch: 4,
+        counts: [1; FINE_SLOTS],
+    }];
+    let body = encode_ledger(&[report(sealed.clone())], 1, SENT);
+    let (back, _) = decode_ledger(&body, 2, 1, SENT).unwrap();
+    assert_eq!(back, vec![report(sealed)]);
 }
