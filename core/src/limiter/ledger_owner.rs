@@ -297,10 +297,14 @@ impl Limiter {
             // would be spendable only briefly before its lease ends, unless renewed; the next
             // round offers the later ones.
             params.horizon_ms = lease_ms.saturating_sub(round).max(round);
+            // What the round may lease: the slots free from the horizon on, over a lease's
+            // span (a full window frees slots within the horizon, which the round post-dates;
+            // where each is leased is the books' to say).
+            let from = now_ms + params.horizon_ms;
             let room = w.books.occupancy(&spends, now_ms, &params).room(
                 u64::from(limit),
-                now_ms,
-                params.tail_of(now_ms + lease_ms),
+                from,
+                params.tail_of(from + lease_ms),
             );
             // What each holds now: what it said it had left, less what it is expected to
             // have spent since. A user that spends reports within a calm lease (and at once

@@ -537,3 +537,28 @@ fn sealed_spends_free_their_slots_at_the_end_of_their_fine_slot() {
         "a token idles {idle:.1} ms a turn on average (at most {bound} ms: a slot, the margins, a step)"
     );
 }
+
+/// A round leases the slots that free before its next round but one, post-dated, even when
+/// every slot is taken at the round itself: a window kept full by its users turns every token
+/// over from the rounds alone, without a single ask.
+#[test]
+fn a_full_window_is_leased_again_by_rounds_as_its_slots_free() {
+    let c = Cluster::new(2);
+    let limit = second(100);
+    let user = &c.nodes[1];
+    let mut admitted = 0;
+    for ms in 0..8_000u64 {
+        let now = T0 + ms;
+        if ms.is_multiple_of(200) {
+            c.round(now);
+        }
+        // Ten times the limit, and no ask: only what rounds lease is spent.
+        if check(user, "k", &[limit], 1, now).allowed && ms >= 2_000 {
+            admitted += 1;
+        }
+    }
+    assert!(
+        admitted >= 540,
+        "{admitted} admitted in 6 s of a limit of 100 a second from rounds alone"
+    );
+}
