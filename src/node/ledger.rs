@@ -251,12 +251,10 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// Sends each member what is routed to it, where it may be sent state. Each hears, now
-    /// and then, what this build reads (`features.rs`): what it sends back may then use it.
+    /// Sends each member what is routed to it, where it may be sent state.
     fn send_outgoing(&mut self, now: Now, out: Outgoing) {
         for (to, (pairs, entries)) in out {
             if self.may_send_state(now, to) {
-                self.announce_features(now, to);
                 self.send_ledger(now, to, pairs, entries);
             }
         }
@@ -270,6 +268,10 @@ impl<T: TimeSource> NodeCore<T> {
         mut pairs: Vec<(RegisterUpdate, Option<LedgerReport>)>,
         entries: Vec<LedgerEntry>,
     ) {
+        // Every member this node sends ledger datagrams to (reports, leases, asks, answers)
+        // hears, now and then, what this build reads (`features.rs`): what it sends back may
+        // then use it.
+        self.announce_features(now, to);
         let receiver = to.node.unwrap_or(0);
         // A member of an older build drops a section with sealed buckets whole: it gets its
         // reports without them (its books count those buckets to their ends).

@@ -80,6 +80,20 @@ struct Book {
 }
 
 impl Book {
+    /// Tokens spendable at `now_ms`.
+    fn available(&self, now_ms: u64, margin_ms: u64) -> u64 {
+        if self.closed {
+            return 0;
+        }
+        self.entries
+            .iter()
+            .filter(|e| e.spendable(now_ms, margin_ms))
+            .flat_map(|e| e.segments.iter())
+            .filter(|s| s.segment.valid_from_ms <= now_ms)
+            .map(|s| u64::from(s.unspent()))
+            .sum()
+    }
+
     /// A book with `entries`, the rest carried over from `old`.
     fn next(old: Option<&Book>, entries: SmallVec<[Arc<Entry>; 1]>, closed: bool) -> Self {
         let carried = |f: fn(&Book) -> &AtomicU64| {
@@ -117,8 +131,9 @@ impl Holdings {
             Some(b) if !b.closed => &b.entries,
             _ => return None,
         };
-        // Most refused checks find no token: they leave the clock alone.
-        if self.available(now_ms, margin_ms) < u64::from(cost) {
+        // Most refused checks find no token: they leave the clock alone. (Of the book this
+        // check spends from: one a renewal replaced meanwhile may hold less.)
+        if book.as_ref().map_or(0, |b| b.available(now_ms, margin_ms)) < u64::from(cost) {
             return None;
         }
         let clock = book.as_ref().and_then(|b| b.clock.as_ref());
@@ -174,18 +189,10 @@ impl Holdings {
 
     /// Tokens spendable at `now_ms`.
     pub fn available(&self, now_ms: u64, margin_ms: u64) -> u64 {
-        self.book.load().as_ref().map_or(0, |b| {
-            if b.closed {
-                return 0;
-            }
-            b.entries
-                .iter()
-                .filter(|e| e.spendable(now_ms, margin_ms))
-                .flat_map(|e| e.segments.iter())
-                .filter(|s| s.segment.valid_from_ms <= now_ms)
-                .map(|s| u64::from(s.unspent()))
-                .sum()
-        })
+        self.book
+            .load()
+            .as_ref()
+            .map_or(0, |b| b.available(now_ms, margin_ms))
     }
 
     /// The earliest time after `now_ms` at which a token held now becomes spendable (a

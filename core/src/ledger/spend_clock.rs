@@ -51,8 +51,9 @@ pub fn slot_end_ms(epoch: u64, j: usize, bucket_ms: u64) -> u64 {
 
 /// A slot as one word: `tag (30) | live (1) | sealed (1) | count (32)`, the tag being the low
 /// bits of the slot's number (`epoch * FINE_SLOTS + j`); `live` tells a written slot (even one
-/// refunded to nothing) from a word never written. A window idle longer than its length is
-/// dropped with its clock, so no slot is left unwritten for the 2^29 slots a tag can tell.
+/// refunded to nothing) from a word never written. A word left unwritten for 2^29 slots (18 h
+/// at the shortest bucket, 1 ms; years at a second's) may read as a later slot: a spend is
+/// then refused, or a stale count sealed with its bucket, which only over-counts.
 const TAG_SHIFT: u32 = 34;
 const LIVE: u64 = 1 << 33;
 const SEALED: u64 = 1 << 32;

@@ -286,7 +286,7 @@ impl Limiter {
                 .iter()
                 .map(|(_, d, c)| cover(*d, *c, calm_lease_ms))
                 .sum();
-            let calm = 2 * (taken + calm_cover) <= u64::from(limit);
+            let calm = 2 * (taken + calm_cover) <= params.limit;
             let lease_ms = if calm {
                 calm_lease_ms
             } else {
@@ -302,7 +302,7 @@ impl Limiter {
             // where each is leased is the books' to say).
             let from = now_ms + params.horizon_ms;
             let room = w.books.occupancy(&spends, now_ms, &params).room(
-                u64::from(limit),
+                params.limit,
                 from,
                 params.tail_of(from + lease_ms),
             );

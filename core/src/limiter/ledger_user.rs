@@ -149,10 +149,16 @@ impl Limiter {
     ) -> bool {
         let margin = self.config.ledger.margin_ms;
         let mut charges = SmallVec::<[_; 2]>::new();
+        // Items of one window (a request may name it twice) need their costs together.
         let mut refused = held.len() > 1
-            && held
-                .iter()
-                .any(|h| h.state.holdings.available(now_ms, margin) < u64::from(h.cost));
+            && held.iter().any(|h| {
+                let together: u64 = held
+                    .iter()
+                    .filter(|o| std::ptr::eq(o.state, h.state))
+                    .map(|o| u64::from(o.cost))
+                    .sum();
+                h.state.holdings.available(now_ms, margin) < together
+            });
         let spending = if refused { &held[..0] } else { held };
         for (h, item) in spending.iter().zip(items) {
             let epoch = item.limit.window.epoch(now_ms);

@@ -215,27 +215,90 @@ fn a_heard_entry_too_long_or_out_of_range_is_dropped_alone() {
     );
 }
 
-/// A report without sealed buckets is written as a build that predates them writes a report,
-/// so that a member of either build reads it; one with them is a variant of its own.
+/// The ledger section as a build before sealed buckets wrote and read it (frozen here: a
+/// member of that build must read what this one sends it).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+enum WireBeforeSealed {
+    Report {
+        index: u32,
+        limit: u32,
+        held: Vec<WireHeld>,
+        closed: bool,
+    },
+    Lease {
+        key: [u8; 16],
+        window_ms: u64,
+        buckets: u16,
+        seq: u32,
+        expires: i64,
+        segments: Vec<(u32, u32, i64)>,
+    },
+    Ask {
+        key: [u8; 16],
+        window_ms: u64,
+        buckets: u16,
+        limit: u32,
+        want: u32,
+        deadline: i64,
+        held: Option<(u32, Vec<(u32, u32)>)>,
+    },
+    Refused {
+        key: [u8; 16],
+        retry_after_ms: u32,
+    },
+    Leaving,
+    Heard {
+        newest: i64,
+        members: Vec<([u8; 4], u32)>,
+    },
+}
+
+/// A report without sealed buckets (all a member of an older build is sent) is read by that
+/// build, and what that build writes is read here; a report with sealed buckets is not
+/// (the section fails whole: it goes only to members that said they read it).
 #[test]
-fn a_report_without_sealed_buckets_is_written_as_before() {
+fn a_build_before_sealed_buckets_reads_reports_without_them_and_is_read() {
     let report = |sealed: Vec<crate::ledger::SealedBucket>| LedgerEntry::Report {
         index: 3,
         report: LedgerReport {
             limit: 9,
             holdings: HoldingsReport {
-                held: vec![],
-                closed: true,
+                held: vec![HeldLease {
+                    owner: 5,
+                    seq: 2,
+                    expires_ms: SENT + 300,
+                    spent: smallvec![(1, 4)],
+                    unspent: 6,
+                    lapsed: false,
+                }],
+                closed: false,
                 sealed,
             },
         },
     };
-    let plain = encode_ledger(&[report(Vec::new())], 1, SENT);
-    let (wire, _): (Vec<Wire>, usize) = bincode::serde::decode_from_slice(&plain, WIRE).unwrap();
+    let entries = [report(Vec::new()), LedgerEntry::Leaving];
+    let plain = encode_ledger(&entries, 1, SENT);
+    let (old, used): (Vec<WireBeforeSealed>, usize) =
+        bincode::serde::decode_from_slice(&plain, WIRE).expect("an older build reads it");
+    assert_eq!(used, plain.len());
     assert!(
-        matches!(wire[..], [Wire::Report { index: 3, .. }]),
-        "{wire:?}"
+        matches!(
+            old[..],
+            [
+                WireBeforeSealed::Report {
+                    index: 3,
+                    limit: 9,
+                    ..
+                },
+                WireBeforeSealed::Leaving
+            ]
+        ),
+        "{old:?}"
     );
+    let written_before = bincode::serde::encode_to_vec(&old, WIRE).unwrap();
+    let (back, rejects) = decode_ledger(&written_before, 2, 1, SENT).unwrap();
+    assert_eq!(rejects, LedgerRejects::default());
+    assert_eq!(back, entries);
     let sealed = vec![crate::ledger::SealedBucket {
         epoch: 4,
         counts: [1; FINE_SLOTS],
@@ -243,4 +306,8 @@ fn a_report_without_sealed_buckets_is_written_as_before() {
     let body = encode_ledger(&[report(sealed.clone())], 1, SENT);
     let (back, _) = decode_ledger(&body, 2, 1, SENT).unwrap();
     assert_eq!(back, vec![report(sealed)]);
+    assert!(
+        bincode::serde::decode_from_slice::<Vec<WireBeforeSealed>, _>(&body, WIRE).is_err(),
+        "an older build cannot read sealed buckets"
+    );
 }

@@ -546,7 +546,7 @@ fn a_full_window_is_leased_again_by_rounds_as_its_slots_free() {
     let c = Cluster::new(2);
     let limit = second(100);
     let user = &c.nodes[1];
-    let mut admitted = 0;
+    let mut admitted = Vec::new();
     for ms in 0..8_000u64 {
         let now = T0 + ms;
         if ms.is_multiple_of(200) {
@@ -554,11 +554,51 @@ fn a_full_window_is_leased_again_by_rounds_as_its_slots_free() {
         }
         // Ten times the limit, and no ask: only what rounds lease is spent.
         if check(user, "k", &[limit], 1, now).allowed && ms >= 2_000 {
-            admitted += 1;
+            admitted.push(now);
         }
     }
     assert!(
-        admitted >= 540,
-        "{admitted} admitted in 6 s of a limit of 100 a second from rounds alone"
+        admitted.len() >= 540,
+        "{} admitted in 6 s of a limit of 100 a second from rounds alone",
+        admitted.len()
     );
+    let worst = busiest(admitted, 1_000);
+    assert!(worst <= 100, "{worst} in one window of 100");
+}
+
+/// A request whose limits do not all hold tokens takes none: not from a limit that holds
+/// some, nor from a window it names twice (the costs of one window count together).
+#[test]
+fn a_refused_request_takes_no_token_from_its_other_limits() {
+    let c = Cluster::new(2);
+    let user = &c.nodes[1];
+    let sec = second(10);
+    let min = Limit {
+        max: 10,
+        window: WindowSpec::with_default_buckets(60_000).unwrap(),
+    };
+    let remaining = |now: u64| {
+        let items = items("k", &[sec], 1);
+        let request = CheckRequest {
+            items: &items,
+            dry_run: true,
+        };
+        user.check(&request, now).unwrap().limits[0].remaining
+    };
+    let mut now = T0;
+    while remaining(now) < 2 {
+        c.round(now);
+        let _ = c.check(1, "k", sec, now);
+        now += 200;
+    }
+    while remaining(now) > 1 {
+        assert!(check(user, "k", &[sec], 1, now).allowed);
+    }
+    let d = check(user, "k", &[sec, sec], 1, now);
+    assert!(!d.allowed, "two tokens of a window holding one");
+    assert_eq!(remaining(now), 1, "the one token is kept");
+    let d = check(user, "k", &[sec, min], 1, now);
+    assert!(!d.allowed, "the minute window holds no token");
+    assert_eq!(remaining(now), 1, "the second's token is kept");
+    assert!(check(user, "k", &[sec], 1, now).allowed);
 }
