@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::Book;
 use arc_swap::Guard;
 
-/// Tokens taken by [`Holdings::try_spend`], to cancel if the request is not admitted after
+/// Tokens taken by [`Holdings::try_spend`](super::Holdings::try_spend), to cancel if the request is not admitted after
 /// all (another of its limits refused).
 #[derive(Debug)]
 pub struct Charge {
