@@ -17,6 +17,13 @@ use crate::ledger::{HeldLease, HoldingsReport, Lease, SealedBucket, Segment};
 use crate::limiter::{KeyId, LedgerReport};
 use crate::window::{EstimateMode, WindowSpec};
 
+mod heard;
+
+#[cfg(test)]
+use heard::HEARD_UNIT_MS;
+pub use heard::MOST_HEARD;
+use heard::{heard_in, heard_out};
+
 const DECODE_LIMIT: usize = 64 * 1024;
 const WIRE: Configuration<LittleEndian, Varint, Limit<DECODE_LIMIT>> =
     bincode::config::standard().with_limit::<DECODE_LIMIT>();
@@ -118,13 +125,6 @@ enum Wire {
 /// At most this many sealed buckets are taken from one report: a clock keeps 16 buckets.
 const MOST_SEALED: usize = 16;
 
-/// At most this many members are taken from one `Heard` entry: what one datagram holds.
-pub const MOST_HEARD: usize = 128;
-
-/// The unit of a relayed time's distance from the newest, in ms: under 2.5 s a distance is one
-/// varint byte.
-const HEARD_UNIT_MS: u64 = 10;
-
 /// At most this many segments or held leases are taken from one entry: a lease holds a few.
 const MOST_PARTS: usize = 64;
 
@@ -155,39 +155,6 @@ fn at(offset: i64, sent_ms: u64) -> Result<u64, MessageError> {
     sent_ms
         .checked_add_signed(offset)
         .ok_or(MessageError::StampOutOfRange)
-}
-
-fn heard_out(members: &[(u32, u64)], sent_ms: u64) -> Wire {
-    let newest = members.iter().map(|(_, t)| *t).max().unwrap_or(sent_ms);
-    Wire::Heard {
-        newest: offset(newest, sent_ms),
-        // A time too far back for the wire is left out: written as the farthest, it would be
-        // read later than it was.
-        members: members
-            .iter()
-            .filter_map(|(short, t)| {
-                let units = u32::try_from((newest - t).div_ceil(HEARD_UNIT_MS)).ok()?;
-                Some((short.to_le_bytes(), units))
-            })
-            .collect(),
-    }
-}
-
-/// A `Heard` entry, or `None` if it names too many members or a time out of range. A time is
-/// never read later than it was written (distances were rounded up).
-fn heard_in(newest: i64, members: Vec<([u8; 4], u32)>, sent_ms: u64) -> Option<LedgerEntry> {
-    if members.len() > MOST_HEARD {
-        return None;
-    }
-    let newest = at(newest, sent_ms).ok()?;
-    let members = members
-        .into_iter()
-        .map(|(short, units)| {
-            let back = u64::from(units).checked_mul(HEARD_UNIT_MS)?;
-            Some((u32::from_le_bytes(short), newest.checked_sub(back)?))
-        })
-        .collect::<Option<Vec<_>>>()?;
-    Some(LedgerEntry::Heard { members })
 }
 
 fn shape_ok(window_ms: u64, buckets: u16) -> bool {
