@@ -98,29 +98,28 @@ impl Limiter {
         marks: &SpendMarks,
         now_ms: u64,
     ) -> Vec<Span> {
-        let mut by_origin: BTreeMap<(u64, u64), u64> = BTreeMap::new();
-        for (epoch, count) in state.ring.snapshot(spec, now_ms).admitted_buckets() {
-            *by_origin.entry((OWN_MARKS, epoch)).or_default() += count;
-        }
-        if let Some(replica) = state.remote.load_full() {
-            for (idx, reg) in replica.iter() {
-                if is_aggregate(idx) {
-                    continue;
-                }
-                for (epoch, count) in reg.buckets() {
-                    *by_origin.entry((u64::from(idx), epoch)).or_default() += count;
-                }
-            }
-        }
         // The spender's clock and the next spender's may each be a margin off the owner's.
         let tail = spec.window_ms() + 2 * self.config.ledger.margin_ms;
         let bucket_ms = spec.bucket_ms();
         let mut until: BTreeMap<u64, u64> = BTreeMap::new();
-        for ((origin, epoch), count) in &by_origin {
-            if marks.of(*origin, *epoch).is_none() {
+        // A bucket its user sealed is counted from the marks below, not from the register.
+        let mut add = |origin: u64, epoch: u64, count: u64| {
+            if marks.is_empty() || marks.of(origin, epoch).is_none() {
                 *until
                     .entry(spec.epoch_start_ms(epoch + 1).saturating_add(tail))
                     .or_default() += count;
+            }
+        };
+        for (epoch, count) in state.ring.snapshot(spec, now_ms).admitted_buckets() {
+            add(OWN_MARKS, epoch, count);
+        }
+        if let Some(replica) = state.remote.load_full() {
+            for (idx, reg) in replica.iter() {
+                if !is_aggregate(idx) {
+                    for (epoch, count) in reg.buckets() {
+                        add(u64::from(idx), epoch, count);
+                    }
+                }
             }
         }
         for (_, epoch, counts) in marks.iter() {
