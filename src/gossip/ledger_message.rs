@@ -250,7 +250,7 @@ fn report_in(
     receiver: u128,
     sent_ms: u64,
 ) -> Option<LedgerEntry> {
-    if held.len() > MOST_PARTS {
+    if held.len() > MOST_PARTS || sealed.len() > MOST_SEALED {
         return None;
     }
     let held = held
@@ -324,15 +324,11 @@ pub fn decode_ledger(
                 closed,
                 sealed,
             } => {
-                let sealed: Vec<SealedBucket> = sealed
+                let sealed = sealed
                     .into_iter()
-                    .take(MOST_SEALED + 1)
                     .map(|(epoch, counts)| SealedBucket { epoch, counts })
                     .collect();
-                match (sealed.len() <= MOST_SEALED)
-                    .then(|| report_in(index, limit, held, closed, sealed, receiver, sent_ms))
-                    .flatten()
-                {
+                match report_in(index, limit, held, closed, sealed, receiver, sent_ms) {
                     Some(entry) => entry,
                     None => {
                         rejects.malformed += 1;

@@ -77,6 +77,30 @@ fn holds_newer(word: u64, fine: u64) -> bool {
     }
 }
 
+/// What a word says of slot `fine`.
+enum Slot {
+    /// Its count so far (0: the word holds an earlier slot, or none).
+    Open(u32),
+    Sealed(u32),
+    /// The word holds a later slot: this one is gone.
+    Later,
+}
+
+fn read(word: u64, fine: u64) -> Slot {
+    if holds(word, fine) {
+        let count = (word & COUNT) as u32;
+        if word & SEALED != 0 {
+            Slot::Sealed(count)
+        } else {
+            Slot::Open(count)
+        }
+    } else if holds_newer(word, fine) {
+        Slot::Later
+    } else {
+        Slot::Open(0)
+    }
+}
+
 fn pack(fine: u64, sealed: bool, count: u32) -> u64 {
     (tag(fine) << TAG_SHIFT) | LIVE | if sealed { SEALED } else { 0 } | u64::from(count)
 }
@@ -101,10 +125,6 @@ impl SpendClock {
         }
     }
 
-    pub fn shape(&self) -> ClockShape {
-        self.shape
-    }
-
     /// The slot of `t_ms`: `epoch * FINE_SLOTS + j`.
     fn fine(&self, t_ms: u64) -> u64 {
         let b = self.shape.bucket_ms;
@@ -123,15 +143,8 @@ impl SpendClock {
         let word = self.word(fine);
         let mut cur = word.load(Ordering::Acquire);
         loop {
-            let count = if holds(cur, fine) {
-                if cur & SEALED != 0 {
-                    return false;
-                }
-                (cur & COUNT) as u32
-            } else if holds_newer(cur, fine) {
+            let Slot::Open(count) = read(cur, fine) else {
                 return false;
-            } else {
-                0
             };
             let next = pack(fine, false, count.saturating_add(cost));
             match word.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Acquire) {
@@ -162,15 +175,10 @@ impl SpendClock {
         let word = self.word(fine);
         let mut cur = word.load(Ordering::Acquire);
         loop {
-            let count = if holds(cur, fine) {
-                if cur & SEALED != 0 {
-                    return Some(((cur & COUNT) as u32, false));
-                }
-                (cur & COUNT) as u32
-            } else if holds_newer(cur, fine) {
-                return None;
-            } else {
-                0
+            let count = match read(cur, fine) {
+                Slot::Open(count) => count,
+                Slot::Sealed(count) => return Some((count, false)),
+                Slot::Later => return None,
             };
             match word.compare_exchange_weak(
                 cur,

@@ -53,7 +53,8 @@ impl Limiter {
                 if was_dirty && state.requeue() {
                     again.push(id);
                 }
-                chosen.push((id, state));
+                // Where the window refuses, its owner's room is worth the spends' fine times.
+                chosen.push((id, state, refused_in_window(&snap)));
             }
             self.dirty.queue_again(&again);
             if chosen.is_empty() {
@@ -83,9 +84,10 @@ impl Limiter {
             let guard = self.table.guard();
             let stamp = sync.next_emission(now_ms);
             let _writer = self.lock_holdings();
+            // Closing seals every bucket itself.
             let held = ids
                 .into_iter()
-                .filter_map(|id| Some((id, self.table.get(&id, &guard)?)));
+                .filter_map(|id| Some((id, self.table.get(&id, &guard)?, false)));
             // Closed before the ring is read: a check racing this spent its token (and is in
             // the ring read next) or finds none.
             self.emission(held, stamp, now_ms, |h| h.close(now_ms))
@@ -95,28 +97,25 @@ impl Limiter {
     }
 
     /// The registers of `windows` at `stamp`, each with its report: what `holdings_of` says
-    /// the window holds, read before its ring (see `ledger::holdings`).
+    /// the window holds, read before its ring (see `ledger::holdings`), with the buckets it
+    /// sealed where it is to seal them, sealed before the report is read (see
+    /// `Holdings::try_spend`).
     fn emission<'g>(
         &self,
-        windows: impl IntoIterator<Item = (KeyId, &'g WindowState)>,
+        windows: impl IntoIterator<Item = (KeyId, &'g WindowState, bool)>,
         stamp: (u64, HlcTimestamp),
         now_ms: u64,
         holdings_of: impl Fn(&Holdings) -> HoldingsReport,
     ) -> (Batch, Vec<Option<LedgerReport>>) {
         let mut updates = Vec::new();
         let mut reports = Vec::new();
-        for (id, state) in windows {
+        for (id, state, seal) in windows {
             let spec = state.spec();
-            // Where the window refuses, its owner's room is worth the spends' fine times. Sealed
-            // before the report is read (see `Holdings::try_spend`).
-            let mut sealed = if refused_in_window(&state.ring.snapshot(&spec, now_ms)) {
-                state.holdings.seal(now_ms)
-            } else {
-                Vec::new()
-            };
+            let sealed = seal.then(|| state.holdings.seal(now_ms));
             let mut holdings = holdings_of(&state.holdings);
-            sealed.append(&mut holdings.sealed);
-            holdings.sealed = sealed;
+            if let Some(sealed) = sealed {
+                holdings.sealed = sealed;
+            }
             let snap = state.ring.snapshot(&spec, now_ms);
             updates.push(RegisterUpdate {
                 key: id,

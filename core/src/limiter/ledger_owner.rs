@@ -63,6 +63,13 @@ impl Owned {
     }
 }
 
+/// The buckets whose sealed counts an owner keeps at `now_ms`: those a sliding window can
+/// still hold, on any clock within a bucket of this one.
+fn marked_epochs(spec: &WindowSpec, now_ms: u64) -> std::ops::RangeInclusive<u64> {
+    let newest = spec.epoch(now_ms) + 1;
+    newest.saturating_sub(u64::from(spec.buckets()) + 2)..=newest
+}
+
 impl Limiter {
     /// The parameters of `spec`'s ledger under `limit`.
     pub(super) fn ledger_params(
@@ -190,14 +197,10 @@ impl Limiter {
                 .windows
                 .entry(update.key)
                 .or_insert_with(|| Owned::new(self.origin.0, spec));
-            // Sealed buckets the window can still hold, on any clock within a bucket of this.
-            let newest = spec.epoch(now_ms) + 1;
-            let oldest = newest.saturating_sub(u64::from(spec.buckets()) + 2);
-            entry.marks.forget_before(oldest);
+            let epochs = marked_epochs(&spec, now_ms);
+            entry.marks.forget_before(*epochs.start());
             let named = idx.map_or(OWN_MARKS, u64::from);
-            entry
-                .marks
-                .heard(named, &report.holdings.sealed, oldest..=newest);
+            entry.marks.heard(named, &report.holdings.sealed, epochs);
 
             entry.books.heard(
                 user.0,
@@ -258,11 +261,8 @@ impl Limiter {
             if demands.is_empty() {
                 return true;
             }
-            let oldest = w
-                .spec
-                .epoch(now_ms)
-                .saturating_sub(u64::from(w.spec.buckets()) + 1);
-            w.marks.forget_before(oldest);
+            w.marks
+                .forget_before(*marked_epochs(&w.spec, now_ms).start());
             let spends = self.spends_of(state, &w.spec, &w.marks, now_ms);
             let mut params = self.ledger_params(&w.spec, limit, &owner);
             let window_ms = w.spec.window_ms() as f64;
