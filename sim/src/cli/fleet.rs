@@ -123,6 +123,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!("{}", table::row(&r));
+                for line in table::classes(&r) {
+                    println!("{line}");
+                }
             }
             if let Some(trace) = trace {
                 traced.push((label, r, trace));

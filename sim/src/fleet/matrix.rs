@@ -310,21 +310,26 @@ fn pct(v: f64) -> String {
 /// The header of the matrix's lines.
 pub fn header() -> String {
     format!(
-        "{:<26} {:<7} {:>9} {:>9} {:>8} {:>9}",
-        "cell", "policy", "over_mean", "over_max", "util", "refused<L"
+        "{:<26} {:<7} {:>9} {:>9} {:>8} {:>9} {:>8}",
+        "cell", "policy", "over_mean", "over_max", "util", "refused<L", "ceiling"
     )
 }
 
-/// A cell's line for one admission.
+/// A cell's line for one admission, with the per-node ceiling of its keys.
 pub fn line(r: &FleetReport) -> String {
     format!(
-        "{:<26} {:<7} {:>9} {:>9} {:>8} {:>9}",
+        "{:<26} {:<7} {:>9} {:>9} {:>8} {:>9} {:>8}",
         r.scenario,
         r.policy,
         pct(r.over_admission_mean),
         pct(r.over_admission_max),
         pct(r.utilization),
-        pct(r.refused_below_limit)
+        pct(r.refused_below_limit),
+        // A cell has one key class: the per-node ceiling of its keys.
+        r.per_node_ceiling_by_class
+            .0
+            .first()
+            .map_or_else(|| "-".into(), |(_, c)| pct(*c))
     )
 }
 

@@ -12,9 +12,12 @@ use super::traffic::KeySpec;
 pub struct Recorder {
     /// Key index → index among measured (overloaded) keys.
     measured: Vec<Option<usize>>,
-    /// Per measured key: its key index, limit (units), class and window (in slots).
+    /// Per measured key: its key index, limit (units), class, window (in slots), users and
+    /// request cost (units).
     pub keys: Vec<usize>,
     pub limits: Vec<f64>,
+    pub users: Vec<usize>,
+    pub costs: Vec<u32>,
     pub classes: Vec<usize>,
     pub window_slots: Vec<usize>,
     /// Per measured key and slot: units admitted, and units offered.
@@ -62,11 +65,14 @@ impl Recorder {
         let mut measured = vec![None; keys.len()];
         let (mut measured_keys, mut limits, mut classes, mut window_slots) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut users, mut costs) = (Vec::new(), Vec::new());
         for (k, key) in keys.iter().enumerate() {
             if key.overloaded {
                 measured[k] = Some(limits.len());
                 measured_keys.push(k);
                 limits.push(f64::from(key.limit.max));
+                users.push(key.users.len());
+                costs.push(key.cost);
                 classes.push(key.class);
                 window_slots.push((key.limit.window.window_ms() / SLOT_MS).max(1) as usize);
             }
@@ -86,6 +92,8 @@ impl Recorder {
             measured,
             keys: measured_keys,
             limits,
+            users,
+            costs,
             classes,
             window_slots,
             admitted: vec![vec![0; slots]; n],
@@ -222,5 +230,29 @@ mod tests {
             (r.over_admission_max - 0.5).abs() < 1e-9,
             "15 units on a limit of 10: {r:?}"
         );
+    }
+
+    /// Two nodes each offered 4 requests (of 5 units) a window: a fixed cap at each could use
+    /// at most 4 / 5 of its share (a slot freed waits for the node's next request).
+    #[test]
+    fn the_per_node_ceiling_counts_requests_a_window_at_one_node() {
+        let mut cfg = FleetConfig::new(1, 2);
+        (cfg.duration_ms, cfg.warmup_ms) = (3_000, 1_000);
+        cfg.faults.clear();
+        let mut class = Traffic::small_share().classes.remove(0);
+        (class.limit, class.cost) = (10, 5);
+        cfg.traffic = Traffic {
+            classes: vec![class],
+        };
+        let keys = traffic::keys(&cfg.traffic, 2, &mut rand::rngs::StdRng::seed_from_u64(1));
+        assert_eq!(keys[0].users.len(), 2);
+        let mut rec = Recorder::new(&cfg, &keys);
+        // 2 s measured: 8 requests at each node, spread over the time.
+        for i in 0..16u64 {
+            rec.request(0, (i % 2) as usize, 1_000 + i * 125, i % 3 == 0);
+        }
+        let r = FleetReport::new("ceiling", "ledger", &cfg, &rec);
+        let (class, ceiling) = &r.per_node_ceiling_by_class.0[0];
+        assert!((ceiling - 0.8).abs() < 1e-9, "{class}: {ceiling} of {r:?}");
     }
 }

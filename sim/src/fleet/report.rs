@@ -67,6 +67,11 @@ pub struct FleetReport {
     /// have most of the windows.
     pub over_admission_p99_by_class: ByClass<f64>,
     pub utilization_by_class: ByClass<f64>,
+    /// What a fixed cap at each node could use of the limit, per key class: `x / (x + 1)` for
+    /// `x` requests offered a window at one of a key's nodes (a slot freed at a node waits for
+    /// that node's next request), averaged as the utilization is, over the windows. A shared
+    /// pool of the limit is not held to it.
+    pub per_node_ceiling_by_class: ByClass<f64>,
     /// Of the requests on keys never offered more than their limit (half of it in `fleet`),
     /// the fraction refused, after warm-up: what a user sees as a limit that bites too early. It
     /// includes what faults refuse there (a partition's scaled shares, a new node warming up).
@@ -214,6 +219,8 @@ impl FleetReport {
         let partition = cfg.partition().map(|(_, a, b)| (a / SLOT_MS, b / SLOT_MS));
         let mut all = Windows::default();
         let mut by_class: BTreeMap<usize, Windows> = BTreeMap::new();
+        // Per class: the sum over windows of the per-node ceiling.
+        let mut ceiling: BTreeMap<usize, f64> = BTreeMap::new();
         let mut partition_max: Option<f64> = None;
         let mut partition_inside_max: Option<f64> = None;
         let mut partition_heal_max: Option<f64> = None;
@@ -225,6 +232,15 @@ impl FleetReport {
             let to = rec.admitted[k].len().min(until);
             let admitted = crate::report::window_sums(&rec.admitted[k][..to], w, from);
             let offered = crate::report::window_sums(&rec.offered[k][..to], w, from);
+            if to > from {
+                let units: u64 = rec.offered[k][from..to].iter().map(|u| u64::from(*u)).sum();
+                let per_node =
+                    units as f64 / f64::from(rec.costs[k].max(1)) / rec.users[k].max(1) as f64
+                        * w as f64
+                        / (to - from) as f64;
+                *ceiling.entry(rec.classes[k]).or_default() +=
+                    per_node / (per_node + 1.0) * admitted.len() as f64;
+            }
             for (i, (&a, &o)) in admitted.iter().zip(&offered).enumerate() {
                 let t = from + i;
                 all.add(a, o, limit);
@@ -276,6 +292,15 @@ impl FleetReport {
             over_admission_mean_by_class: by(&Windows::mean),
             over_admission_p99_by_class: by(&Windows::p99),
             utilization_by_class: by(&Windows::utilization),
+            per_node_ceiling_by_class: ByClass(
+                by_class
+                    .iter()
+                    .map(|(c, w)| {
+                        let sum = ceiling.get(c).copied().unwrap_or(0.0);
+                        (class(*c), sum / w.count.max(1) as f64)
+                    })
+                    .collect(),
+            ),
             refused_below_limit: {
                 let (offered, refused) = rec
                     .below_limit

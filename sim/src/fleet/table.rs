@@ -56,3 +56,22 @@ pub fn row(r: &FleetReport) -> String {
         opt(r.starved_windows_max),
     )
 }
+
+/// One line per key class under a run's row: its utilization beside the per-node ceiling (what
+/// a fixed cap at each node could use), and its refusals below the limit.
+pub fn classes(r: &FleetReport) -> Vec<String> {
+    r.utilization_by_class
+        .0
+        .iter()
+        .map(|(class, util)| {
+            let ceiling = r.per_node_ceiling_by_class.get(class).copied();
+            let refused = r.refused_below_limit_by_class.get(class).copied();
+            format!(
+                "  {class}: util {} (per-node ceiling {}), refused<L {}",
+                pct(*util),
+                ceiling.map_or_else(|| "-".into(), pct),
+                refused.map_or_else(|| "-".into(), pct),
+            )
+        })
+        .collect()
+}
