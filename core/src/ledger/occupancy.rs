@@ -33,16 +33,38 @@ impl Occupancy {
             .sum()
     }
 
-    /// The most slots taken at any moment of `[from_ms, until_ms)`. The count only rises
-    /// where a span starts, so it is enough to look at `from_ms` and at the starts inside.
-    pub fn peak(&self, from_ms: u64, until_ms: u64) -> u64 {
-        let mut peak = self.at(from_ms);
+    /// The count as a step function: each moment at which it changes, ascending, with the
+    /// count from then until the next.
+    fn steps(&self) -> Vec<(u64, u64)> {
+        let mut changes: Vec<(u64, i128)> = Vec::with_capacity(2 * self.spans.len());
         for s in &self.spans {
-            if s.from_ms > from_ms && s.from_ms < until_ms {
-                peak = peak.max(self.at(s.from_ms));
+            changes.push((s.from_ms, i128::from(s.count)));
+            changes.push((s.until_ms, -i128::from(s.count)));
+        }
+        changes.sort_unstable_by_key(|(t, _)| *t);
+        let mut steps: Vec<(u64, u64)> = Vec::with_capacity(changes.len());
+        let mut count: i128 = 0;
+        for (t, delta) in changes {
+            count += delta;
+            let taken = u64::try_from(count).unwrap_or(u64::MAX);
+            match steps.last_mut() {
+                Some(last) if last.0 == t => last.1 = taken,
+                _ => steps.push((t, taken)),
             }
         }
-        peak
+        steps
+    }
+
+    /// The most slots taken at any moment of `[from_ms, until_ms)`: the count at `from_ms`
+    /// and at every change inside (the count only rises where a span starts).
+    pub fn peak(&self, from_ms: u64, until_ms: u64) -> u64 {
+        let steps = self.steps();
+        let first = steps.partition_point(|(t, _)| *t <= from_ms);
+        let at_from = first.checked_sub(1).map_or(0, |i| steps[i].1);
+        steps[first..]
+            .iter()
+            .take_while(|(t, _)| *t < until_ms)
+            .fold(at_from, |peak, (_, taken)| peak.max(*taken))
     }
 
     /// How many slots are free over the whole of `[from_ms, until_ms)` under `limit`.
@@ -65,7 +87,10 @@ impl Occupancy {
     }
 
     /// The earliest moment at or after `from_ms` from which `count` slots stay free for
-    /// `hold_ms`, looking no further than `horizon_ms`.
+    /// `hold_ms`, looking no further than `horizon_ms`: `from_ms`, else the first moment a
+    /// span ends at which they do. One pass over the step function: the candidates and
+    /// the ends of their spans both move forward, and a queue keeps the steps inside the
+    /// span by falling count, so its front is the span's peak.
     pub fn earliest_room(
         &self,
         limit: u64,
@@ -74,9 +99,35 @@ impl Occupancy {
         hold_ms: u64,
         horizon_ms: u64,
     ) -> Option<u64> {
-        std::iter::once(from_ms)
-            .chain(self.frees_between(from_ms, horizon_ms))
-            .find(|t| self.room(limit, *t, t.saturating_add(hold_ms)) >= count)
+        let steps = self.steps();
+        let mut inside: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+        let mut next = 0;
+        let candidates = std::iter::once(from_ms).chain(self.frees_between(from_ms, horizon_ms));
+        for at in candidates {
+            // A span of no length still looks at the count at `at`.
+            let end = at.saturating_add(hold_ms.max(1));
+            // The step in force at `at`, and every step that starts before `end`.
+            let first = steps.partition_point(|(t, _)| *t <= at).saturating_sub(1);
+            while next < steps.len() && steps[next].0 < end {
+                while inside.back().is_some_and(|j| steps[*j].1 <= steps[next].1) {
+                    inside.pop_back();
+                }
+                inside.push_back(next);
+                next += 1;
+            }
+            while inside.front().is_some_and(|j| *j < first) {
+                inside.pop_front();
+            }
+            // Before the first step nothing is taken.
+            let peak = inside
+                .front()
+                .filter(|j| steps[**j].0 < end)
+                .map_or(0, |j| steps[*j].1);
+            if limit.saturating_sub(peak) >= count {
+                return Some(at);
+            }
+        }
+        None
     }
 
     pub fn spans(&self) -> &[Span] {
@@ -113,5 +164,50 @@ mod tests {
         // 6 slots for 100 ms: not at 0 (5 taken, then 8), from 200 (4 taken) yes.
         assert_eq!(o.earliest_room(10, 6, 0, 100, 1_000), Some(200));
         assert_eq!(o.earliest_room(10, 11, 0, 100, 1_000), None);
+    }
+
+    /// The count at one moment and its peak over a span, as the definition says, span by
+    /// span: what the step function must agree with.
+    fn naive_at(spans: &[Span], t: u64) -> u64 {
+        spans
+            .iter()
+            .filter(|s| s.from_ms <= t && t < s.until_ms)
+            .map(|s| s.count)
+            .sum()
+    }
+
+    fn naive_room(spans: &[Span], limit: u64, from: u64, until: u64) -> u64 {
+        let mut peak = naive_at(spans, from);
+        for s in spans {
+            if s.from_ms > from && s.from_ms < until {
+                peak = peak.max(naive_at(spans, s.from_ms));
+            }
+        }
+        limit.saturating_sub(peak)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_step_function_agrees_with_the_spans(
+            raw in proptest::collection::vec((0u64..200, 0u64..120, 0u64..8), 0..30),
+            limit in 0u64..40,
+            count in 0u64..12,
+            from in 0u64..250,
+            hold in 0u64..150,
+            horizon in 0u64..400,
+        ) {
+            let mut o = Occupancy::default();
+            for (from_ms, len, count) in raw {
+                o.add(span(from_ms, from_ms + len, count));
+            }
+            let spans = o.spans().to_vec();
+            let until = from + hold;
+            proptest::prop_assert_eq!(o.at(from), naive_at(&spans, from));
+            proptest::prop_assert_eq!(o.room(limit, from, until), naive_room(&spans, limit, from, until));
+            let naive = std::iter::once(from)
+                .chain(o.frees_between(from, horizon))
+                .find(|t| naive_room(&spans, limit, *t, t + hold) >= count);
+            proptest::prop_assert_eq!(o.earliest_room(limit, count, from, hold, horizon), naive);
+        }
     }
 }
