@@ -40,6 +40,13 @@ impl SpendMarks {
         self.by_user.get(&(user, epoch))
     }
 
+    /// The buckets `user` sealed, by epoch.
+    pub fn epochs_of(&self, user: u64) -> impl Iterator<Item = u64> + '_ {
+        self.by_user
+            .range((user, 0)..=(user, u64::MAX))
+            .map(|((_, e), _)| *e)
+    }
+
     /// Every sealed bucket held: `(user, epoch, counts)`.
     pub fn iter(&self) -> impl Iterator<Item = (u64, u64, &[u32; FINE_SLOTS])> + '_ {
         self.by_user.iter().map(|((u, e), c)| (*u, *e, c))
@@ -66,7 +73,10 @@ mod tests {
         assert!(m.of(7, 20).is_none(), "ahead of any clock");
         assert_eq!(m.of(7, 9), Some(&[1; FINE_SLOTS]));
         assert!(m.of(8, 9).is_none(), "another user's");
-        m.forget_before(10);
+        m.heard(8, &[bucket(10), bucket(11)], 8..=12);
+        assert_eq!(m.epochs_of(7).collect::<Vec<_>>(), vec![9]);
+        assert_eq!(m.epochs_of(8).collect::<Vec<_>>(), vec![10, 11]);
+        m.forget_before(12);
         assert!(m.is_empty());
     }
 }

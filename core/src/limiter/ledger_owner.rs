@@ -7,6 +7,8 @@
 
 use std::collections::BTreeMap;
 
+use smallvec::SmallVec;
+
 use super::replication::Batch;
 use super::state::{WindowState, is_aggregate};
 use super::{KeyId, Limiter, OwnerOf};
@@ -108,24 +110,26 @@ impl Limiter {
         // The spender's clock and the next spender's may each be a margin off the owner's.
         let tail = spec.window_ms() + 2 * self.config.ledger.margin_ms;
         let bucket_ms = spec.bucket_ms();
+        // A bucket older than this has left every window, with its tail, by now.
+        let oldest = spec.epoch(now_ms.saturating_sub(tail));
         let mut until: BTreeMap<u64, u64> = BTreeMap::new();
         // A bucket its user sealed is counted from the marks below, not from the register.
-        let mut add = |origin: u64, epoch: u64, count: u64| {
-            if marks.is_empty() || marks.of(origin, epoch).is_none() {
-                *until
-                    .entry(spec.epoch_start_ms(epoch + 1).saturating_add(tail))
-                    .or_default() += count;
+        let mut add = |origin: u64, buckets: &mut dyn Iterator<Item = (u64, u64)>| {
+            let sealed: SmallVec<[u64; 16]> = marks.epochs_of(origin).collect();
+            for (epoch, count) in buckets.filter(|(e, _)| *e >= oldest) {
+                if !sealed.contains(&epoch) {
+                    *until
+                        .entry(spec.epoch_start_ms(epoch + 1).saturating_add(tail))
+                        .or_default() += count;
+                }
             }
         };
-        for (epoch, count) in state.ring.snapshot(spec, now_ms).admitted_buckets() {
-            add(OWN_MARKS, epoch, count);
-        }
+        let snapshot = state.ring.snapshot(spec, now_ms);
+        add(OWN_MARKS, &mut snapshot.admitted_buckets());
         if let Some(replica) = state.remote.load_full() {
             for (idx, reg) in replica.iter() {
-                if !is_aggregate(idx) {
-                    for (epoch, count) in reg.buckets() {
-                        add(u64::from(idx), epoch, count);
-                    }
+                if !is_aggregate(idx) && reg.newest_epoch >= oldest {
+                    add(u64::from(idx), &mut reg.buckets());
                 }
             }
         }
