@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::decision::{CheckError, CheckItem, Decision, LimitStatus};
 use super::state::WindowState;
-use super::{KeyId, Limiter};
+use super::{KeyId, Limiter, OwnerOf};
 use crate::ledger::AskAnswer;
 
 /// A window a refused request found no token for, and what to do about it.
@@ -33,6 +33,8 @@ struct Item<'g> {
     id: KeyId,
     state: &'g WindowState,
     cost: u32,
+    /// Whether this node leases the window, where the check looked it up.
+    leased_here: Option<bool>,
 }
 
 impl Limiter {
@@ -68,13 +70,20 @@ impl Limiter {
             if !dry_run {
                 state.bound.note_limit(item.limit.max);
             }
+            // Whether this node leases the window, looked up once where a token lacks.
+            let mut leased_here = None;
             if state.holdings.available(now_ms, margin) < u64::from(item.cost) {
-                self.ask_here(id, state, item, now_ms);
+                let owner = self.leases_here(id);
+                if let Some(owner) = &owner {
+                    self.ask_here(id, state, item, owner, now_ms);
+                }
+                leased_here = Some(owner.is_some());
             }
             held.push(Item {
                 id,
                 state,
                 cost: item.cost,
+                leased_here,
             });
         }
         let fits: SmallVec<[bool; 2]> = held
@@ -111,9 +120,10 @@ impl Limiter {
             });
             if lacks {
                 // A cost above the limit can never be met: nothing to ask for.
-                let ask = self.leases_here(h.id).is_none()
-                    && h.cost <= item.limit.max
-                    && h.state.holdings.may_ask(now_ms);
+                let here = h
+                    .leased_here
+                    .unwrap_or_else(|| self.leases_here(h.id).is_some());
+                let ask = !here && h.cost <= item.limit.max && h.state.holdings.may_ask(now_ms);
                 needs.push(TokenNeed {
                     index,
                     key: h.id,
@@ -190,12 +200,16 @@ impl Limiter {
         !refused
     }
 
-    /// Where this node leases the window itself, it asks its own books for what `item` needs,
-    /// with the same wait any request gets.
-    fn ask_here(&self, id: KeyId, state: &WindowState, item: &CheckItem<'_>, now_ms: u64) {
-        let Some(owner) = self.leases_here(id) else {
-            return;
-        };
+    /// This node leases the window itself (`owner`): it asks its own books for what `item`
+    /// needs, with the same wait any request gets.
+    fn ask_here(
+        &self,
+        id: KeyId,
+        state: &WindowState,
+        item: &CheckItem<'_>,
+        owner: &OwnerOf,
+        now_ms: u64,
+    ) {
         if !state.holdings.may_ask(now_ms) {
             return;
         }
@@ -213,7 +227,7 @@ impl Limiter {
             held,
             deadline,
             now_ms,
-            &owner,
+            owner,
         ) {
             AskAnswer::Granted(lease) => {
                 let accepted = {
