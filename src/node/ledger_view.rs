@@ -125,9 +125,17 @@ impl LedgerNode {
         if starting || self.installed.is_none() {
             self.floor_quiet_until_ms = floor.max(now_ms + quiet_ms);
         }
+        // A ring whose quiet period is over says nothing more (a quiet time in the past is
+        // no wait): the view drops it, so that each owner lookup reads only the rings that
+        // still matter.
+        let quiet_over = self
+            .before
+            .front()
+            .is_some_and(|(at, _)| at + quiet_ms <= now_ms);
         if self.installed == Some((generation, part))
             && self.floor_quiet_until_ms == floor
             && !blinded
+            && !quiet_over
         {
             return None;
         }
@@ -268,6 +276,37 @@ mod tests {
             .find(|k| later.owner_of(**k).is_some_and(|o| o.owner == 1))
             .expect("a window the node keeps");
         assert!(quiet_at(&later, *kept) < 20_000);
+    }
+
+    /// A ring before a change stays in the view for the change's quiet period and no longer:
+    /// its quiet time would be in the past, and every owner lookup would read it.
+    #[test]
+    fn a_ring_whose_quiet_period_ended_leaves_the_view() {
+        const QUIET: u64 = 1_600;
+        let mut node = LedgerNode::default();
+        let three = ring(&[1, 2, 3]);
+        let at = |node: &mut LedgerNode, now: u64| {
+            node.install(now, &three, 2, (4, 4), QUIET, false, &[], 0)
+        };
+        node.install(1_000, &ring(&[1, 2, 3, 4]), 1, (4, 4), QUIET, false, &[], 0)
+            .expect("a first view");
+        let changed = at(&mut node, 10_000).expect("a new ring");
+        assert_eq!(changed.before.len(), 1);
+        let moved = (0..256u128)
+            .map(spread)
+            .find(|k| changed.owner_of(*k).expect("an owner").quiet_until_ms >= 10_000 + QUIET)
+            .expect("a window that moved");
+        assert!(
+            at(&mut node, 10_000 + QUIET - 1).is_none(),
+            "within the period"
+        );
+        let settled = at(&mut node, 10_000 + QUIET).expect("a view without the ring before");
+        assert!(settled.before.is_empty());
+        assert!(settled.owner_of(moved).expect("an owner").quiet_until_ms <= 10_000 + QUIET);
+        assert!(
+            at(&mut node, 10_000 + QUIET + 200).is_none(),
+            "and it stays"
+        );
     }
 
     /// Under `strict`, a window whose owner went down without a word is blind to its next
