@@ -115,9 +115,10 @@ impl Limiter {
         let mut until: BTreeMap<u64, u64> = BTreeMap::new();
         // A bucket its user sealed is counted from the marks below, not from the register.
         let mut add = |origin: u64, buckets: &mut dyn Iterator<Item = (u64, u64)>| {
+            // Ascending (the marks are ordered by user, then epoch).
             let sealed: SmallVec<[u64; 16]> = marks.epochs_of(origin).collect();
             for (epoch, count) in buckets.filter(|(e, _)| *e >= oldest) {
-                if !sealed.contains(&epoch) {
+                if sealed.binary_search(&epoch).is_err() {
                     *until
                         .entry(spec.epoch_start_ms(epoch + 1).saturating_add(tail))
                         .or_default() += count;

@@ -233,7 +233,8 @@ mod tests {
     }
 
     /// Two nodes each offered 4 requests (of 5 units) a window: a fixed cap at each could use
-    /// at most 4 / 5 of its share (a slot freed waits for the node's next request).
+    /// at most 4 / 5 of its share (a slot freed waits for the node's next request). A window
+    /// offered half that at each node (the same mean as one of each kind) could use 2 / 3.
     #[test]
     fn the_per_node_ceiling_counts_requests_a_window_at_one_node() {
         let mut cfg = FleetConfig::new(1, 2);
@@ -247,12 +248,27 @@ mod tests {
         let keys = traffic::keys(&cfg.traffic, 2, &mut rand::rngs::StdRng::seed_from_u64(1));
         assert_eq!(keys[0].users.len(), 2);
         let mut rec = Recorder::new(&cfg, &keys);
-        // 2 s measured: 8 requests at each node, spread over the time.
-        for i in 0..16u64 {
-            rec.request(0, (i % 2) as usize, 1_000 + i * 125, i % 3 == 0);
+        // A request every 125 ms, at each node in turn: every window holds 4 of each node's.
+        for i in 0..24u64 {
+            rec.request(0, (i % 2) as usize, i * 125, i % 3 == 0);
         }
         let r = FleetReport::new("ceiling", "ledger", &cfg, &rec);
         let (class, ceiling) = &r.per_node_ceiling_by_class.0[0];
         assert!((ceiling - 0.8).abs() < 1e-9, "{class}: {ceiling} of {r:?}");
+        // The ceiling is averaged over windows, not taken of the mean load: 2 requests a
+        // window at each node over the last second, 4 before.
+        let mut rec = Recorder::new(&cfg, &keys);
+        for i in 0..24u64 {
+            let t = i * 125;
+            if t < 2_000 || i % 2 == 0 {
+                rec.request(0, (i % 2) as usize, t, true);
+            }
+        }
+        let r = FleetReport::new("ceiling", "ledger", &cfg, &rec);
+        let (_, ceiling) = &r.per_node_ceiling_by_class.0[0];
+        // Windows ending in the first measured second hold 4 of each node's (4 / 5); then
+        // node 1's leave one by one down to 2 a node (2 / 3): their mean is 0.772, where the
+        // ceiling of the mean load (3 a window at each node) would be 3 / 4.
+        assert!((ceiling - 0.772).abs() < 0.005, "{ceiling}");
     }
 }

@@ -69,8 +69,9 @@ pub struct FleetReport {
     pub utilization_by_class: ByClass<f64>,
     /// What a fixed cap at each node could use of the limit, per key class: `x / (x + 1)` for
     /// `x` requests offered a window at one of a key's nodes (a slot freed at a node waits for
-    /// that node's next request), averaged as the utilization is, over the windows. A shared
-    /// pool of the limit is not held to it.
+    /// that node's next request), averaged as the utilization is, over the windows (a window
+    /// offered nothing counts 1, as in the utilization). A shared pool of the limit is not
+    /// held to it.
     pub per_node_ceiling_by_class: ByClass<f64>,
     /// Of the requests on keys never offered more than their limit (half of it in `fleet`),
     /// the fraction refused, after warm-up: what a user sees as a limit that bites too early. It
@@ -232,18 +233,15 @@ impl FleetReport {
             let to = rec.admitted[k].len().min(until);
             let admitted = crate::report::window_sums(&rec.admitted[k][..to], w, from);
             let offered = crate::report::window_sums(&rec.offered[k][..to], w, from);
-            if to > from {
-                let units: u64 = rec.offered[k][from..to].iter().map(|u| u64::from(*u)).sum();
-                let per_node =
-                    units as f64 / f64::from(rec.costs[k].max(1)) / rec.users[k].max(1) as f64
-                        * w as f64
-                        / (to - from) as f64;
-                *ceiling.entry(rec.classes[k]).or_default() +=
-                    per_node / (per_node + 1.0) * admitted.len() as f64;
-            }
+            // Requests a window offered at one of the key's nodes.
+            let per_request = f64::from(rec.costs[k].max(1)) * rec.users[k].max(1) as f64;
             for (i, (&a, &o)) in admitted.iter().zip(&offered).enumerate() {
                 let t = from + i;
                 all.add(a, o, limit);
+                // A window offered nothing loses nothing (its utilization counts 1 too).
+                let x = o as f64 / per_request;
+                *ceiling.entry(rec.classes[k]).or_default() +=
+                    if o == 0 { 1.0 } else { x / (x + 1.0) };
 
                 by_class.entry(rec.classes[k]).or_default().add(a, o, limit);
                 if let Some((p0, p1)) = partition {
