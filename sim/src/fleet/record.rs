@@ -204,10 +204,9 @@ mod tests {
     use super::super::traffic::{self, Traffic};
     use super::*;
 
-    /// Requests of 5 units on a limit of 10 a second: three admitted in a window are 15 units,
-    /// half again the limit, though they are only three requests of a limit of ten.
-    #[test]
-    fn a_request_of_many_units_counts_all_of_them() {
+    /// Two nodes sharing one key of 10 units a second, requests of 5 units; 3 s, the first
+    /// second warm-up.
+    fn two_nodes_one_key() -> (FleetConfig, Vec<KeySpec>) {
         let mut cfg = FleetConfig::new(1, 2);
         (cfg.duration_ms, cfg.warmup_ms) = (3_000, 1_000);
         cfg.faults.clear();
@@ -217,6 +216,14 @@ mod tests {
             classes: vec![class],
         };
         let keys = traffic::keys(&cfg.traffic, 2, &mut rand::rngs::StdRng::seed_from_u64(1));
+        (cfg, keys)
+    }
+
+    /// Requests of 5 units on a limit of 10 a second: three admitted in a window are 15 units,
+    /// half again the limit, though they are only three requests of a limit of ten.
+    #[test]
+    fn a_request_of_many_units_counts_all_of_them() {
+        let (cfg, keys) = two_nodes_one_key();
         let mut rec = Recorder::new(&cfg, &keys);
         for (node, t_ms, allowed) in [(0, 1_500, true), (1, 1_600, true), (0, 1_700, true)] {
             rec.request(0, node, t_ms, allowed);
@@ -237,15 +244,7 @@ mod tests {
     /// offered half that at each node (the same mean as one of each kind) could use 2 / 3.
     #[test]
     fn the_per_node_ceiling_counts_requests_a_window_at_one_node() {
-        let mut cfg = FleetConfig::new(1, 2);
-        (cfg.duration_ms, cfg.warmup_ms) = (3_000, 1_000);
-        cfg.faults.clear();
-        let mut class = Traffic::small_share().classes.remove(0);
-        (class.limit, class.cost) = (10, 5);
-        cfg.traffic = Traffic {
-            classes: vec![class],
-        };
-        let keys = traffic::keys(&cfg.traffic, 2, &mut rand::rngs::StdRng::seed_from_u64(1));
+        let (cfg, keys) = two_nodes_one_key();
         assert_eq!(keys[0].users.len(), 2);
         let mut rec = Recorder::new(&cfg, &keys);
         // A request every 125 ms, at each node in turn: every window holds 4 of each node's.

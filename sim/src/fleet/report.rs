@@ -118,12 +118,20 @@ pub(super) struct Windows {
     over_sum: f64,
     over_max: f64,
     utilization_sum: f64,
+    /// The sum over windows of the per-node ceiling (see `per_node_ceiling_by_class`).
+    ceiling_sum: f64,
     /// Windows by over-admission, in steps of [`STEP`] (the last: that much or more).
     pub histogram: Vec<u64>,
 }
 
 impl Windows {
-    fn add(&mut self, admitted: u64, offered: u64, limit: f64) {
+    /// A window: units admitted and offered, the limit, and `per_request`, the units a window
+    /// offers one of the key's nodes per request it is offered there (for the per-node
+    /// ceiling).
+    fn add(&mut self, admitted: u64, offered: u64, limit: f64, per_request: f64) {
+        // A window offered nothing loses nothing (its utilization counts 1 too).
+        let x = offered as f64 / per_request;
+        self.ceiling_sum += if offered == 0 { 1.0 } else { x / (x + 1.0) };
         let over = (admitted as f64 / limit - 1.0).max(0.0);
         self.count += 1;
         self.over_sum += over;
@@ -153,6 +161,14 @@ impl Windows {
             0.0
         } else {
             self.utilization_sum / self.count as f64
+        }
+    }
+
+    fn ceiling(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.ceiling_sum / self.count as f64
         }
     }
 
@@ -220,8 +236,6 @@ impl FleetReport {
         let partition = cfg.partition().map(|(_, a, b)| (a / SLOT_MS, b / SLOT_MS));
         let mut all = Windows::default();
         let mut by_class: BTreeMap<usize, Windows> = BTreeMap::new();
-        // Per class: the sum over windows of the per-node ceiling.
-        let mut ceiling: BTreeMap<usize, f64> = BTreeMap::new();
         let mut partition_max: Option<f64> = None;
         let mut partition_inside_max: Option<f64> = None;
         let mut partition_heal_max: Option<f64> = None;
@@ -233,17 +247,16 @@ impl FleetReport {
             let to = rec.admitted[k].len().min(until);
             let admitted = crate::report::window_sums(&rec.admitted[k][..to], w, from);
             let offered = crate::report::window_sums(&rec.offered[k][..to], w, from);
-            // Requests a window offered at one of the key's nodes.
+            // Units per request offered at one of the key's nodes.
             let per_request = f64::from(rec.costs[k].max(1)) * rec.users[k].max(1) as f64;
             for (i, (&a, &o)) in admitted.iter().zip(&offered).enumerate() {
                 let t = from + i;
-                all.add(a, o, limit);
-                // A window offered nothing loses nothing (its utilization counts 1 too).
-                let x = o as f64 / per_request;
-                *ceiling.entry(rec.classes[k]).or_default() +=
-                    if o == 0 { 1.0 } else { x / (x + 1.0) };
+                all.add(a, o, limit, per_request);
 
-                by_class.entry(rec.classes[k]).or_default().add(a, o, limit);
+                by_class
+                    .entry(rec.classes[k])
+                    .or_default()
+                    .add(a, o, limit, per_request);
                 if let Some((p0, p1)) = partition {
                     let (t, r) = (t as u64, a as f64 / limit);
                     if t >= p0 && t < p1 {
@@ -290,15 +303,7 @@ impl FleetReport {
             over_admission_mean_by_class: by(&Windows::mean),
             over_admission_p99_by_class: by(&Windows::p99),
             utilization_by_class: by(&Windows::utilization),
-            per_node_ceiling_by_class: ByClass(
-                by_class
-                    .iter()
-                    .map(|(c, w)| {
-                        let sum = ceiling.get(c).copied().unwrap_or(0.0);
-                        (class(*c), sum / w.count.max(1) as f64)
-                    })
-                    .collect(),
-            ),
+            per_node_ceiling_by_class: by(&Windows::ceiling),
             refused_below_limit: {
                 let (offered, refused) = rec
                     .below_limit
@@ -357,12 +362,12 @@ mod tests {
         for i in 0..1_000 {
             // 1 % of windows 50 % over, the rest exact.
             let admitted = if i % 100 == 0 { 150 } else { 100 };
-            w.add(admitted, 200, 100.0);
+            w.add(admitted, 200, 100.0, 1.0);
         }
         assert_eq!(w.count, 1_000);
         assert!((w.mean() - 0.005).abs() < 1e-9);
         assert_eq!(w.p99(), 0.0);
-        w.add(150, 200, 100.0);
+        w.add(150, 200, 100.0, 1.0);
         assert!((w.p99() - 0.5).abs() < 1e-9, "{}", w.p99());
     }
 
