@@ -22,13 +22,13 @@ const RINGS_KEPT: usize = 8;
 #[derive(Debug, Default)]
 pub(super) struct LedgerNode {
     /// `(when the ring changed, the ring before it)`, newest last.
-    before: VecDeque<(u64, Ring)>,
+    before: VecDeque<(u64, Arc<Ring>)>,
     /// No window leases before this: a change fell out of `before`.
     floor_quiet_until_ms: u64,
     /// The ring generation and lease part the limiter's view was made from.
     installed: Option<(u64, (u64, u64))>,
     /// The ring of the installed view.
-    ring: Option<Ring>,
+    ring: Option<Arc<Ring>>,
     /// `(since when, part)` of the lease parts in force within the last quiet period, oldest
     /// first (`ledger.rs`, `lease_part`).
     parts: VecDeque<(u64, (u64, u64))>,
@@ -64,8 +64,8 @@ impl LedgerNode {
 /// The limiter's view of the owners: see the module documentation.
 #[derive(Debug)]
 pub(super) struct RingView {
-    ring: Ring,
-    before: Vec<(u64, Ring)>,
+    ring: Arc<Ring>,
+    before: Vec<(u64, Arc<Ring>)>,
     floor_quiet_until_ms: u64,
     quiet_ms: u64,
     part: (u64, u64),
@@ -109,7 +109,7 @@ impl LedgerNode {
     pub(super) fn install(
         &mut self,
         now_ms: u64,
-        ring: &Ring,
+        ring: &Arc<Ring>,
         generation: u64,
         side: (u64, u64),
         quiet_ms: u64,
@@ -139,7 +139,7 @@ impl LedgerNode {
         {
             return None;
         }
-        let old = self.ring.replace(ring.clone());
+        let old = self.ring.replace(Arc::clone(ring));
         if self.installed.is_some_and(|(g, _)| g != generation)
             && let Some(old) = old
         {
@@ -153,7 +153,7 @@ impl LedgerNode {
         }
         self.installed = Some((generation, part));
         Some(RingView {
-            ring: ring.clone(),
+            ring: Arc::clone(ring),
             before: self.before.iter().cloned().collect(),
             floor_quiet_until_ms: self.floor_quiet_until_ms,
             quiet_ms,
@@ -205,7 +205,7 @@ mod tests {
     use super::*;
     use crate::node::placement::Member;
 
-    fn ring(ids: &[u128]) -> Ring {
+    fn ring(ids: &[u128]) -> Arc<Ring> {
         let members: Vec<Member> = ids
             .iter()
             .map(|&id| Member {
@@ -213,7 +213,7 @@ mod tests {
                 addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + id as u16)),
             })
             .collect();
-        Ring::of([7; 32], &members)
+        Arc::new(Ring::of([7; 32], &members))
     }
 
     fn spread(k: u128) -> KeyId {

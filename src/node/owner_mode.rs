@@ -92,9 +92,11 @@ impl<T: TimeSource> NodeCore<T> {
             addr: self.params.advertise,
         });
         ownership.stale = false;
-        if !ownership.ring.update(&members) {
+        // The views of the ring the ledger holds keep the ring they were made of.
+        if !ownership.ring.differs(&members) {
             return;
         }
+        std::sync::Arc::make_mut(&mut ownership.ring).update(&members);
         ownership.cache.clear();
         ownership.generation += 1;
         // Owners may have moved: every register goes to both owners next round. Not only those

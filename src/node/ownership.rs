@@ -84,7 +84,9 @@ pub(super) struct Subscriber {
 /// The state of owner mode.
 #[derive(Debug)]
 pub struct Ownership {
-    pub(super) ring: Ring,
+    /// Shared with the ledger's views of it (a ring of a thousand members is a megabyte): a
+    /// change makes a new one.
+    pub(super) ring: std::sync::Arc<Ring>,
     /// Owners of the windows looked up since the ring was built (the same windows come up
     /// every round).
     pub(super) cache:
@@ -122,7 +124,7 @@ impl Ownership {
     /// Owner mode on a ring whose points `ring_key` places.
     pub(super) fn new(ring_key: super::placement::RingKey) -> Self {
         Self {
-            ring: Ring::new(ring_key),
+            ring: std::sync::Arc::new(Ring::new(ring_key)),
             cache: Default::default(),
             stale: true,
             suspects: BTreeSet::new(),
@@ -280,7 +282,7 @@ impl Ownership {
     }
 
     /// The ring, and how many times it has changed.
-    pub(super) fn ring(&self) -> (&Ring, u64) {
+    pub(super) fn ring(&self) -> (&std::sync::Arc<Ring>, u64) {
         (&self.ring, self.generation)
     }
 

@@ -74,7 +74,15 @@ pub struct Ring {
     /// The members, by slot; `None`: a free slot.
     slots: Vec<Option<Member>>,
     free: Vec<u32>,
+    /// `index[b]`: the first point whose top [`INDEX_BITS`] bits are `b` or more, so that a
+    /// lookup searches only the few points that share its top bits (a ring of a thousand
+    /// members has 64 000 points, and a lookup of an owner is on every window's round).
+    index: Vec<u32>,
 }
+
+/// The top bits of a point that [`Ring::index`] goes by: with `POINTS` points a member, about
+/// `members * POINTS / 2^INDEX_BITS` points share them (16 at a thousand members).
+const INDEX_BITS: u32 = 12;
 
 impl std::fmt::Debug for Ring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,6 +130,7 @@ impl Ring {
             points: Vec::new(),
             slots: Vec::new(),
             free: Vec::new(),
+            index: Vec::new(),
         }
     }
 
@@ -141,12 +150,7 @@ impl Ring {
     /// would depend on the order they came in. Only the least of them, by address, is on the
     /// ring, so every node names the same owners.
     pub fn update(&mut self, members: &[Member]) -> bool {
-        let mut by_id: std::collections::BTreeMap<u128, SocketAddr> = Default::default();
-        for m in members {
-            let addr = by_id.entry(m.id).or_insert(m.addr);
-            *addr = (*addr).min(m.addr);
-        }
-        let wanted: BTreeSet<(u128, SocketAddr)> = by_id.into_iter().collect();
+        let wanted = wanted(members);
         let mut gone = vec![false; self.slots.len()];
         let mut kept: BTreeSet<(u128, SocketAddr)> = BTreeSet::new();
         for (slot, m) in self.slots.iter_mut().enumerate() {
@@ -184,7 +188,16 @@ impl Ring {
         }
         added.sort_unstable();
         self.points = merge_sorted(std::mem::take(&mut self.points), added);
+        self.index = index_of(&self.points);
         true
+    }
+
+    /// Whether [`Ring::update`] with `members` would change this ring.
+    pub fn differs(&self, members: &[Member]) -> bool {
+        let wanted = wanted(members);
+        let mut on_ring = self.slots.iter().flatten();
+        wanted.len() != self.slots.len() - self.free.len()
+            || on_ring.any(|m| !wanted.contains(&(m.id, m.addr)))
     }
 
     /// The index in `points` of `key`'s owner's point, `None` on an empty ring.
@@ -193,7 +206,10 @@ impl Ring {
             return None;
         }
         let at = point_of_key(key);
-        Some(self.points.partition_point(|(p, _)| *p < at) % self.points.len())
+        let top = (at >> (u64::BITS - INDEX_BITS)) as usize;
+        let (from, to) = (self.index[top] as usize, self.index[top + 1] as usize);
+        let within = self.points[from..to].partition_point(|(p, _)| *p < at);
+        Some((from + within) % self.points.len())
     }
 
     /// The owner of `key`: the first of [`Ring::owners`], found without the second.
@@ -263,6 +279,30 @@ impl Ring {
             .unwrap_or(first);
         Some([self.slots[first as usize]?, self.slots[second as usize]?])
     }
+}
+
+/// The members a ring of `members` holds: one entry per id, at its least address.
+fn wanted(members: &[Member]) -> BTreeSet<(u128, SocketAddr)> {
+    let mut by_id: std::collections::BTreeMap<u128, SocketAddr> = Default::default();
+    for m in members {
+        let addr = by_id.entry(m.id).or_insert(m.addr);
+        *addr = (*addr).min(m.addr);
+    }
+    by_id.into_iter().collect()
+}
+
+/// [`Ring::index`] of sorted `points`: `2^INDEX_BITS + 1` entries, the last the number of
+/// points.
+fn index_of(points: &[(u64, u32)]) -> Vec<u32> {
+    let mut index = Vec::with_capacity((1 << INDEX_BITS) + 1);
+    let mut i = 0;
+    for top in 0..=(1u64 << INDEX_BITS) {
+        while i < points.len() && (points[i].0 >> (u64::BITS - INDEX_BITS)) < top {
+            i += 1;
+        }
+        index.push(u32::try_from(i).unwrap_or(u32::MAX));
+    }
+    index
 }
 
 /// The union of two sorted lists, sorted.

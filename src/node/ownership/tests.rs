@@ -11,7 +11,7 @@ fn member(id: u128) -> Member {
 /// view is neither node 1 nor node 5 (node 5 will claim it).
 fn viewed_from_node_1() -> (Ownership, KeyId, Member) {
     let mut o = Ownership::new([3; 32]);
-    o.ring.update(&(1..=5).map(member).collect::<Vec<_>>());
+    std::sync::Arc::make_mut(&mut o.ring).update(&(1..=5).map(member).collect::<Vec<_>>());
     let key = (0u128..)
         .map(|i| KeyId(i.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835)))
         .find(|k| {

@@ -111,6 +111,7 @@ fn a_ring_updated_through_joins_and_leaves_names_the_owners_a_fresh_one_does() {
         let mut shuffled = current.clone();
         shuffled.rotate_left(step % current.len().max(1));
         let after: BTreeSet<u128> = current.iter().map(|m| m.id).collect();
+        assert_eq!(ring.differs(&shuffled), before != after, "step {step}");
         assert_eq!(ring.update(&shuffled), before != after, "step {step}");
         let fresh = Ring::of(KEY, &current);
         assert_eq!(ring.points.len(), fresh.points.len(), "step {step}");
@@ -124,6 +125,7 @@ fn a_ring_updated_through_joins_and_leaves_names_the_owners_a_fresh_one_does() {
                 "step {step}, key {k}"
             );
         }
+        assert!(!ring.differs(&current), "step {step}");
         assert!(
             !ring.update(&current),
             "step {step}: nothing changed the second time"
@@ -132,8 +134,38 @@ fn a_ring_updated_through_joins_and_leaves_names_the_owners_a_fresh_one_does() {
     // A member at a new address is another member.
     let mut moved = current.clone();
     moved[0].addr = SocketAddr::from(([10, 9, 9, 9], 1));
+    assert!(ring.differs(&moved));
     assert!(ring.update(&moved));
     assert!((0..300).all(|k| ring.owners(key(k)) == Ring::of(KEY, &moved).owners(key(k))));
+}
+
+/// The lookup goes by an index of the points' top bits: windows at each point, next to it,
+/// and at both ends of the ring (where the search wraps) have the owners the whole ring
+/// gives them.
+#[test]
+fn windows_at_and_beside_every_point_and_at_the_ends_find_their_owners() {
+    for n in [1, 2, 7, 300] {
+        let all = members(n);
+        let ring = Ring::of(KEY, &all);
+        let reference = reference_ring(&all);
+        // A window id with no high half is its own point.
+        let at = |p: u64| KeyId(u128::from(p));
+        assert_eq!(point_of_key(at(12345)), 12345);
+        let mut probes = vec![0, 1, u64::MAX - 1, u64::MAX];
+        for (p, _, _) in &reference {
+            probes.extend([p.wrapping_sub(1), *p, p.wrapping_add(1)]);
+        }
+        for top in 0..(1u64 << INDEX_BITS) {
+            probes.push(top << (u64::BITS - INDEX_BITS));
+        }
+        for p in probes {
+            assert_eq!(
+                ring.owners(at(p)),
+                reference_owners(&reference, at(p)),
+                "{n} members, point {p:#x}"
+            );
+        }
+    }
 }
 
 #[test]
