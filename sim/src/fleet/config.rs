@@ -94,6 +94,17 @@ impl FleetConfig {
         }
     }
 
+    /// When the first crash is, if there is one.
+    pub fn first_crash_ms(&self) -> Option<u64> {
+        self.faults
+            .iter()
+            .filter_map(|f| match f {
+                FleetFault::Crash { at_ms, .. } => Some(*at_ms),
+                _ => None,
+            })
+            .min()
+    }
+
     /// The nodes on the first side of the partition, if there is one.
     pub fn partition(&self) -> Option<(usize, u64, u64)> {
         self.faults.iter().find_map(|f| match f {

@@ -32,9 +32,13 @@ pub struct Recorder {
     pub datagrams_by_kind: BTreeMap<&'static str, u64>,
     /// Bytes sent by all nodes in each second of the run, warm-up included.
     pub sent_per_s: Vec<u64>,
-    /// Per key class (its index), after warm-up, on keys never offered more than their limit:
-    /// requests offered and refused. A refusal there is a request the limit did not call for.
+    /// Per key class (its index), after warm-up and before the first crash (as the windows),
+    /// on keys never offered more than their limit: requests offered and refused. A refusal
+    /// there is a request the limit did not call for.
     pub below_limit: BTreeMap<usize, (u64, u64)>,
+    /// The same, all classes, from the first crash on: what the crash refuses.
+    pub below_limit_after_crash: (u64, u64),
+    crash_ms: u64,
     /// Every key's class and cost.
     key_classes: Vec<usize>,
     key_costs: Vec<u32>,
@@ -104,6 +108,8 @@ impl Recorder {
             datagrams_by_kind: BTreeMap::new(),
             sent_per_s: vec![0; cfg.duration_ms.div_ceil(1_000) as usize],
             below_limit: BTreeMap::new(),
+            below_limit_after_crash: (0, 0),
+            crash_ms: cfg.first_crash_ms().unwrap_or(u64::MAX),
             key_classes: keys.iter().map(|k| k.class).collect(),
             key_costs: keys.iter().map(|k| k.cost).collect(),
             warmup_ms: cfg.warmup_ms,
@@ -139,7 +145,11 @@ impl Recorder {
             }
             // Keys not measured for over-admission are those offered less than their limit.
             None if t_ms >= self.warmup_ms => {
-                let (offered, refused) = self.below_limit.entry(self.key_classes[key]).or_default();
+                let (offered, refused) = if t_ms < self.crash_ms {
+                    self.below_limit.entry(self.key_classes[key]).or_default()
+                } else {
+                    &mut self.below_limit_after_crash
+                };
                 *offered += 1;
                 *refused += u64::from(!allowed);
             }
@@ -269,5 +279,48 @@ mod tests {
         // node 1's leave one by one down to 2 a node (2 / 3): their mean is 0.772, where the
         // ceiling of the mean load (3 a window at each node) would be 3 / 4.
         assert!((ceiling - 0.772).abs() < 0.005, "{ceiling}");
+    }
+
+    /// A key offered under its limit: its refusals count after warm-up, and those from the
+    /// first crash on apart (as the windows end at it).
+    #[test]
+    fn refusals_below_the_limit_count_until_the_first_crash_and_apart_after_it() {
+        let (mut cfg, _) = two_nodes_one_key();
+        cfg.traffic.classes[0].overload = super::super::load::Load::Constant(0.5);
+        cfg.faults = vec![
+            super::super::config::FleetFault::Crash {
+                node: 1,
+                at_ms: 2_500,
+            },
+            super::super::config::FleetFault::Crash {
+                node: 0,
+                at_ms: 2_000,
+            },
+        ];
+        let keys = traffic::keys(&cfg.traffic, 2, &mut rand::rngs::StdRng::seed_from_u64(1));
+        let mut rec = Recorder::new(&cfg, &keys);
+        assert!(rec.measured[0].is_none(), "a key under its limit");
+        // Warm-up: not counted. Before the crash at 2 s: one of four refused. After: two of
+        // three.
+        let requests = [
+            (500, false),
+            (1_000, true),
+            (1_200, false),
+            (1_500, true),
+            (1_999, true),
+            (2_000, false),
+            (2_600, true),
+            (2_900, false),
+        ];
+        for (t_ms, allowed) in requests {
+            rec.request(0, 0, t_ms, allowed);
+        }
+        let r = FleetReport::new("crash", "ledger", &cfg, &rec);
+        assert!((r.refused_below_limit - 0.25).abs() < 1e-9, "{r:?}");
+        let after = r.refused_below_limit_after_crash.expect("a crash");
+        assert!((after - 2.0 / 3.0).abs() < 1e-9, "{r:?}");
+        cfg.faults.clear();
+        let r = FleetReport::new("no crash", "ledger", &cfg, &Recorder::new(&cfg, &keys));
+        assert_eq!(r.refused_below_limit_after_crash, None);
     }
 }

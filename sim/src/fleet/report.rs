@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use super::config::{FleetConfig, FleetFault, SLOT_MS};
+use super::config::{FleetConfig, SLOT_MS};
 use super::record::Recorder;
 
 /// Histogram steps: 0.1 % of the limit, up to 300 % over.
@@ -74,11 +74,15 @@ pub struct FleetReport {
     /// held to it.
     pub per_node_ceiling_by_class: ByClass<f64>,
     /// Of the requests on keys never offered more than their limit (half of it in `fleet`),
-    /// the fraction refused, after warm-up: what a user sees as a limit that bites too early. It
-    /// includes what faults refuse there (a partition's scaled shares, a new node warming up).
+    /// the fraction refused, after warm-up and before the first crash: what a user sees as a
+    /// limit that bites too early. It includes what other faults refuse there (a partition's
+    /// scaled shares, a new node warming up).
     pub refused_below_limit: f64,
     /// The same, per key class.
     pub refused_below_limit_by_class: ByClass<f64>,
+    /// The same, all classes, from the first crash to the end (`None` without a crash): what
+    /// the windows of a member gone without a word refuse while no one may lease them.
+    pub refused_below_limit_after_crash: Option<f64>,
     /// Largest admitted / L over windows ending inside a partition, over every overloaded key.
     /// It includes the windows that end in the partition's first second, mostly before the cut.
     pub partition_max_ratio: Option<f64>,
@@ -225,14 +229,8 @@ impl FleetReport {
         // `expected_hold_ms` under the strict policy, which is the point of the policy but not
         // what the scenario measures (the crash is there to time failure detection).
         let until = cfg
-            .faults
-            .iter()
-            .filter_map(|f| match f {
-                FleetFault::Crash { at_ms, .. } => Some((*at_ms / SLOT_MS) as usize),
-                _ => None,
-            })
-            .min()
-            .unwrap_or(usize::MAX);
+            .first_crash_ms()
+            .map_or(usize::MAX, |at_ms| (at_ms / SLOT_MS) as usize);
         let partition = cfg.partition().map(|(_, a, b)| (a / SLOT_MS, b / SLOT_MS));
         let mut all = Windows::default();
         let mut by_class: BTreeMap<usize, Windows> = BTreeMap::new();
@@ -311,6 +309,10 @@ impl FleetReport {
                     .fold((0, 0), |(o, r), (bo, br)| (o + bo, r + br));
                 refused as f64 / u64::max(offered, 1) as f64
             },
+            refused_below_limit_after_crash: cfg.first_crash_ms().map(|_| {
+                let (offered, refused) = rec.below_limit_after_crash;
+                refused as f64 / offered.max(1) as f64
+            }),
             refused_below_limit_by_class: ByClass(
                 rec.below_limit
                     .iter()

@@ -58,8 +58,12 @@ pub fn row(r: &FleetReport) -> String {
 }
 
 /// One line per key class under a run's row: its utilization beside the per-node ceiling (what
-/// a fixed cap at each node could use), and its refusals below the limit.
+/// a fixed cap at each node could use), and its refusals below the limit; then, if a member
+/// crashed, the refusals below the limit after it.
 pub fn classes(r: &FleetReport) -> Vec<String> {
+    let after_crash = r
+        .refused_below_limit_after_crash
+        .map(|refused| format!("  after the crash: refused<L {}", pct(refused)));
     r.utilization_by_class
         .0
         .iter()
@@ -73,5 +77,6 @@ pub fn classes(r: &FleetReport) -> Vec<String> {
                 refused.map_or_else(|| "-".into(), pct),
             )
         })
+        .chain(after_crash)
         .collect()
 }
