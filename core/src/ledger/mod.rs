@@ -15,6 +15,7 @@ mod occupancy;
 mod quantile;
 mod spend_clock;
 mod spend_marks;
+mod spend_tally;
 mod targets;
 pub mod tuning;
 
@@ -25,4 +26,5 @@ pub use occupancy::{Occupancy, Span};
 pub use quantile::poisson_quantile;
 pub use spend_clock::{ClockShape, SealedBucket, SpendClock, slot_end_ms};
 pub use spend_marks::SpendMarks;
+pub use spend_tally::SpendTally;
 pub use targets::{Cover, cover_targets};

@@ -15,7 +15,7 @@ use super::{KeyId, Limiter, OwnerOf};
 use crate::ledger::tuning::LEASE_QUANTILE;
 use crate::ledger::{
     Ask, AskAnswer, Books, Cover, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal,
-    Span, SpendMarks, cover_targets, poisson_quantile, slot_end_ms,
+    Span, SpendMarks, SpendTally, cover_targets, poisson_quantile,
 };
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -110,18 +110,17 @@ impl Limiter {
         // The spender's clock and the next spender's may each be a margin off the owner's.
         let tail = spec.window_ms() + 2 * self.config.ledger.margin_ms;
         let bucket_ms = spec.bucket_ms();
-        // A bucket older than this has left every window, with its tail, by now.
+        // A bucket older than this has left every window, with its tail, by now; the marks
+        // reach a bucket past now (`marked_epochs`), a register as far as its clock is ahead.
         let oldest = spec.epoch(now_ms.saturating_sub(tail));
-        let mut until: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut tally = SpendTally::new(oldest, *marked_epochs(spec, now_ms).end(), bucket_ms);
         // A bucket its user sealed is counted from the marks below, not from the register.
         let mut add = |origin: u64, buckets: &mut dyn Iterator<Item = (u64, u64)>| {
             // Ascending (the marks are ordered by user, then epoch).
             let sealed: SmallVec<[u64; 16]> = marks.epochs_of(origin).collect();
             for (epoch, count) in buckets.filter(|(e, _)| *e >= oldest) {
                 if sealed.binary_search(&epoch).is_err() {
-                    *until
-                        .entry(spec.epoch_start_ms(epoch + 1).saturating_add(tail))
-                        .or_default() += count;
+                    tally.add_bucket(epoch, count);
                 }
             }
         };
@@ -136,20 +135,10 @@ impl Limiter {
         }
         for (_, epoch, counts) in marks.iter() {
             for (j, c) in counts.iter().enumerate() {
-                *until
-                    .entry(slot_end_ms(epoch, j, bucket_ms).saturating_add(tail))
-                    .or_default() += u64::from(*c);
+                tally.add_slot(epoch, j, u64::from(*c));
             }
         }
-        until
-            .into_iter()
-            .filter(|(t, c)| *t > now_ms && *c > 0)
-            .map(|(until_ms, count)| Span {
-                from_ms: 0,
-                until_ms,
-                count,
-            })
-            .collect()
+        tally.spans(tail, now_ms)
     }
 
     fn lock_owned(&self) -> std::sync::MutexGuard<'_, OwnedWindows> {
