@@ -112,6 +112,7 @@ impl RpcContext {
             let in_vain = |o: &Outcome<'_, '_>| {
                 o.needs
                     .iter()
+                    .filter(|n| !n.ahead)
                     .all(|n| n.want > n.limit || (n.refused && n.valid_at_ms.is_none()))
             };
             while !outcome.allowed && !in_vain(&outcome) && !deadline.is_elapsed() {
@@ -121,6 +122,9 @@ impl RpcContext {
                 seen = tokens.arrivals();
                 now_ms = self.clock.now_ms();
                 outcome = run(now_ms, true)?;
+            }
+            if outcome.allowed {
+                tokens.ask_ahead(&outcome.needs);
             }
         }
         tally.decided(&outcome, req);

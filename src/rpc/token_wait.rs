@@ -56,6 +56,15 @@ impl TokenWait {
         self.view.leases_arrivals()
     }
 
+    /// Asks the owners of the windows an admitted request left short
+    /// ([`TokenNeed::ahead`]); nothing waits for the answers. A full command channel skips
+    /// them: the next request asks again.
+    pub fn ask_ahead(&self, needs: &[TokenNeed]) {
+        for need in needs.iter().filter(|n| n.ahead && n.ask) {
+            let _ = self.commands.try_send(Command::Ask(*need));
+        }
+    }
+
     /// Asks the owners `needs` names (where the limiter says to) and waits until a lease or an
     /// owner's answer arrives (at once if one came since `seen`, as [`TokenWait::arrivals`]
     /// read it before the check), a held token becomes valid (`valid_at_ms`, cluster time,

@@ -49,7 +49,9 @@ pub struct Decision {
     /// One status per item, in the request's order.
     pub limits: SmallVec<[LimitStatus; 2]>,
     /// Under the ledger, a refused request's windows without a token: what the caller may do
-    /// to get one (wait, or ask the owner). Empty otherwise.
+    /// to get one (wait, or ask the owner); an admitted request's windows it left short, to
+    /// ask their owners ahead ([`TokenNeed::ahead`](super::TokenNeed::ahead)). Empty
+    /// otherwise.
     pub needs: SmallVec<[super::TokenNeed; 1]>,
 }
 

@@ -173,7 +173,7 @@ fn lapse_worth_reporting(state: &WindowState, round_ms: u64) -> bool {
 }
 
 /// Whether the window refused anything of what it holds.
-fn refused_in_window(snap: &RingSnapshot) -> bool {
+pub(super) fn refused_in_window(snap: &RingSnapshot) -> bool {
     let offered: u64 = snap.offered_buckets().map(|(_, c)| c).sum();
     let admitted: u64 = snap.admitted_buckets().map(|(_, c)| c).sum();
     offered > admitted

@@ -5,11 +5,14 @@
 use smallvec::SmallVec;
 
 use super::decision::{CheckError, CheckItem, Decision, LimitStatus};
+use super::ledger_emission::refused_in_window;
 use super::state::WindowState;
 use super::{KeyId, Limiter, OwnerOf};
 use crate::ledger::AskAnswer;
+use crate::window::{RingSnapshot, WindowSpec};
 
-/// A window a refused request found no token for, and what to do about it.
+/// A window a refused request found no token for, and what to do about it; or
+/// ([`TokenNeed::ahead`]) a window an admitted request left short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenNeed {
     /// The item of the request.
@@ -27,6 +30,10 @@ pub struct TokenNeed {
     pub ask: bool,
     /// The owner refused an ask lately: waiting for it is in vain.
     pub refused: bool,
+    /// The request was admitted, and left the window with less than its demand until the
+    /// next round's lease: ask its owner now, so that the tokens come before the next
+    /// request finds none; nothing waits for the answer.
+    pub ahead: bool,
 }
 
 struct Item<'g> {
@@ -110,7 +117,8 @@ impl Limiter {
                     .unwrap_or(self.config.gossip_interval_ms)
                     .max(1)
             };
-            let newest = h.state.ring.snapshot(spec, now_ms).newest_active_epoch();
+            let snapshot = h.state.ring.snapshot(spec, now_ms);
+            let newest = snapshot.newest_active_epoch();
             limits.push(LimitStatus {
                 allowed: if allowed { true } else { fits[index] },
                 limit: item.limit.max,
@@ -134,6 +142,27 @@ impl Limiter {
                     valid_at_ms: valid_at.filter(|t| *t <= now_ms + self.config.ledger.ask_wait_ms),
                     ask,
                     refused: h.state.holdings.is_refused(now_ms),
+                    ahead: false,
+                });
+            } else if allowed
+                && !dry_run
+                && h.state.holdings.may_ask(now_ms)
+                && self
+                    .ask_ahead_below(&snapshot, spec, h.cost)
+                    .is_some_and(|low| available < low)
+                && self.leases_here(h.id).is_none()
+            {
+                needs.push(TokenNeed {
+                    index,
+                    key: h.id,
+                    window_ms: spec.window_ms(),
+                    buckets: spec.buckets(),
+                    limit: item.limit.max,
+                    want: h.cost,
+                    valid_at_ms: None,
+                    ask: true,
+                    refused: false,
+                    ahead: true,
                 });
             }
         }
@@ -198,6 +227,29 @@ impl Limiter {
             }
         }
         !refused
+    }
+
+    /// Below how many tokens an admitted request asks the window's owner ahead: what the
+    /// window is offered at this node over a round, by its count over the window (at least
+    /// one request of `cost`), which it spends before the next round's lease comes; an ask's
+    /// answer comes in a round trip. `None` where the window refused anything: it is at its
+    /// limit, where an ask ahead would only move tokens between its users (its owner takes
+    /// their spends since their reports into account instead, `owner_round`). A node that
+    /// leases the window itself asks its books when it runs out, with no trip to wait for.
+    pub(super) fn ask_ahead_below(
+        &self,
+        snapshot: &RingSnapshot,
+        spec: &WindowSpec,
+        cost: u32,
+    ) -> Option<u64> {
+        if refused_in_window(snapshot) {
+            return None;
+        }
+        let offered: u64 = snapshot.offered_buckets().map(|(_, c)| c).sum();
+        let per_round = offered
+            .saturating_mul(self.config.gossip_interval_ms)
+            .div_ceil(spec.window_ms().max(1));
+        Some(per_round.max(u64::from(cost)))
     }
 
     /// This node leases the window itself (`owner`): it asks its own books for what `item`

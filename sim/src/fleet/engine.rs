@@ -406,6 +406,9 @@ impl<'c> Engine<'c> {
             self.wait_for_token(node, key, &decision);
             return;
         }
+        if decision.allowed {
+            self.ask_ahead(node, &decision);
+        }
         self.rec
             .request(key, node, ms(self.now_us), decision.allowed);
     }

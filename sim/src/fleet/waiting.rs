@@ -32,6 +32,24 @@ impl Engine<'_> {
         }
     }
 
+    /// An admitted request left windows short: the node asks their owners ahead, as the gRPC
+    /// service does ([`TokenNeed::ahead`](limitmesh::limiter::TokenNeed::ahead)).
+    pub(super) fn ask_ahead(&mut self, slot: usize, decision: &Decision) {
+        let at = self.at();
+        let Some(core) = self.slots[slot].core.as_mut() else {
+            return;
+        };
+        let now = Now::read_at(core.clock(), at);
+        let mut asked = false;
+        for need in decision.needs.iter().filter(|n| n.ahead && n.ask) {
+            core.on_command(now, Command::Ask(*need));
+            asked = true;
+        }
+        if asked {
+            self.after_input(slot);
+        }
+    }
+
     /// A request refused for want of a token: the node asks the owner where it may, and the
     /// request waits (or is refused now if there is nothing to wait for).
     pub(super) fn wait_for_token(&mut self, slot: usize, key: usize, decision: &Decision) {
@@ -86,7 +104,11 @@ impl Engine<'_> {
         let waiting = std::mem::take(&mut self.slots[slot].waiting);
         let mut still = Vec::new();
         for w in waiting {
-            let admitted = self.decide(slot, w.key, true).is_some_and(|d| d.allowed);
+            let decision = self.decide(slot, w.key, true);
+            let admitted = decision.as_ref().is_some_and(|d| d.allowed);
+            if let Some(d) = decision.filter(|d| d.allowed) {
+                self.ask_ahead(slot, &d);
+            }
             if admitted || self.now_us >= w.until_us {
                 self.rec.request(w.key, slot, ms(self.now_us), admitted);
             } else {

@@ -86,6 +86,17 @@ impl Cluster {
         let Some(need) = d.needs.first().filter(|n| n.ask) else {
             return false;
         };
+        match self.ask(i, need, limit, now) {
+            // Waits for the token if it is post-dated within the wait.
+            Some(valid_from) => check(node, key, &[limit], cost, now.max(valid_from)).allowed,
+            None => false,
+        }
+    }
+
+    /// Node `i` asks the owner for what `need` says; the lease granted is taken. Returns when
+    /// its last segment becomes valid, or `None` if the owner refused.
+    fn ask(&self, i: usize, need: &TokenNeed, limit: Limit, now: u64) -> Option<u64> {
+        let node = &self.nodes[i];
         let spec = limit.window;
         let held = node.held_word(need.key, 1, now);
         match self.owner().owner_ask(
@@ -111,13 +122,11 @@ impl Cluster {
                     },
                     now,
                 );
-                // Waits for the token if it is post-dated within the wait.
-                let at = now.max(valid_from);
-                check(node, key, &[limit], cost, at).allowed
+                Some(valid_from)
             }
             AskAnswer::Refused { retry_after_ms } => {
                 node.ask_refused(need.key, retry_after_ms, now);
-                false
+                None
             }
         }
     }
@@ -601,4 +610,75 @@ fn a_refused_request_takes_no_token_from_its_other_limits() {
     assert!(!d.allowed, "the minute window holds no token");
     assert_eq!(remaining(now), 1, "the second's token is kept");
     assert!(check(user, "k", &[sec], 1, now).allowed);
+}
+
+/// An admitted request that leaves a user with fewer tokens than its demand over a round (what
+/// it spends before the next round's lease comes) asks the owner ahead, and one that leaves it
+/// enough does not; nor does a request in a window that refused anything (at its limit), a
+/// refused request, or the owner, which asks its own books when it runs out.
+#[test]
+fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
+    let c = Cluster::new(2);
+    let limit = Limit {
+        max: 1_000,
+        window: WindowSpec::with_default_buckets(1_000).unwrap(),
+    };
+    let spec = limit.window;
+    let round = c.nodes[1].config().gossip_interval_ms;
+    let node = &c.nodes[1];
+    let id = node.key_id(b"k", &spec);
+    let (mut ahead, mut enough, mut refused_window) = (0, 0, 0);
+    // 200 a second for two seconds, then 1 000 a second: the tokens leased for the first
+    // rate run short of the second's.
+    for i in 0..1_400u64 {
+        let now = if i < 400 {
+            10_000 + 5 * i
+        } else {
+            12_000 + (i - 400)
+        };
+        if now % round == 0 {
+            c.round(now);
+        }
+        let may_ask = node.may_ask(id, now);
+        let d = check(node, "k", &[limit], 1, now);
+        if !d.allowed {
+            assert!(d.needs.iter().all(|n| !n.ahead), "at {now}: {d:?}");
+            if let Some(need) = d.needs.first().filter(|n| n.ask) {
+                c.ask(1, need, limit, now);
+            }
+            continue;
+        }
+        let low = {
+            let guard = node.table.guard();
+            let state = node.table.get(&id, &guard).expect("the window");
+            node.ask_ahead_below(&state.ring.snapshot(&spec, now), &spec, 1)
+        };
+        let remaining = d.limits[0].remaining;
+        let asks_ahead = d.needs.iter().any(|n| n.ahead && n.ask);
+        assert_eq!(
+            asks_ahead,
+            may_ask && low.is_some_and(|l| remaining < l),
+            "at {now}: {remaining} left, ask below {low:?}: {d:?}"
+        );
+        match low {
+            None => refused_window += 1,
+            // Offered 200 a second over the last window: a round's demand is about 40.
+            Some(l) if (11_100..12_000).contains(&now) => {
+                assert!((30..=50).contains(&l), "at {now}: {l}");
+            }
+            Some(_) => {}
+        }
+        if asks_ahead {
+            ahead += 1;
+            c.ask(1, &d.needs[0], limit, now);
+        } else if low.is_some() {
+            enough += 1;
+        }
+        let at_owner = check(c.owner(), "k", &[limit], 1, now);
+        assert!(at_owner.needs.iter().all(|n| !n.ahead), "{at_owner:?}");
+    }
+    assert!(
+        ahead > 0 && enough > 0 && refused_window > 0,
+        "{ahead} ahead, {enough} with enough, {refused_window} in a window that refused"
+    );
 }
