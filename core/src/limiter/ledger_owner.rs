@@ -299,20 +299,16 @@ impl Limiter {
                 from,
                 params.tail_of(from + lease_ms),
             );
-            // What each holds now: what it said it had left. Where the users' demand is
-            // under the limit, a user that runs low asks ahead for more (`TokenNeed::ahead`),
-            // so what it said stands. Where it is at the limit or over, users are refused and
-            // do not ask ahead: what each is expected to have spent since its report (within a
-            // calm lease of it, as a user that spends reports within one) is taken as gone, or
-            // a user leased less than it spends waits a round for each refill.
-            let at_limit =
-                demands.iter().map(|(_, d, _)| u64::from(*d)).sum::<u64>() >= params.limit;
+            // What each holds now: what it said it had left, less what it is expected to
+            // have spent since. A user that spends reports within a calm lease (and at once
+            // when its tokens run low): a longer silence says it spent nothing, and guessing
+            // spends past that would lease it more and more tokens it does not need.
             let held: Vec<u64> = demands
                 .iter()
                 .map(|(user, demand, unit)| {
                     let since_report = now_ms.saturating_sub(w.books.heard_at(*user));
                     // In whole requests: what it holds is a whole number of them.
-                    let spent_since = if at_limit && since_report <= calm_lease_ms {
+                    let spent_since = if since_report <= calm_lease_ms {
                         expected(*demand, since_report) as u64 / unit * unit
                     } else {
                         0

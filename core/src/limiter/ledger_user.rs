@@ -233,8 +233,7 @@ impl Limiter {
     /// window is offered at this node over a round, by its count over the window (at least
     /// one request of `cost`), which it spends before the next round's lease comes; an ask's
     /// answer comes in a round trip. `None` where the window refused anything: it is at its
-    /// limit, where an ask ahead would only move tokens between its users (its owner takes
-    /// their spends since their reports into account instead, `owner_round`). A node that
+    /// limit, where an ask ahead would only move tokens between its users. A node that
     /// leases the window itself asks its books when it runs out, with no trip to wait for.
     pub(super) fn ask_ahead_below(
         &self,
