@@ -14,9 +14,11 @@ use crate::limiter::{KeyId, LeaseGrant, LedgerReport, OriginId, TokenNeed};
 use crate::window::{EstimateMode, WindowSpec};
 
 impl<T: TimeSource> NodeCore<T> {
-    /// A request found no token for a window another member leases: asks it.
+    /// A request found no token for a window another member leases, or an admitted one left
+    /// it short: asks it.
     pub(super) fn ask_owner(&mut self, now: Now, need: TokenNeed) {
-        // Several requests may have sent one: the first asks, the others wait for its answer.
+        // Several requests may have sent one: the first asks, the others wait for its answer
+        // (an ask ahead, claimed once a round by its window, goes unless one is on its way).
         if !self.limiter.may_ask(need.key, now.cluster_ms) {
             return;
         }

@@ -75,7 +75,8 @@ pub use self::view::{ClusterView, MemberInfo, MemberState};
 pub enum Command {
     /// Replace the discovered seeds (from DNS); static seeds are kept.
     DiscoveredSeeds(Vec<SocketAddr>),
-    /// A request found no token for a window another member leases: ask that member.
+    /// A request found no token for a window another member leases, or an admitted one left
+    /// it short (`TokenNeed::ahead`): ask that member.
     Ask(crate::limiter::TokenNeed),
 }
 

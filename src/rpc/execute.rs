@@ -55,7 +55,8 @@ pub(crate) struct Outcome<'r, 'q> {
     /// One per descriptor (or one for the key), in request order.
     pub verdicts: Vec<Verdict<'r, 'q>>,
     /// Under the ledger: the windows a check found no token for (empty otherwise), for the
-    /// caller to ask their owners and wait (`token_wait.rs`).
+    /// caller to ask their owners and wait (`token_wait.rs`), and those an admitted check
+    /// left short, to ask ahead (`TokenNeed::ahead`).
     pub needs: SmallVec<[TokenNeed; 1]>,
 }
 

@@ -105,3 +105,49 @@ impl TokenWait {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limiter::KeyId;
+
+    fn need(key: u128, ask: bool, ahead: bool) -> TokenNeed {
+        TokenNeed {
+            index: 0,
+            key: KeyId(key),
+            window_ms: 1_000,
+            buckets: 10,
+            limit: 10,
+            want: 1,
+            valid_at_ms: None,
+            ask,
+            refused: false,
+            ahead,
+        }
+    }
+
+    /// Asks ahead go to the node without waiting, only for the windows an admitted request
+    /// left short and may ask about; the needs of a refused request are not asked here.
+    #[test]
+    fn only_needs_ahead_that_may_ask_are_sent_ahead() {
+        let (commands, mut received) = mpsc::channel(8);
+        let wait = TokenWait {
+            commands,
+            view: Arc::new(ClusterView::default()),
+            wait_ms: 15,
+        };
+        wait.ask_ahead(&[
+            need(1, true, true),
+            need(2, true, false),
+            need(3, false, true),
+        ]);
+        let Ok(Command::Ask(sent)) = received.try_recv() else {
+            panic!("an ask ahead was sent");
+        };
+        assert_eq!(sent.key, KeyId(1));
+        assert!(
+            received.try_recv().is_err(),
+            "only the one ahead that may ask"
+        );
+    }
+}

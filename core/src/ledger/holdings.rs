@@ -72,6 +72,8 @@ struct Book {
     ask_again_at_ms: AtomicU64,
     /// The owner refused an ask: it has no token for this node before this time (ms).
     refused_until_ms: AtomicU64,
+    /// No ask ahead goes before this time (ms): a lease does not reopen it.
+    ahead_again_at_ms: AtomicU64,
     /// When this node last reported the window to its owner (ms).
     reported_at_ms: AtomicU64,
     /// Every spend by fine slot (`spend_clock.rs`): made with the first lease taken, and
@@ -104,6 +106,7 @@ impl Book {
             closed,
             ask_again_at_ms: carried(|b| &b.ask_again_at_ms),
             refused_until_ms: carried(|b| &b.refused_until_ms),
+            ahead_again_at_ms: carried(|b| &b.ahead_again_at_ms),
             reported_at_ms: carried(|b| &b.reported_at_ms),
             clock: old.and_then(|b| b.clock.clone()),
         }
@@ -264,6 +267,21 @@ impl Holdings {
         if let Some(b) = self.book.load().as_ref() {
             b.ask_again_at_ms.fetch_max(at_ms, Ordering::Relaxed);
         }
+    }
+
+    /// Claims the window's ask ahead at `now_ms`: true for one caller until `until_ms`, the
+    /// first to come once the last claim's time is over; false where the window holds no
+    /// lease (an ask ahead follows a spend).
+    pub fn claim_ahead(&self, now_ms: u64, until_ms: u64) -> bool {
+        let book = self.book.load();
+        let Some(b) = book.as_ref() else {
+            return false;
+        };
+        let at = b.ahead_again_at_ms.load(Ordering::Relaxed);
+        at <= now_ms
+            && b.ahead_again_at_ms
+                .compare_exchange(at, until_ms, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// When this node last reported the window (0: never).

@@ -150,7 +150,12 @@ impl Limiter {
                 && self
                     .ask_ahead_below(&snapshot, spec, h.cost)
                     .is_some_and(|low| available < low)
-                && self.leases_here(h.id).is_none()
+                && !h
+                    .leased_here
+                    .unwrap_or_else(|| self.leases_here(h.id).is_some())
+                && h.state
+                    .holdings
+                    .claim_ahead(now_ms, now_ms + self.config.gossip_interval_ms)
             {
                 needs.push(TokenNeed {
                     index,
@@ -232,9 +237,14 @@ impl Limiter {
     /// Below how many tokens an admitted request asks the window's owner ahead: what the
     /// window is offered at this node over a round, by its count over the window (at least
     /// one request of `cost`), which it spends before the next round's lease comes; an ask's
-    /// answer comes in a round trip. `None` where the window refused anything: it is at its
-    /// limit, where an ask ahead would only move tokens between its users. A node that
-    /// leases the window itself asks its books when it runs out, with no trip to wait for.
+    /// answer comes in a round trip. `None` where the window refused anything: at its limit
+    /// an ask ahead would only move tokens between its users (a request that waited for
+    /// tokens counts as refused too, so a window that ran dry relies on its rounds until the
+    /// refusal leaves it). A node that leases the window itself asks its books when it runs
+    /// out, with no trip to wait for. One ask ahead goes per window a round
+    /// ([`Holdings::claim_ahead`](crate::ledger::Holdings::claim_ahead)): the owner answers
+    /// with what the user's demand wants until its next round's lease, and a user the room
+    /// leaves short of that waits for the round rather than ask again at each request.
     pub(super) fn ask_ahead_below(
         &self,
         snapshot: &RingSnapshot,

@@ -230,3 +230,21 @@ fn a_token_a_report_shows_spent_is_in_the_sealed_counts() {
     assert_eq!((spent, counted), (2, 2));
     assert_eq!(h.available(T0 + 100, MARGIN), 8, "nor spent again");
 }
+
+/// An ask ahead is claimed by one caller a period, whatever leases come meanwhile (each
+/// reopens an ask on the request path, not an ask ahead); a window that holds no lease has
+/// none to claim.
+#[test]
+fn an_ask_ahead_is_claimed_once_a_period_and_a_lease_does_not_reopen_it() {
+    let h = Holdings::default();
+    assert!(!h.claim_ahead(T0, T0 + 200), "no lease held");
+    assert!(h.accept(&lease(1, 400, &[seg(1, 3, 0)]), SHAPE));
+    assert!(h.claim_ahead(T0, T0 + 200));
+    assert!(!h.claim_ahead(T0, T0 + 200), "claimed");
+    h.ask_again_at(T0 + 15);
+    assert!(h.accept(&lease(2, 400, &[seg(1, 3, 0), seg(2, 2, 0)]), SHAPE));
+    assert!(h.may_ask(T0 + 1), "a lease reopens asking");
+    assert!(!h.claim_ahead(T0 + 199, T0 + 399), "but not an ask ahead");
+    assert!(h.claim_ahead(T0 + 200, T0 + 400));
+    assert!(!h.claim_ahead(T0 + 300, T0 + 500));
+}

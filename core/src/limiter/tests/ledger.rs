@@ -613,9 +613,9 @@ fn a_refused_request_takes_no_token_from_its_other_limits() {
 }
 
 /// An admitted request that leaves a user with fewer tokens than its demand over a round (what
-/// it spends before the next round's lease comes) asks the owner ahead, and one that leaves it
-/// enough does not; nor does a request in a window that refused anything (at its limit), a
-/// refused request, or the owner, which asks its own books when it runs out.
+/// it spends before the next round's lease comes) asks the owner ahead, once a round, and one
+/// that leaves it enough does not; nor does a request in a window that refused anything (at
+/// its limit), a refused request, or the owner, which asks its own books when it runs out.
 #[test]
 fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
     let c = Cluster::new(2);
@@ -628,6 +628,8 @@ fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
     let node = &c.nodes[1];
     let id = node.key_id(b"k", &spec);
     let (mut ahead, mut enough, mut refused_window) = (0, 0, 0);
+    // One ask ahead a round.
+    let mut next_ahead = 0;
     // 200 a second for two seconds, then 1 000 a second: the tokens leased for the first
     // rate run short of the second's.
     for i in 0..1_400u64 {
@@ -657,7 +659,7 @@ fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
         let asks_ahead = d.needs.iter().any(|n| n.ahead && n.ask);
         assert_eq!(
             asks_ahead,
-            may_ask && low.is_some_and(|l| remaining < l),
+            may_ask && low.is_some_and(|l| remaining < l) && now >= next_ahead,
             "at {now}: {remaining} left, ask below {low:?}: {d:?}"
         );
         match low {
@@ -670,6 +672,7 @@ fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
         }
         if asks_ahead {
             ahead += 1;
+            next_ahead = now + round;
             c.ask(1, &d.needs[0], limit, now);
         } else if low.is_some() {
             enough += 1;
