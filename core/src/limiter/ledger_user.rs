@@ -147,9 +147,7 @@ impl Limiter {
             } else if allowed
                 && !dry_run
                 && h.state.holdings.may_ask(now_ms)
-                && self
-                    .ask_ahead_below(&snapshot, spec, h.cost)
-                    .is_some_and(|low| available < low)
+                && self.short_of_a_round(&snapshot, spec, h.cost, available)
                 && !h
                     .leased_here
                     .unwrap_or_else(|| self.leases_here(h.id).is_some())
@@ -234,31 +232,32 @@ impl Limiter {
         !refused
     }
 
-    /// Below how many tokens an admitted request asks the window's owner ahead: what the
-    /// window is offered at this node over a round, by its count over the window (at least
-    /// one request of `cost`), which it spends before the next round's lease comes; an ask's
-    /// answer comes in a round trip. `None` where the window refused anything: at its limit
-    /// an ask ahead would only move tokens between its users (a request that waited for
-    /// tokens counts as refused too, so a window that ran dry relies on its rounds until the
-    /// refusal leaves it). A node that leases the window itself asks its books when it runs
-    /// out, with no trip to wait for. One ask ahead goes per window a round
-    /// ([`Holdings::claim_ahead`](crate::ledger::Holdings::claim_ahead)): the owner answers
-    /// with what the user's demand wants until its next round's lease, and a user the room
-    /// leaves short of that waits for the round rather than ask again at each request.
-    pub(super) fn ask_ahead_below(
+    /// Whether `available` tokens leave the window short, so that an admitted request asks
+    /// its owner ahead: fewer than the window is offered at this node over a round, by its
+    /// count over the window (at least one request of `cost`), which it spends before the next
+    /// round's lease comes; an ask's answer comes in a round trip. Not where the window
+    /// refused anything: at its limit an ask ahead would only move tokens between its users
+    /// (a request that waited for tokens counts as refused too, so a window that ran dry
+    /// relies on its rounds until the refusal leaves it). A node that leases the window itself
+    /// asks its books when it runs out, with no trip to wait for. One ask ahead goes per
+    /// window a round ([`Holdings::claim_ahead`](crate::ledger::Holdings::claim_ahead)): the
+    /// owner answers with what the user's demand wants until its next round's lease, and a
+    /// user the room leaves short of that waits for the round rather than ask again at each
+    /// request.
+    pub(super) fn short_of_a_round(
         &self,
         snapshot: &RingSnapshot,
         spec: &WindowSpec,
         cost: u32,
-    ) -> Option<u64> {
-        if refused_in_window(snapshot) {
-            return None;
-        }
+        available: u64,
+    ) -> bool {
         let offered: u64 = snapshot.offered_buckets().map(|(_, c)| c).sum();
         let per_round = offered
             .saturating_mul(self.config.gossip_interval_ms)
-            .div_ceil(spec.window_ms().max(1));
-        Some(per_round.max(u64::from(cost)))
+            .div_ceil(spec.window_ms().max(1))
+            .max(u64::from(cost));
+        // The common case, a window with tokens enough, reads the buckets once.
+        available < per_round && !refused_in_window(snapshot)
     }
 
     /// This node leases the window itself (`owner`): it asks its own books for what `item`

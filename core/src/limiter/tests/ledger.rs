@@ -650,16 +650,23 @@ fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
             }
             continue;
         }
-        let low = {
+        let remaining = d.limits[0].remaining;
+        // The threshold (at least one request) and whether the window refused anything.
+        let (short, low) = {
             let guard = node.table.guard();
             let state = node.table.get(&id, &guard).expect("the window");
-            node.ask_ahead_below(&state.ring.snapshot(&spec, now), &spec, 1)
+            let snapshot = state.ring.snapshot(&spec, now);
+            let refused = !node.short_of_a_round(&snapshot, &spec, 1, 0);
+            let low = (1..=1_000).find(|n| !node.short_of_a_round(&snapshot, &spec, 1, *n));
+            (
+                node.short_of_a_round(&snapshot, &spec, 1, remaining),
+                (!refused).then_some(low.unwrap_or(0)),
+            )
         };
-        let remaining = d.limits[0].remaining;
         let asks_ahead = d.needs.iter().any(|n| n.ahead && n.ask);
         assert_eq!(
             asks_ahead,
-            may_ask && low.is_some_and(|l| remaining < l) && now >= next_ahead,
+            may_ask && short && now >= next_ahead,
             "at {now}: {remaining} left, ask below {low:?}: {d:?}"
         );
         match low {
