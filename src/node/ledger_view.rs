@@ -89,6 +89,10 @@ impl OwnerView for RingView {
         })
     }
 
+    fn owner_id(&self, key: KeyId) -> Option<u128> {
+        self.ring.owner(key).map(|o| o.id)
+    }
+
     fn lease_part(&self) -> (u64, u64) {
         self.part
     }
@@ -244,6 +248,10 @@ mod tests {
             .collect();
         assert!(!owned.is_empty(), "the node owns some windows");
         assert!(owned.iter().all(|k| quiet_at(&seen, *k) >= 10_200 + QUIET));
+        // The owner alone is the one `owner_of` names, with a ring from before kept.
+        assert!((0..256u128).map(spread).all(|k| {
+            seen.owner_id(k) == seen.owner_of(k).map(|o| o.owner) && alone.owner_id(k) == Some(1)
+        }));
         // Still warming up a round later, with nothing else changed: quiet a period past it.
         let warming = node
             .install(10_400, &all, 2, (8, 8), QUIET, true, &[], 0)

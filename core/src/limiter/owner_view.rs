@@ -47,6 +47,12 @@ impl OwnerOf {
 pub trait OwnerView: Send + Sync + std::fmt::Debug {
     /// The owner of `key`; `None` if no member can lease it in this node's view.
     fn owner_of(&self, key: KeyId) -> Option<OwnerOf>;
+    /// The member [`OwnerView::owner_of`] names for `key`, where finding it costs less than
+    /// the rest of what that says (a view keeping rings from before a change reads only the
+    /// current one).
+    fn owner_id(&self, key: KeyId) -> Option<u128> {
+        self.owner_of(key).map(|o| o.owner)
+    }
     /// This node's side's part of every limit it leases, as `(members seen, members
     /// expected)`: under `strict`, a side cut off from some of the cluster leases only its
     /// part, so that the sides' leases together stay within the limit; `(1, 1)` otherwise.
@@ -66,6 +72,10 @@ impl Limiter {
             None => Some(OwnerOf::quiet_until(self.origin.0, 0)),
             Some(view) => {
                 let view = &view.0;
+                // Most windows are another member's: told by the owner alone.
+                if view.owner_id(key) != Some(self.origin.0) {
+                    return None;
+                }
                 view.owner_of(key)
                     .filter(|o| o.owner == self.origin.0 && view.lease_part().0 > 0)
             }
