@@ -101,7 +101,7 @@ pub(super) fn scenarios(page: &mut String, recordings: &[&Recording]) -> anyhow:
          forced), `naive` (admit while the global estimate is under the limit). *Worst \
          window* is the busiest window of any overloaded key, as a multiple of its limit. \
          *Refused below the limit* is the part of the requests refused on keys offered half \
-         their limit.\n\n",
+         their limit, up to the crash as well.\n\n",
     );
     header(page, &["scenario", "what it runs"]);
     for (name, what) in FLEET_SCENARIOS {
