@@ -72,7 +72,7 @@ struct Book {
     ask_again_at_ms: AtomicU64,
     /// The owner refused an ask: it has no token for this node before this time (ms).
     refused_until_ms: AtomicU64,
-    /// No ask ahead goes before this time (ms): a lease does not reopen it.
+    /// No ask ahead goes before this (ms); a lease does not reopen it.
     ahead_again_at_ms: AtomicU64,
     /// When this node last reported the window to its owner (ms).
     reported_at_ms: AtomicU64,
@@ -269,19 +269,16 @@ impl Holdings {
         }
     }
 
-    /// Claims the window's ask ahead at `now_ms`: true for one caller until `until_ms`, the
-    /// first to come once the last claim's time is over; false where the window holds no
-    /// lease (an ask ahead follows a spend).
+    /// Claims the window's ask ahead at `now_ms` until `until_ms`: true for the first caller
+    /// once the last claim is over; false where no lease is held (an ask ahead follows one).
     pub fn claim_ahead(&self, now_ms: u64, until_ms: u64) -> bool {
-        let book = self.book.load();
-        let Some(b) = book.as_ref() else {
-            return false;
-        };
-        let at = b.ahead_again_at_ms.load(Ordering::Relaxed);
-        at <= now_ms
-            && b.ahead_again_at_ms
-                .compare_exchange(at, until_ms, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
+        self.book.load().as_ref().is_some_and(|b| {
+            let at = b.ahead_again_at_ms.load(Ordering::Relaxed);
+            at <= now_ms
+                && b.ahead_again_at_ms
+                    .compare_exchange(at, until_ms, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+        })
     }
 
     /// When this node last reported the window (0: never).

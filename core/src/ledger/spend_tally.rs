@@ -127,7 +127,7 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the buckets (before, inside and past the tally's), the slots, the bucket
+        /// Whatever the buckets (older than the tally's, in it, or past it), the slots, the bucket
         /// size (down to a millisecond, where slots share their ends) and the counts (up to
         /// saturation), the tally gives the definition's spans.
         #[test]
