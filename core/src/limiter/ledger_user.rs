@@ -126,47 +126,40 @@ impl Limiter {
                 reset_after_ms: newest.map_or(0, |e| spec.expiry_ms(e).saturating_sub(now_ms)),
                 retry_after_ms,
             });
+            // A need of this window: one that lacks and one ahead differ only in these.
+            let need = |valid_at_ms, ask, refused, ahead| TokenNeed {
+                index,
+                key: h.id,
+                window_ms: spec.window_ms(),
+                buckets: spec.buckets(),
+                limit: item.limit.max,
+                want: h.cost,
+                valid_at_ms,
+                ask,
+                refused,
+                ahead,
+            };
+            let here = || {
+                h.leased_here
+                    .unwrap_or_else(|| self.leases_here(h.id).is_some())
+            };
             if lacks {
                 // A cost above the limit can never be met: nothing to ask for.
-                let here = h
-                    .leased_here
-                    .unwrap_or_else(|| self.leases_here(h.id).is_some());
-                let ask = !here && h.cost <= item.limit.max && h.state.holdings.may_ask(now_ms);
-                needs.push(TokenNeed {
-                    index,
-                    key: h.id,
-                    window_ms: spec.window_ms(),
-                    buckets: spec.buckets(),
-                    limit: item.limit.max,
-                    want: h.cost,
-                    valid_at_ms: valid_at.filter(|t| *t <= now_ms + self.config.ledger.ask_wait_ms),
+                let ask = !here() && h.cost <= item.limit.max && h.state.holdings.may_ask(now_ms);
+                needs.push(need(
+                    valid_at.filter(|t| *t <= now_ms + self.config.ledger.ask_wait_ms),
                     ask,
-                    refused: h.state.holdings.is_refused(now_ms),
-                    ahead: false,
-                });
+                    h.state.holdings.is_refused(now_ms),
+                    false,
+                ));
             } else if allowed
                 && !dry_run
                 && h.state.holdings.may_ask(now_ms)
                 && self.short_of_a_round(&snapshot, spec, h.cost, available)
-                && !h
-                    .leased_here
-                    .unwrap_or_else(|| self.leases_here(h.id).is_some())
-                && h.state
-                    .holdings
-                    .claim_ahead(now_ms, now_ms + self.config.gossip_interval_ms)
+                && !here()
+                && (h.state.holdings).claim_ahead(now_ms, now_ms + self.config.gossip_interval_ms)
             {
-                needs.push(TokenNeed {
-                    index,
-                    key: h.id,
-                    window_ms: spec.window_ms(),
-                    buckets: spec.buckets(),
-                    limit: item.limit.max,
-                    want: h.cost,
-                    valid_at_ms: None,
-                    ask: true,
-                    refused: false,
-                    ahead: true,
-                });
+                needs.push(need(None, true, false, true));
             }
         }
         Ok(Decision {
