@@ -123,8 +123,12 @@ impl RpcContext {
                 now_ms = self.clock.now_ms();
                 outcome = run(now_ms, true)?;
             }
-            if outcome.allowed {
+            // Shadow mode answers OK a request its limits refused: the windows ran dry all
+            // the same.
+            if outcome.allowed && !outcome.shadowed {
                 tokens.ask_ahead(&outcome.needs);
+            } else {
+                self.limiter.ran_dry(&outcome.needs, now_ms);
             }
         }
         tally.decided(&outcome, req);

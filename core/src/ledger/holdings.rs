@@ -16,102 +16,14 @@
 //! are taken; a spend whose clock slot is sealed takes none.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use arc_swap::ArcSwapOption;
 use smallvec::SmallVec;
 
-use super::lease::{HeldLease, HoldingsReport, Lease, Segment};
+use super::lease::{HeldLease, HoldingsReport, Lease};
 use super::spend_clock::{ClockShape, SealedBucket, SpendClock};
-
-/// What `close` leaves in a segment's spent counter: above any count, so that no check still
-/// holding the old book takes a handed-back token.
-const CLOSED: u32 = u32::MAX;
-
-#[derive(Debug)]
-struct HeldSegment {
-    segment: Segment,
-    spent: AtomicU32,
-}
-
-impl HeldSegment {
-    fn unspent(&self) -> u32 {
-        self.segment
-            .count
-            .saturating_sub(self.spent.load(Ordering::Acquire))
-    }
-}
-
-/// What this user has of one owner's lease.
-#[derive(Debug)]
-struct Entry {
-    owner: u128,
-    seq: u32,
-    expires_ms: u64,
-    segments: SmallVec<[Arc<HeldSegment>; 2]>,
-}
-
-impl Entry {
-    fn spendable(&self, now_ms: u64, margin_ms: u64) -> bool {
-        now_ms.saturating_add(margin_ms) < self.expires_ms
-    }
-
-    fn unspent(&self) -> u32 {
-        self.segments.iter().map(|s| s.unspent()).sum()
-    }
-}
-
-#[derive(Debug)]
-struct Book {
-    /// Soonest to end first: a check spends what would lapse first.
-    entries: SmallVec<[Arc<Entry>; 1]>,
-    /// Handed back: nothing more is spent.
-    closed: bool,
-    /// An ask is on its way, or the owner refused one: none is sent again before this time
-    /// (ms).
-    ask_again_at_ms: AtomicU64,
-    /// The owner refused an ask: it has no token for this node before this time (ms).
-    refused_until_ms: AtomicU64,
-    /// No ask ahead goes before this (ms); a lease does not reopen it.
-    ahead_again_at_ms: AtomicU64,
-    /// When this node last reported the window to its owner (ms).
-    reported_at_ms: AtomicU64,
-    /// Every spend by fine slot (`spend_clock.rs`): made with the first lease taken, and
-    /// kept by every book after, so that no spend is counted in a clock that is not sealed.
-    clock: Option<Arc<SpendClock>>,
-}
-
-impl Book {
-    /// Tokens spendable at `now_ms`.
-    fn available(&self, now_ms: u64, margin_ms: u64) -> u64 {
-        if self.closed {
-            return 0;
-        }
-        self.entries
-            .iter()
-            .filter(|e| e.spendable(now_ms, margin_ms))
-            .flat_map(|e| e.segments.iter())
-            .filter(|s| s.segment.valid_from_ms <= now_ms)
-            .map(|s| u64::from(s.unspent()))
-            .sum()
-    }
-
-    /// A book with `entries`, the rest carried over from `old`.
-    fn next(old: Option<&Book>, entries: SmallVec<[Arc<Entry>; 1]>, closed: bool) -> Self {
-        let carried = |f: fn(&Book) -> &AtomicU64| {
-            AtomicU64::new(old.map_or(0, |b| f(b).load(Ordering::Relaxed)))
-        };
-        Self {
-            entries,
-            closed,
-            ask_again_at_ms: carried(|b| &b.ask_again_at_ms),
-            refused_until_ms: carried(|b| &b.refused_until_ms),
-            ahead_again_at_ms: carried(|b| &b.ahead_again_at_ms),
-            reported_at_ms: carried(|b| &b.reported_at_ms),
-            clock: old.and_then(|b| b.clock.clone()),
-        }
-    }
-}
+use book::{Book, CLOSED, Entry, HeldSegment, held_of};
 
 /// The leases a user holds for one window. See the module documentation. One pointer: a
 /// window that never held a lease costs nothing more.
@@ -258,6 +170,31 @@ impl Holdings {
     /// for a window that holds none; a writer replacing the book at the same moment may lose
     /// this, which only lets the next ask go sooner.)
     pub fn ask_again_at(&self, at_ms: u64) {
+        self.with_book(|b| {
+            b.ask_again_at_ms.fetch_max(at_ms, Ordering::Relaxed);
+        });
+    }
+
+    /// A request that found no token of the window was refused in the end at `now_ms` (its
+    /// wait is over, or it had nothing to wait for). A book is made as in
+    /// [`Holdings::ask_again_at`].
+    pub fn ran_dry(&self, now_ms: u64) {
+        self.with_book(|b| {
+            b.ran_dry_at_ms.fetch_max(now_ms, Ordering::Relaxed);
+        });
+    }
+
+    /// Whether a request that found no token of the window was refused in the end at
+    /// `since_ms` or later.
+    pub fn ran_dry_since(&self, since_ms: u64) -> bool {
+        self.book.load().as_ref().is_some_and(|b| {
+            let at = b.ran_dry_at_ms.load(Ordering::Relaxed);
+            at != 0 && at >= since_ms
+        })
+    }
+
+    /// `f` on the current book, made first (empty) where the window holds none.
+    fn with_book(&self, f: impl FnOnce(&Book)) {
         if self.book.load().is_none() {
             self.book.rcu(|old| {
                 old.clone()
@@ -265,7 +202,7 @@ impl Holdings {
             });
         }
         if let Some(b) = self.book.load().as_ref() {
-            b.ask_again_at_ms.fetch_max(at_ms, Ordering::Relaxed);
+            f(b);
         }
     }
 
@@ -428,21 +365,7 @@ impl Holdings {
     }
 }
 
-fn held_of(e: &Entry, lapsed: bool) -> HeldLease {
-    HeldLease {
-        owner: e.owner,
-        seq: e.seq,
-        expires_ms: e.expires_ms,
-        spent: e
-            .segments
-            .iter()
-            .map(|s| (s.segment.id, s.spent.load(Ordering::Acquire)))
-            .collect(),
-        unspent: if lapsed { 0 } else { e.unspent() },
-        lapsed,
-    }
-}
-
+mod book;
 mod charge;
 #[cfg(test)]
 mod tests;

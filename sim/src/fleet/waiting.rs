@@ -50,8 +50,19 @@ impl Engine<'_> {
         }
     }
 
+    /// A request refused for want of tokens in the end (its wait is over): the windows it
+    /// lacked ran dry, as the gRPC service tells its limiter.
+    fn ran_dry(&mut self, slot: usize, decision: &Decision) {
+        let at = self.at();
+        if let Some(core) = self.slots[slot].core.as_ref() {
+            let now_ms = Now::read_at(core.clock(), at).cluster_ms;
+            core.limiter().ran_dry(&decision.needs, now_ms);
+        }
+    }
+
     /// A request refused for want of a token: the node asks the owner where it may, and the
-    /// request waits (or is refused now if there is nothing to wait for).
+    /// request waits, for its whole wait if nothing comes (the gRPC service refuses at once a
+    /// request with nothing to wait for).
     pub(super) fn wait_for_token(&mut self, slot: usize, key: usize, decision: &Decision) {
         let at = self.at();
         let Some(core) = self.slots[slot].core.as_mut() else {
@@ -106,8 +117,10 @@ impl Engine<'_> {
         for w in waiting {
             let decision = self.decide(slot, w.key, true);
             let admitted = decision.as_ref().is_some_and(|d| d.allowed);
-            if let Some(d) = decision.filter(|d| d.allowed) {
-                self.ask_ahead(slot, &d);
+            match &decision {
+                Some(d) if admitted => self.ask_ahead(slot, d),
+                Some(d) if self.now_us >= w.until_us => self.ran_dry(slot, d),
+                _ => {}
             }
             if admitted || self.now_us >= w.until_us {
                 self.rec.request(w.key, slot, ms(self.now_us), admitted);

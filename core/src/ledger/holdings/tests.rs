@@ -1,5 +1,5 @@
 use super::*;
-use crate::ledger::ClockShape;
+use crate::ledger::{ClockShape, Segment};
 
 /// A spend clock of 100 ms buckets.
 const SHAPE: ClockShape = ClockShape {
@@ -247,4 +247,20 @@ fn an_ask_ahead_is_claimed_once_a_period_and_a_lease_does_not_reopen_it() {
     assert!(!h.claim_ahead(T0 + 199, T0 + 399), "but not an ask ahead");
     assert!(h.claim_ahead(T0 + 200, T0 + 400));
     assert!(!h.claim_ahead(T0 + 300, T0 + 500));
+}
+
+/// A window that holds nothing still keeps when it ran dry; a lease keeps it, a later time
+/// moves it on and an earlier one does not.
+#[test]
+fn when_a_window_ran_dry_is_kept_across_leases() {
+    let h = Holdings::default();
+    assert!(!h.ran_dry_since(0), "never ran dry");
+    h.ran_dry(T0 + 50);
+    assert!(h.ran_dry_since(T0 + 50) && !h.ran_dry_since(T0 + 51));
+    assert!(h.accept(&lease(1, 400, &[seg(1, 3, 0)]), SHAPE));
+    assert!(h.ran_dry_since(T0 + 50), "a lease forgot it");
+    h.ran_dry(T0 + 20);
+    assert!(!h.ran_dry_since(T0 + 51));
+    h.ran_dry(T0 + 90);
+    assert!(h.ran_dry_since(T0 + 90));
 }

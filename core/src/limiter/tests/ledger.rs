@@ -614,8 +614,8 @@ fn a_refused_request_takes_no_token_from_its_other_limits() {
 
 /// An admitted request that leaves a user with fewer tokens than its demand over a round (what
 /// it spends before the next round's lease comes) asks the owner ahead, once a round, and one
-/// that leaves it enough does not; nor does a request in a window that refused anything (at
-/// its limit), a refused request, or the owner, which asks its own books when it runs out.
+/// that leaves it enough does not; nor does a request in a window that ran dry (at its
+/// limit), a refused request, or the owner, which asks its own books when it runs out.
 #[test]
 fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
     let c = Cluster::new(2);
@@ -627,7 +627,7 @@ fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
     let round = c.nodes[1].config().gossip_interval_ms;
     let node = &c.nodes[1];
     let id = node.key_id(b"k", &spec);
-    let (mut ahead, mut enough, mut refused_window) = (0, 0, 0);
+    let (mut ahead, mut enough, mut dry_window) = (0, 0, 0);
     // One ask ahead a round.
     let mut next_ahead = 0;
     // 200 a second for two seconds, then 1 000 a second: the tokens leased for the first
@@ -648,20 +648,24 @@ fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
             if let Some(need) = d.needs.first().filter(|n| n.ask) {
                 c.ask(1, need, limit, now);
             }
+            // Decided again once the answer is in, as the gRPC service would: refused in the
+            // end if the answer brought no token.
+            let again = check_again(node, "k", &[limit], 1, now);
+            if !again.allowed {
+                node.ran_dry(&again.needs, now);
+            }
             continue;
         }
         let remaining = d.limits[0].remaining;
-        // The threshold (at least one request) and whether the window refused anything.
+        // The threshold (at least one request) and whether the window ran dry.
         let (short, low) = {
             let guard = node.table.guard();
             let state = node.table.get(&id, &guard).expect("the window");
             let snapshot = state.ring.snapshot(&spec, now);
-            let refused = !node.short_of_a_round(&snapshot, &spec, 1, 0);
-            let low = (1..=1_000).find(|n| !node.short_of_a_round(&snapshot, &spec, 1, *n));
-            (
-                node.short_of_a_round(&snapshot, &spec, 1, remaining),
-                (!refused).then_some(low.unwrap_or(0)),
-            )
+            let short = |n| node.short_of_a_round(state, &snapshot, 1, n, now);
+            let refused = !short(0);
+            let low = (1..=1_000).find(|n| !short(*n));
+            (short(remaining), (!refused).then_some(low.unwrap_or(0)))
         };
         let asks_ahead = d.needs.iter().any(|n| n.ahead && n.ask);
         assert_eq!(
@@ -670,7 +674,7 @@ fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
             "at {now}: {remaining} left, ask below {low:?}: {d:?}"
         );
         match low {
-            None => refused_window += 1,
+            None => dry_window += 1,
             // Offered 200 a second over the last window: a round's demand is about 40.
             Some(l) if (11_100..12_000).contains(&now) => {
                 assert!((30..=50).contains(&l), "at {now}: {l}");
@@ -688,7 +692,49 @@ fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
         assert!(at_owner.needs.iter().all(|n| !n.ahead), "{at_owner:?}");
     }
     assert!(
-        ahead > 0 && enough > 0 && refused_window > 0,
-        "{ahead} ahead, {enough} with enough, {refused_window} in a window that refused"
+        ahead > 0 && enough > 0 && dry_window > 0,
+        "{ahead} ahead, {enough} with enough, {dry_window} in a window that ran dry"
     );
+}
+
+/// A request that waited for its owner's answer and was then admitted leaves its window free
+/// to ask ahead, though its ring counts the wait as a refusal; one refused in the end
+/// (`Limiter::ran_dry`) stops asks ahead for the window's length. A need ahead is no refusal.
+#[test]
+fn only_a_request_refused_in_the_end_stops_asks_ahead() {
+    let c = Cluster::new(2);
+    let limit = Limit {
+        max: 1_000,
+        window: WindowSpec::with_default_buckets(1_000).unwrap(),
+    };
+    let spec = limit.window;
+    let node = &c.nodes[1];
+    let id = node.key_id(b"k", &spec);
+    let now = 10_000;
+    let first = check(node, "k", &[limit], 1, now);
+    assert!(!first.allowed, "{first:?}");
+    let need = *first.needs.first().filter(|n| n.ask).expect("an ask");
+    c.ask(1, &need, limit, now);
+    let again = check_again(node, "k", &[limit], 1, now + 1);
+    assert!(again.allowed, "{again:?}");
+    // With no token left, whether the window would ask ahead at `at`.
+    let short = |at: u64| {
+        let guard = node.table.guard();
+        let state = node.table.get(&id, &guard).expect("the window");
+        let snapshot = state.ring.snapshot(&spec, at);
+        node.short_of_a_round(state, &snapshot, 1, 0, at)
+    };
+    assert!(short(now + 1));
+    node.ran_dry(
+        &[TokenNeed {
+            ahead: true,
+            ..need
+        }],
+        now + 2,
+    );
+    assert!(short(now + 2), "a need ahead closed asks ahead");
+    node.ran_dry(&first.needs, now + 2);
+    assert!(!short(now + 2));
+    assert!(!short(now + 2 + spec.window_ms()));
+    assert!(short(now + 3 + spec.window_ms()));
 }
