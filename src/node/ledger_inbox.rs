@@ -184,6 +184,9 @@ impl<T: TimeSource> NodeCore<T> {
             return refused(round);
         };
         let deadline = deadline_ms.min(now.cluster_ms.saturating_add(ASK_WAIT_MAX_MS));
+        // When the ask was sent, in cluster time: its deadline less the wait members are
+        // configured with (the datagram's own send time is on the sender's wall clock).
+        let sent = deadline_ms.saturating_sub(self.limiter.config().ledger.ask_wait_ms);
         match self.limiter.owner_ask(
             header.sender,
             key,
@@ -191,7 +194,7 @@ impl<T: TimeSource> NodeCore<T> {
             limit,
             want,
             held,
-            deadline,
+            (sent, deadline),
             now.cluster_ms,
             &owner,
         ) {

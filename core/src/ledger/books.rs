@@ -9,6 +9,7 @@ use smallvec::SmallVec;
 
 use super::lease::{HeldLease, HoldingsReport, Lease, Segment};
 use super::occupancy::{Occupancy, Span};
+use super::tuning::NEAR_ASKS;
 
 mod split;
 mod user_books;
@@ -85,13 +86,15 @@ pub struct Renewal {
     pub extend: bool,
 }
 
-/// A user's ask: `want` tokens for a request waiting until `deadline_ms`; `held` is what the
-/// user says of this owner's lease (for its numbering only).
+/// A user's ask, sent at `sent_ms` (cluster time, as the owner reckons it): `want` tokens for
+/// a request waiting until `deadline_ms`; `held` is what the user says of this owner's lease (for its
+/// numbering only).
 #[derive(Debug, Clone)]
 pub struct Ask {
     pub user: u128,
     pub want: u64,
     pub held: Option<HeldLease>,
+    pub sent_ms: u64,
     pub deadline_ms: u64,
 }
 
@@ -162,6 +165,17 @@ impl Books {
     /// The most tokens one of `user`'s requests asked for, or 1 if it never asked.
     pub fn cost_of(&self, user: u128) -> u64 {
         self.users.get(&user).map_or(1, |b| b.cost.max(1))
+    }
+
+    /// Whether `user` is near: its last [`NEAR_ASKS`] asks each came in a quarter of their
+    /// wait, so that an ask serves its next request without a token. It changes only when an
+    /// ask comes: a near user's asks stop coming where this owner refused them (it had no
+    /// room, which a cushion would not have had either) or cannot hear them (it cannot lease
+    /// to the user either); a user whose books are forgotten is measured afresh.
+    pub fn is_near(&self, user: u128) -> bool {
+        self.users
+            .get(&user)
+            .is_some_and(|b| b.asks_in_time >= NEAR_ASKS)
     }
 
     /// When `user` was last heard from (its last report), or 0.
@@ -343,11 +357,21 @@ impl Books {
             user,
             want,
             held,
+            sent_ms,
             deadline_ms,
         } = ask;
         {
             let b = self.users.entry(user).or_default();
             b.cost = b.cost.max(want);
+            // The answer takes about as long back as the ask took to come: near if the round
+            // trip fits in half the ask's wait.
+            let took = now_ms.saturating_sub(sent_ms);
+            let wait = deadline_ms.saturating_sub(sent_ms);
+            if wait > 0 && took.saturating_mul(4) <= wait {
+                b.asks_in_time = b.asks_in_time.saturating_add(1).min(NEAR_ASKS);
+            } else {
+                b.asks_in_time = 0;
+            }
             if let Some(h) = held {
                 b.take_word(self.me, h);
             }

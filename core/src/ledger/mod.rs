@@ -27,4 +27,4 @@ pub use quantile::poisson_quantile;
 pub use spend_clock::{ClockShape, SealedBucket, SpendClock, slot_end_ms};
 pub use spend_marks::SpendMarks;
 pub use spend_tally::SpendTally;
-pub use targets::{Cover, cover_targets};
+pub use targets::{Cover, cover_targets, cut_near_cushions};

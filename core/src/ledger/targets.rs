@@ -31,6 +31,34 @@ pub fn cover_targets(users: &[Cover], capacity: u64, first: usize) -> Vec<u64> {
     whole_units(&raw, &units, &caps, capacity, first)
 }
 
+/// `targets` of [`cover_targets`] for `users` within `capacity`, with the cushions of the `near`
+/// users cut where the covers do not all fit: such a user gets at most its expected count in
+/// whole requests, and what that frees stays in the room, for its asks and the others' (see
+/// [`NEAR_ASKS`](super::tuning::NEAR_ASKS)). The others' targets do not change.
+pub fn cut_near_cushions(
+    targets: Vec<u64>,
+    users: &[Cover],
+    near: &[bool],
+    capacity: u64,
+) -> Vec<u64> {
+    if users.iter().map(|u| u.covered).sum::<u64>() <= capacity {
+        return targets;
+    }
+    targets
+        .into_iter()
+        .zip(users)
+        .zip(near)
+        .map(|((target, u), near)| match near {
+            true => target.min(
+                (u.expected.ceil() as u64)
+                    .checked_next_multiple_of(u.unit.max(1))
+                    .unwrap_or(u64::MAX),
+            ),
+            false => target,
+        })
+        .collect()
+}
+
 /// `raw` parts rounded down to whole `units`, then what that frees of `capacity` given back a
 /// unit at a time: first to the parts rounded off most (as a share of their unit; ties from
 /// the `first`-th part on), one unit each, then to any part it fits; never past a part's cap
@@ -112,6 +140,25 @@ mod tests {
             covered,
             unit,
         }
+    }
+
+    #[test]
+    fn near_users_of_a_crowded_window_hold_no_cushion() {
+        let users = [user(1.2, 8, 1), user(1.2, 8, 1), user(2.5, 20, 5)];
+        let near = [true, false, true];
+        // The covers fit: nothing is cut.
+        let roomy = cover_targets(&users, 36, 0);
+        assert_eq!(cut_near_cushions(roomy.clone(), &users, &near, 36), roomy);
+        // They do not: the near users get their expected count, in whole requests.
+        let crowded = cover_targets(&users, 24, 0);
+        assert!(crowded[0] > 2 && crowded[2] > 5, "{crowded:?}");
+        let cut = cut_near_cushions(crowded.clone(), &users, &near, 24);
+        assert_eq!(cut, vec![2, crowded[1], 5]);
+        // A target already under the expected count stays.
+        assert_eq!(
+            cut_near_cushions(vec![1, 1, 0], &users, &near, 24),
+            vec![1, 1, 0]
+        );
     }
 
     #[test]

@@ -15,7 +15,7 @@ use super::{KeyId, Limiter, OwnerOf};
 use crate::ledger::tuning::LEASE_QUANTILE;
 use crate::ledger::{
     Ask, AskAnswer, Books, Cover, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal,
-    Span, SpendMarks, SpendTally, cover_targets, poisson_quantile,
+    Span, SpendMarks, SpendTally, cover_targets, cut_near_cushions, poisson_quantile,
 };
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -299,16 +299,25 @@ impl Limiter {
                 from,
                 params.tail_of(from + lease_ms),
             );
+            // A near user (its asks come back well within their wait: `NEAR_ASKS`) asks when
+            // it runs short and is served from the room: it needs no cushion past its expected
+            // count where the covers do not all fit, and no guess of its spends.
+            let near: Vec<bool> = demands
+                .iter()
+                .map(|(user, _, _)| w.books.is_near(*user))
+                .collect();
             // What each holds now: what it said it had left, less what it is expected to
             // have spent since. A user that spends reports within a calm lease (and at once
             // when its tokens run low): a longer silence says it spent nothing, and guessing
-            // spends past that would lease it more and more tokens it does not need.
+            // spends past that would lease it more and more tokens it does not need. A near
+            // user's word stands: it asks when it runs short.
             let held: Vec<u64> = demands
                 .iter()
-                .map(|(user, demand, unit)| {
+                .zip(&near)
+                .map(|((user, demand, unit), near)| {
                     let since_report = now_ms.saturating_sub(w.books.heard_at(*user));
                     // In whole requests: what it holds is a whole number of them.
-                    let spent_since = if since_report <= calm_lease_ms {
+                    let spent_since = if !*near && since_report <= calm_lease_ms {
                         expected(*demand, since_report) as u64 / unit * unit
                     } else {
                         0
@@ -324,8 +333,10 @@ impl Limiter {
                     unit: *c,
                 })
                 .collect();
+            let capacity = room + held.iter().sum::<u64>();
             let first = (now_ms / round.max(1)) as usize;
-            let targets = cover_targets(&wants, room + held.iter().sum::<u64>(), first);
+            let targets = cover_targets(&wants, capacity, first);
+            let targets = cut_near_cushions(targets, &wants, &near, capacity);
             let renewals: Vec<Renewal> = demands
                 .iter()
                 .zip(targets)
@@ -350,9 +361,9 @@ impl Limiter {
         out
     }
 
-    /// `user` asks for `want` tokens of window `key` (shape `spec`, limit `limit` by its
-    /// rules), to be spendable before `deadline_ms`; `held` is what it says of this owner's
-    /// lease. `owner`: this node as the window's owner in its view, [`OwnerOf`].
+    /// `user` asks, sent at `sent_ms` (cluster time), for `want` tokens of window `key`
+    /// (shape `spec`, limit `limit` by its rules), to be spendable before `deadline_ms`;
+    /// `held` is what it says of this owner's lease. `owner`: this node as the window's owner in its view, [`OwnerOf`].
     #[allow(clippy::too_many_arguments)]
     pub fn owner_ask(
         &self,
@@ -362,7 +373,7 @@ impl Limiter {
         limit: u32,
         want: u32,
         held: Option<HeldLease>,
-        deadline_ms: u64,
+        (sent_ms, deadline_ms): (u64, u64),
         now_ms: u64,
         owner: &OwnerOf,
     ) -> AskAnswer {
@@ -390,6 +401,7 @@ impl Limiter {
             user,
             want: u64::from(want),
             held,
+            sent_ms,
             deadline_ms,
         };
         entry.books.ask(ask, &spends, now_ms, &params)

@@ -295,7 +295,7 @@ impl Limiter {
             item.limit.max,
             item.cost,
             held,
-            deadline,
+            (now_ms, deadline),
             now_ms,
             owner,
         ) {

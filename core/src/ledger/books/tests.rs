@@ -376,11 +376,13 @@ fn a_closed_report_frees_what_it_hands_back_at_once() {
     assert!(books.is_empty());
 }
 
+/// An ask with a wait of 15 ms.
 fn ask(user: u128, want: u64, held: Option<HeldLease>, deadline_ms: u64) -> Ask {
     Ask {
         user,
         want,
         held,
+        sent_ms: deadline_ms.saturating_sub(15),
         deadline_ms,
     }
 }
@@ -420,6 +422,35 @@ fn an_ask_is_granted_whole_or_refused() {
     );
     assert_eq!(books.cost_of(3), 4);
     assert_eq!(books.cost_of(4), 1, "never asked: a token");
+}
+
+/// A user is near once its last two asks each came in a quarter of their wait or less (the
+/// round trip in half of it), answered or not; one slower ask and it is far until two more.
+#[test]
+fn a_user_is_near_after_two_quick_asks_running() {
+    let p = params(10);
+    let mut books = Books::new(1);
+    let at = |sent_ms: u64| Ask {
+        user: 2,
+        want: 1,
+        held: None,
+        sent_ms,
+        deadline_ms: sent_ms + 16,
+    };
+    assert!(!books.is_near(2), "never asked");
+    let ask_at = |books: &mut Books, sent: u64, took: u64| {
+        books.ask(at(sent), &[], sent + took, &p);
+        books.is_near(2)
+    };
+    assert!(!ask_at(&mut books, 10_000, 4), "one quick ask");
+    assert!(ask_at(&mut books, 10_100, 4));
+    assert!(!ask_at(&mut books, 10_200, 5), "a quarter of 16 is 4");
+    assert!(!ask_at(&mut books, 10_300, 0));
+    assert!(ask_at(&mut books, 10_400, 1));
+    // Refused for want of room, the ask still says how near the user is.
+    assert!(ask_at(&mut books, 10_500, 2));
+    // A send time far in the past reads as a slow ask, without overflow.
+    assert!(!ask_at(&mut books, 0, 10_700));
 }
 
 /// A round's split of scarce room gives each user whole requests of its size, never more

@@ -29,6 +29,9 @@ pub(super) struct UserBooks {
     /// The most tokens one request of the user's has asked for (0: it never asked). Its
     /// requests are drawn in units of that size, so what covers its demand is counted in them.
     pub(super) cost: u64,
+    /// How many of its asks running, up to the last, came with time left for the answer to
+    /// reach it within the ask's wait (at most `NEAR_ASKS`).
+    pub(super) asks_in_time: u8,
 }
 
 impl UserBooks {

@@ -106,7 +106,7 @@ impl Cluster {
             need.limit,
             need.want,
             held,
-            now + node.config().ledger.ask_wait_ms,
+            (now, now + node.config().ledger.ask_wait_ms),
             now,
             &LEASES_AT_ONCE,
         ) {
@@ -297,10 +297,17 @@ fn unneeded_tokens_of_a_long_window_return_to_the_owner_within_rounds() {
     let limit = day(10);
     let spec = limit.window;
     let id = c.nodes[1].key_id(b"tenant", &spec);
-    let AskAnswer::Granted(lease) =
-        c.owner()
-            .owner_ask(2, id, &spec, 10, 4, None, T0 + 15, T0, &LEASES_AT_ONCE)
-    else {
+    let AskAnswer::Granted(lease) = c.owner().owner_ask(
+        2,
+        id,
+        &spec,
+        10,
+        4,
+        None,
+        (T0, T0 + 15),
+        T0,
+        &LEASES_AT_ONCE,
+    ) else {
         panic!("ten free");
     };
     c.nodes[1].accept_lease(
@@ -324,7 +331,7 @@ fn unneeded_tokens_of_a_long_window_return_to_the_owner_within_rounds() {
         10,
         want,
         None,
-        now + 15,
+        (now, now + 15),
         now,
         &LEASES_AT_ONCE,
     ) {
