@@ -255,9 +255,9 @@ impl Limiter {
 
     /// A request refused for want of tokens was refused in the end at `now_ms`, with the
     /// `needs` of its last check: its wait is over, or it had nothing to wait for. Every
-    /// window it found no token of ran dry (see [`Limiter::short_of_a_round`]). The gRPC
-    /// service and the fleet simulator call this for each such refusal, and for a request
-    /// that shadow mode answers OK though its limits refused it. A mark may be lost (a request
+    /// window it found no token of ran dry: no admitted request there asks its owner ahead for
+    /// the window's length. The gRPC service and the fleet simulator call this for each such
+    /// refusal, and for a request that shadow mode answers OK though its limits refused it. A mark may be lost (a request
     /// cut off in its wait, or a lease replacing the window's book at that moment): that
     /// costs at most one ask ahead a round until the next refusal, and a window at its limit
     /// soon refuses again.
