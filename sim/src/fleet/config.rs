@@ -123,8 +123,9 @@ impl FleetConfig {
 }
 
 /// The fleet scenarios.
-pub const FLEET_SCENARIOS: [&str; 4] = [
+pub const FLEET_SCENARIOS: [&str; 5] = [
     "fleet",
+    "fleet-fast-links",
     "fleet-partition",
     "fleet-churn",
     "fleet-small-share",
@@ -137,6 +138,7 @@ pub fn fleet_scenario(name: &str, seed: u64, nodes: usize) -> Option<FleetConfig
     let last = c.nodes - 1;
     match name {
         "fleet" => {}
+        "fleet-fast-links" => (c.min_latency_ms, c.max_latency_ms) = (1, 2),
         "fleet-partition" => c.faults.push(FleetFault::Partition {
             fraction: 0.6,
             from_ms: 20_000,

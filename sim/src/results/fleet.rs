@@ -69,12 +69,16 @@ const LIMIT_COLUMNS: [&str; 5] = [
     "refused below the limit",
 ];
 
-const FLEET_SCENARIOS: [(&str, &str); 4] = [
+const FLEET_SCENARIOS: [(&str, &str); 5] = [
     (
         "fleet",
         "10 keys every node uses (L = 5 000/s), 5 tenant keys per node each used by 10 nodes \
          (L = 100/s), one key local to each node (L = 50/s); a third of each class offered \
          2 × L, the rest L/2",
+    ),
+    (
+        "fleet-fast-links",
+        "as `fleet`, on links of 1 to 2 ms (a data centre's) instead of 1 to 20 ms",
     ),
     (
         "fleet-partition",
