@@ -28,13 +28,13 @@ mod cli {
 #[derive(Debug, Parser)]
 #[command(about = "Deterministic simulation of a limitmesh cluster")]
 pub(crate) struct Args {
-    /// steady, skewed, burst, burst-trickle, partition, restart, loss, loss36, loss40,
-    /// loss-oneway, skew, skew500, rollback, skew8, skew-12, skew6x2, skew8-4, skew15, skew90,
-    /// step5, pair3, or all; on the in-process simulator: fleet, fleet-fast-links,
-    /// fleet-partition, fleet-churn, fleet-small-share, or fleet-all; `fleet-run` with a fleet traffic file (see
-    /// sim/scenarios/fleet/); `fleet-matrix`, a sweep of traffic; or `run` with a scenario
-    /// file (see sim/scenarios/); or `results`, which prints docs/results.md from the recorded
-    /// JSON (run it from the repository's root)
+    /// steady, skewed, burst, burst-trickle, partition, restart, loss, loss36, loss40, loss-oneway,
+    /// skew, skew500, rollback, skew8, skew-12, skew6x2, skew8-4, skew15, skew90, step5, pair3, or
+    /// all; on the in-process simulator: fleet, fleet-fast-links, fleet-partition, fleet-churn,
+    /// fleet-small-share, or fleet-all; `fleet-run` with a fleet traffic file (see
+    /// sim/scenarios/fleet/); `fleet-matrix`, a sweep of traffic; or `run` with a scenario file
+    /// (see sim/scenarios/); or `results`, which prints docs/results.md from the recorded JSON (run
+    /// it from the repository's root)
     scenario: String,
     /// With `run` and `fleet-run`: the file (TOML).
     file: Option<PathBuf>,

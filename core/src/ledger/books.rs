@@ -86,8 +86,8 @@ pub struct Renewal {
     pub extend: bool,
 }
 
-/// A user's ask, sent at `sent_ms` (cluster time, as the owner reckons it): `want` tokens for
-/// a request waiting until `deadline_ms`; `held` is what the user says of this owner's lease (for its
+/// A user's ask, sent at `sent_ms` (cluster time, as the owner reckons it): `want` tokens for a
+/// request waiting until `deadline_ms`; `held` is what the user says of this owner's lease (for its
 /// numbering only).
 #[derive(Debug, Clone)]
 pub struct Ask {

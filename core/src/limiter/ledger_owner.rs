@@ -361,9 +361,10 @@ impl Limiter {
         out
     }
 
-    /// `user` asks, sent at `sent_ms` (cluster time), for `want` tokens of window `key`
-    /// (shape `spec`, limit `limit` by its rules), to be spendable before `deadline_ms`;
-    /// `held` is what it says of this owner's lease. `owner`: this node as the window's owner in its view, [`OwnerOf`].
+    /// `user` asks, sent at `sent_ms` (cluster time), for `want` tokens of window `key` (shape
+    /// `spec`, limit `limit` by its rules), to be spendable before `deadline_ms`; `held` is what it
+    /// says of this owner's lease. `owner`: this node as the window's owner in its view,
+    /// [`OwnerOf`].
     #[allow(clippy::too_many_arguments)]
     pub fn owner_ask(
         &self,

@@ -156,7 +156,9 @@ impl Limiter {
                 && h.state.holdings.may_ask(now_ms)
                 && self.short_of_a_round(h.state, &snapshot, h.cost, available, now_ms)
                 && !here()
-                && (h.state.holdings).claim_ahead(now_ms, now_ms + self.config.gossip_interval_ms)
+                && h.state
+                    .holdings
+                    .claim_ahead(now_ms, now_ms + self.config.gossip_interval_ms)
             {
                 needs.push(need(None, true, false, true));
             }
@@ -224,18 +226,18 @@ impl Limiter {
         !refused
     }
 
-    /// Whether `available` tokens leave the window short, so that an admitted request asks
-    /// its owner ahead: fewer than the window is offered at this node over a round, by its
-    /// count over the window (at least one request of `cost`), which it spends before the next
-    /// round's lease comes; an ask's answer comes in a round trip. Not where the window ran
-    /// dry within its length ([`Limiter::ran_dry`]): a request found no token there, and none
-    /// came within its wait, so the window is at its limit, and an ask ahead would only move tokens between its users. A request that
-    /// waited and was then admitted does not close it: its ask was answered. A node that
-    /// leases the window itself asks its books when it runs out, with no trip to wait for.
-    /// One ask ahead goes per window a round
-    /// ([`Holdings::claim_ahead`](crate::ledger::Holdings::claim_ahead)): the owner answers
-    /// with what the user's demand wants until its next round's lease, and a user the room
-    /// leaves short of that waits for the round rather than ask again at each request.
+    /// Whether `available` tokens leave the window short, so that an admitted request asks its
+    /// owner ahead: fewer than the window is offered at this node over a round, by its count over
+    /// the window (at least one request of `cost`), which it spends before the next round's lease
+    /// comes; an ask's answer comes in a round trip. Not where the window ran dry within its length
+    /// ([`Limiter::ran_dry`]): a request found no token there, and none came within its wait, so
+    /// the window is at its limit, and an ask ahead would only move tokens between its users. A
+    /// request that waited and was then admitted does not close it: its ask was answered. A node
+    /// that leases the window itself asks its books when it runs out, with no trip to wait for. One
+    /// ask ahead goes per window a round
+    /// ([`Holdings::claim_ahead`](crate::ledger::Holdings::claim_ahead)): the owner answers with
+    /// what the user's demand wants until its next round's lease, and a user the room leaves short
+    /// of that waits for the round rather than ask again at each request.
     pub(super) fn short_of_a_round(
         &self,
         state: &WindowState,
@@ -250,17 +252,19 @@ impl Limiter {
             .saturating_mul(self.config.gossip_interval_ms)
             .div_ceil(window_ms.max(1))
             .max(u64::from(cost));
-        available < per_round && !(state.holdings).ran_dry_since(now_ms.saturating_sub(window_ms))
+        available < per_round
+            && !state
+                .holdings
+                .ran_dry_since(now_ms.saturating_sub(window_ms))
     }
 
-    /// A request refused for want of tokens was refused in the end at `now_ms`, with the
-    /// `needs` of its last check: its wait is over, or it had nothing to wait for. Every
-    /// window it found no token of ran dry: no admitted request there asks its owner ahead for
-    /// the window's length. The gRPC service and the fleet simulator call this for each such
-    /// refusal, and for a request that shadow mode answers OK though its limits refused it. A mark may be lost (a request
-    /// cut off in its wait, or a lease replacing the window's book at that moment): that
-    /// costs at most one ask ahead a round until the next refusal, and a window at its limit
-    /// soon refuses again.
+    /// A request refused for want of tokens was refused in the end at `now_ms`, with the `needs` of
+    /// its last check: its wait is over, or it had nothing to wait for. Every window it found no
+    /// token of ran dry: no admitted request there asks its owner ahead for the window's length.
+    /// The gRPC service and the fleet simulator call this for each such refusal, and for a request
+    /// that shadow mode answers OK though its limits refused it. A mark may be lost (a request cut
+    /// off in its wait, or a lease replacing the window's book at that moment): that costs at most
+    /// one ask ahead a round until the next refusal, and a window at its limit soon refuses again.
     pub fn ran_dry(&self, needs: &[TokenNeed], now_ms: u64) {
         let guard = self.table.guard();
         for need in needs.iter().filter(|n| !n.ahead) {
