@@ -11,51 +11,14 @@ use super::lease::{HeldLease, HoldingsReport, Lease, Segment};
 use super::occupancy::{Occupancy, Span};
 use super::tuning::NEAR_ASKS;
 
+mod params;
 mod split;
 mod user_books;
 
+pub use self::params::{LedgerParams, spend_tail_ms};
+
 use self::split::proportional;
 use self::user_books::{Granted, UserBooks};
-
-/// The owner's side of a window's ledger: the window's shape and limit, and the timing of
-/// leases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LedgerParams {
-    pub limit: u64,
-    pub window_ms: u64,
-    /// How long a lease lasts from a renewal.
-    pub lease_ms: u64,
-    /// The summary round: a user is leased again this long after its last renewal.
-    pub round_ms: u64,
-    /// Users stop spending this long before a lease ends, and a spend counts this long past
-    /// its bucket: how far cluster clocks may disagree.
-    pub margin_ms: u64,
-    /// Post-dated segments start on multiples of this, so that a round grants each user a
-    /// few segments rather than one per freed slot.
-    pub start_step_ms: u64,
-    /// How far ahead a round looks for slots that free.
-    pub horizon_ms: u64,
-    /// Nothing is leased before this: an owner that took the window over from another (or
-    /// that is starting) waits until every lease that owner may have granted has ended and
-    /// the users have reported what they spent and hold. The owner's view of the window now
-    /// (`OwnerOf::quiet_until_ms`).
-    pub quiet_until_ms: u64,
-}
-
-impl LedgerParams {
-    /// The last moment a token of a lease ending at `expires_ms` may occupy the window: `W`
-    /// past the lease's end, plus the margin.
-    pub fn tail_of(&self, expires_ms: u64) -> u64 {
-        expires_ms
-            .saturating_add(self.window_ms)
-            .saturating_add(self.margin_ms)
-    }
-
-    fn round_up(&self, t_ms: u64) -> u64 {
-        let step = self.start_step_ms.max(1);
-        t_ms.div_ceil(step) * step
-    }
-}
 
 /// What an owner answers a user that asked for tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,7 +19,7 @@ mod spend_tally;
 mod targets;
 pub mod tuning;
 
-pub use books::{Ask, AskAnswer, Books, Heard, LedgerParams, Renewal};
+pub use books::{Ask, AskAnswer, Books, Heard, LedgerParams, Renewal, spend_tail_ms};
 pub use holdings::{Charge, Holdings};
 pub use lease::{HeldLease, HoldingsReport, Lease, Segment};
 pub use occupancy::{Occupancy, Span};

@@ -21,10 +21,13 @@ pub const LEASE_MS: u64 = 400;
 /// `limiter::tests::ledger::a_user_whose_clock_is_behind_stays_within_the_limit`.
 pub const CLOCK_MARGIN_MS: u64 = 10;
 
-/// Post-dated leases start on multiples of this many ms: each round grants a user a few
-/// leases (at most `LEASE_MS / START_STEP_MS` of them) instead of one per freed slot, at the
-/// cost of a slot idling up to this long. A quarter of a 100 ms bucket. Test:
-/// `ledger::books::tests::segments_are_sized_by_want_and_start_when_slots_free`.
+/// Post-dated leases start on a grid of this many ms: each round grants a user a few leases
+/// (at most `LEASE_MS / START_STEP_MS` of them) instead of one per freed slot, at the cost of a
+/// slot idling up to this long. A quarter of a 100 ms bucket. The grid is laid where spends
+/// free their slots (a fine slot's end plus the spend tail), so that where slot ends fall on
+/// it (every second one at 100 ms buckets) a slot idles not at all. Tests:
+/// `ledger::books::tests::segments_are_sized_by_want_and_start_when_slots_free`,
+/// `ledger::books::params::tests::starts_lie_where_slots_free`.
 pub const START_STEP_MS: u64 = 25;
 
 /// Slots a user counts its spends in per bucket, for the owner (`spend_clock.rs`): the owner

@@ -16,6 +16,7 @@ use crate::ledger::tuning::LEASE_QUANTILE;
 use crate::ledger::{
     Ask, AskAnswer, Books, Cover, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal,
     Span, SpendMarks, SpendTally, cover_targets, cut_near_cushions, poisson_quantile,
+    spend_tail_ms,
 };
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -107,8 +108,7 @@ impl Limiter {
         marks: &SpendMarks,
         now_ms: u64,
     ) -> Vec<Span> {
-        // The spender's clock and the next spender's may each be a margin off the owner's.
-        let tail = spec.window_ms() + 2 * self.config.ledger.margin_ms;
+        let tail = spend_tail_ms(spec.window_ms(), self.config.ledger.margin_ms);
         let bucket_ms = spec.bucket_ms();
         // A bucket older than this has left every window, with its tail, by now; the marks
         // reach a bucket past now (`marked_epochs`), a register as far as its clock is ahead.
