@@ -16,7 +16,7 @@ use limitmesh::window::WindowSpec;
 
 mod common;
 
-use common::{access_order, keys, limiter, open_limit};
+use common::{access_order, keys, ledger_limiter, limiter, open_limit};
 
 fn hot_path(c: &mut Criterion) {
     let mut group = c.benchmark_group("hot_path");
@@ -48,6 +48,23 @@ fn hot_path(c: &mut Criterion) {
     });
     // The emission queue would otherwise hold every key the run touched.
     limiter.collect_changed(clock.now_ms());
+    // Under the ledger: the check spends a token the node holds.
+    let ledger = ledger_limiter(&keys[..1], clock.now_ms());
+    group.bench_function("limitmesh_ledger/hot_key", |b| {
+        b.iter(|| {
+            let item = [CheckItem {
+                key: black_box(hot),
+                limit: limit[0],
+                cost: 1,
+            }];
+            let req = CheckRequest {
+                items: &item,
+                dry_run: false,
+            };
+            ledger.check(&req, clock.now_ms()).unwrap().allowed
+        })
+    });
+    ledger.collect_changed(clock.now_ms());
     group.bench_function("governor/hot_key", |b| {
         b.iter(|| governor.check_key(black_box(&keys[0])).is_ok())
     });

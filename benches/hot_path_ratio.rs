@@ -8,11 +8,11 @@ use std::num::NonZeroU32;
 
 use governor::{Quota, RateLimiter};
 use limitmesh::clock::{Clock, SystemClock, monotonic_now};
-use limitmesh::limiter::{CheckItem, CheckRequest};
+use limitmesh::limiter::{CheckItem, CheckRequest, Limiter};
 
 mod common;
 
-use common::{access_order, keys, limiter, open_limit};
+use common::{access_order, keys, ledger_limiter, limiter, open_limit};
 
 const SLICE: usize = 1 << 14;
 const PAIRS: usize = 300;
@@ -21,12 +21,13 @@ fn main() {
     // `cargo bench` passes `--bench`; a filter argument is accepted and ignored.
     let limit = open_limit();
     let clock = SystemClock::system();
-    let limiter = limiter();
-    let governor = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
     let keys = keys();
+    let share = limiter();
+    let ledger = ledger_limiter(&keys, clock.now_ms());
+    let governor = RateLimiter::keyed(Quota::per_second(NonZeroU32::MAX));
     let order = access_order(SLICE);
 
-    let ours = |key: &str| {
+    let check = |limiter: &Limiter, key: &str| {
         let item = [CheckItem {
             key: black_box(key.as_bytes()),
             limit,
@@ -38,20 +39,28 @@ fn main() {
         };
         limiter.check(&req, clock.now_ms()).expect("valid").allowed
     };
+    let ours =
+        |ledger_mode: bool, key: &str| check(if ledger_mode { &ledger } else { &share }, key);
     let theirs = |key: &String| governor.check_key(black_box(key)).is_ok();
 
     println!(
-        "{:<10} {:>14} {:>14} {:>8}",
+        "{:<16} {:>14} {:>14} {:>8}",
         "case", "limitmesh ns", "governor ns", "ratio"
     );
-    for (case, hot) in [("hot_key", true), ("keys_10k", false)] {
+    // The default admission, then the ledger's (a check spends a token the node holds).
+    for (case, hot, ledger_mode) in [
+        ("hot_key", true, false),
+        ("keys_10k", false, false),
+        ("ledger_hot_key", true, true),
+        ("ledger_keys_10k", false, true),
+    ] {
         let key_of = |i: usize| if hot { &keys[0] } else { &keys[order[i]] };
         let mut ratios = Vec::with_capacity(PAIRS);
         let (mut a_all, mut b_all) = (Vec::new(), Vec::new());
         for round in 0..PAIRS + 20 {
             let start = monotonic_now();
             for i in 0..SLICE {
-                black_box(ours(key_of(i)));
+                black_box(ours(ledger_mode, key_of(i)));
             }
             let a = start.elapsed().as_nanos() as f64 / SLICE as f64;
             let start = monotonic_now();
@@ -65,10 +74,11 @@ fn main() {
                 a_all.push(a);
                 b_all.push(b);
             }
-            limiter.collect_changed(clock.now_ms());
+            share.collect_changed(clock.now_ms());
+            ledger.collect_changed(clock.now_ms());
         }
         println!(
-            "{case:<10} {:>14.1} {:>14.1} {:>8.2}",
+            "{case:<16} {:>14.1} {:>14.1} {:>8.2}",
             median(&mut a_all),
             median(&mut b_all),
             median(&mut ratios)

@@ -1,6 +1,9 @@
 //! What both hot-path benchmarks measure on: the same limiter, keys and access order.
 
-use limitmesh::limiter::{KeyHasher, Limit, Limiter, LimiterConfig, OriginId};
+use limitmesh::ledger::{Lease, Segment};
+use limitmesh::limiter::{
+    KeyHasher, LeaseGrant, Limit, Limiter, LimiterConfig, OriginId, PartitionPolicy, Policy,
+};
 use limitmesh::window::WindowSpec;
 
 pub const KEYS: usize = 10_000;
@@ -22,6 +25,43 @@ pub fn limiter() -> Limiter {
         OriginId(1),
         KeyHasher::from_secret(b"bench"),
     )
+}
+
+/// The same limiter admitting under the ledger, every key of `keys` holding a lease (taken at
+/// `now_ms`, for an hour) of more tokens than a benchmark spends: every check spends a token it
+/// holds, as a node does between two renewals.
+pub fn ledger_limiter(keys: &[String], now_ms: u64) -> Limiter {
+    let limiter = Limiter::new(
+        LimiterConfig {
+            max_keys: KEYS * 2,
+            policy: Policy::Ledger(PartitionPolicy::Strict),
+            ..LimiterConfig::default()
+        },
+        OriginId(1),
+        KeyHasher::from_secret(b"bench"),
+    );
+    let window = open_limit().window;
+    for key in keys {
+        let grant = LeaseGrant {
+            user: 1,
+            key: limiter.key_id(key.as_bytes(), &window),
+            window_ms: window.window_ms(),
+            buckets: window.buckets(),
+            lease: Lease {
+                owner: 2,
+                seq: 1,
+                expires_ms: now_ms + 3_600_000,
+                segments: vec![Segment {
+                    id: 1,
+                    count: u32::MAX,
+                    valid_from_ms: 0,
+                }]
+                .into(),
+            },
+        };
+        assert!(limiter.accept_lease(&grant, now_ms), "lease taken");
+    }
+    limiter
 }
 
 pub fn keys() -> Vec<String> {

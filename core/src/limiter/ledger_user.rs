@@ -8,7 +8,6 @@ use super::decision::{CheckError, CheckItem, Decision, LimitStatus};
 use super::state::WindowState;
 use super::{KeyId, Limiter, OwnerOf};
 use crate::ledger::AskAnswer;
-use crate::window::RingSnapshot;
 
 /// A window a refused request found no token for, and what to do about it; or
 /// ([`TokenNeed::ahead`]) a window an admitted request left short.
@@ -92,12 +91,15 @@ impl Limiter {
                 leased_here,
             });
         }
-        let fits: SmallVec<[bool; 2]> = held
-            .iter()
-            .map(|h| h.state.holdings.available(now_ms, margin) >= u64::from(h.cost))
-            .collect();
+        // Which items hold their tokens, before any spend: a dry run's answer, and of a
+        // refused request of several items, which lacked. A single item refused lacked.
+        let fits: Option<SmallVec<[bool; 2]>> = (dry_run || held.len() > 1).then(|| {
+            held.iter()
+                .map(|h| h.state.holdings.available(now_ms, margin) >= u64::from(h.cost))
+                .collect()
+        });
         let allowed = if dry_run {
-            fits.iter().all(|f| *f)
+            fits.iter().flatten().all(|f| *f)
         } else {
             self.spend_all(&held, items, again, now_ms)
         };
@@ -107,7 +109,9 @@ impl Limiter {
             let spec = &item.limit.window;
             let available = h.state.holdings.available(now_ms, margin);
             let lacks = !allowed && available < u64::from(h.cost);
-            let valid_at = h.state.holdings.next_valid_after(now_ms, margin);
+            let valid_at = lacks
+                .then(|| h.state.holdings.next_valid_after(now_ms, margin))
+                .flatten();
             let retry_after_ms = if !lacks {
                 0
             } else {
@@ -116,10 +120,10 @@ impl Limiter {
                     .unwrap_or(self.config.gossip_interval_ms)
                     .max(1)
             };
-            let snapshot = h.state.ring.snapshot(spec, now_ms);
-            let newest = snapshot.newest_active_epoch();
+            let offered = h.state.ring.offered_totals(spec, now_ms);
+            let newest = offered.newest_epoch;
             limits.push(LimitStatus {
-                allowed: if allowed { true } else { fits[index] },
+                allowed: allowed || fits.as_ref().is_some_and(|f| f[index]),
                 limit: item.limit.max,
                 remaining: available,
                 reset_after_ms: newest.map_or(0, |e| spec.expiry_ms(e).saturating_sub(now_ms)),
@@ -154,7 +158,7 @@ impl Limiter {
             } else if allowed
                 && !dry_run
                 && h.state.holdings.may_ask(now_ms)
-                && self.short_of_a_round(h.state, &snapshot, h.cost, available, now_ms)
+                && self.short_of_a_round(h.state, offered.total, h.cost, available, now_ms)
                 && !here()
                 && h.state
                     .holdings
@@ -241,13 +245,12 @@ impl Limiter {
     pub(super) fn short_of_a_round(
         &self,
         state: &WindowState,
-        snapshot: &RingSnapshot,
+        offered: u64,
         cost: u32,
         available: u64,
         now_ms: u64,
     ) -> bool {
         let window_ms = state.spec().window_ms();
-        let offered: u64 = snapshot.offered_buckets().map(|(_, c)| c).sum();
         let per_round = offered
             .saturating_mul(self.config.gossip_interval_ms)
             .div_ceil(window_ms.max(1))

@@ -12,7 +12,7 @@ mod ring;
 mod spec;
 
 pub use estimate::{AgeProfile, sliding_sum};
-pub use ring::{Admit, LocalRing, MAX_PUBLISHED, RingSnapshot, RingUsage};
+pub use ring::{Admit, LocalRing, MAX_PUBLISHED, OfferedTotals, RingSnapshot, RingUsage};
 pub use spec::{
     DEFAULT_BUCKETS, EstimateMode, MAX_BUCKETS, MAX_WINDOW_MS, WindowError, WindowSpec,
 };

@@ -14,6 +14,7 @@
 //! share a slot and a tag are at least `lcm(B + 1, 2^16)` buckets apart; the key table clears
 //! the slots of windows idle that long ([`LocalRing::clear_stale`]).
 
+mod reads;
 mod slot_word;
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -21,77 +22,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::estimate::AgeProfile;
 use super::spec::WindowSpec;
 
+pub use self::reads::{OfferedTotals, RingSnapshot, RingUsage};
 use self::slot_word::{admitted, epoch_tag, holds, holds_newer, pack, rejected, tag};
-
-/// What a ring holds at one instant, by age (0 = current bucket).
-#[derive(Debug, Clone)]
-pub struct RingSnapshot {
-    /// The epoch the snapshot was taken in.
-    pub epoch: u64,
-    pub admitted: AgeProfile,
-    /// Admitted plus rejected.
-    pub offered: AgeProfile,
-}
-
-impl RingSnapshot {
-    /// `(epoch, admitted)` for every bucket with admissions, newest first.
-    pub fn admitted_buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        Self::buckets(self.epoch, &self.admitted)
-    }
-
-    /// `(epoch, admitted + rejected)` for every bucket with any traffic, newest first.
-    pub fn offered_buckets(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        Self::buckets(self.epoch, &self.offered)
-    }
-
-    fn buckets(epoch: u64, profile: &AgeProfile) -> impl Iterator<Item = (u64, u64)> + '_ {
-        profile
-            .by_age()
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| **c > 0)
-            .map(move |(age, c)| (epoch - age as u64, *c))
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.offered.is_empty()
-    }
-
-    /// The newest epoch with any traffic.
-    pub fn newest_active_epoch(&self) -> Option<u64> {
-        self.offered_buckets().next().map(|(e, _)| e)
-    }
-}
-
-/// A ring folded into the few numbers a decision needs, in one pass and without allocation.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct RingUsage {
-    /// The epoch the read was taken in.
-    pub epoch: u64,
-    /// Sliding estimate of admissions.
-    pub admitted: f64,
-    /// Sliding estimate of admissions plus refusals.
-    pub offered: f64,
-    /// The part of `offered` that comes from the bucket straddling the window's start (it
-    /// fades away during the current bucket).
-    pub straddle_offered: f64,
-    /// Admissions counted in the current bucket (always at full weight).
-    pub current: u32,
-    /// Admissions plus refusals in the current bucket.
-    pub current_offered: u64,
-    /// Admissions plus refusals in the full buckets of the recent span (ages `1..recent`; see
-    /// [`LocalRing::usage`]).
-    pub recent_offered: u64,
-    /// Admissions plus refusals in the full buckets before the recent span (ages
-    /// `recent..B`; the straddling bucket is not included).
-    pub older_offered: u64,
-    /// Age in buckets of the newest bucket with admissions.
-    pub newest_admitted_age: Option<u64>,
-    /// Age in buckets of the oldest bucket with any traffic.
-    pub oldest_active_age: Option<u64>,
-    /// Whether the window saw any traffic at all.
-    pub active: bool,
-}
 
 /// The outcome of a conditional add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -241,6 +173,41 @@ impl LocalRing {
             let a = u64::from(admitted(word));
             out.admitted.add_at_age(at, a);
             out.offered.add_at_age(at, a + rejected(word));
+        }
+        out
+    }
+
+    /// What [`LocalRing::snapshot`] says of the offered load, folded without building the
+    /// profiles: the newest epoch with any traffic, and the traffic of every live bucket.
+    pub fn offered_totals(&self, spec: &WindowSpec, now_ms: u64) -> OfferedTotals {
+        let now_epoch = spec.epoch(now_ms);
+        let slots = self.words();
+        let n = slots.len();
+        let mut out = OfferedTotals {
+            newest_epoch: None,
+            total: 0,
+        };
+        // Backwards from the current slot, one division per read, as `usage`.
+        let mut idx = (now_epoch % n as u64) as usize;
+        for age in 0..n {
+            let Some(epoch) = now_epoch.checked_sub(age as u64) else {
+                break;
+            };
+            let word = slots[idx].load(Ordering::Acquire);
+            idx = if idx == 0 { n - 1 } else { idx - 1 };
+            // As the snapshot: a writer already in the next bucket counts as current.
+            let at = if holds(word, epoch) {
+                epoch
+            } else if age + 1 == n && holds(word, now_epoch + 1) {
+                now_epoch
+            } else {
+                continue;
+            };
+            let offered = u64::from(admitted(word)) + rejected(word);
+            if offered > 0 {
+                out.total += offered;
+                out.newest_epoch = Some(out.newest_epoch.map_or(at, |e| e.max(at)));
+            }
         }
         out
     }

@@ -20,7 +20,8 @@ pub(super) fn hot_path(page: &mut String, recordings: &[&Recording]) -> anyhow::
          One check through the limiter and one through governor's keyed limiter, alternated in \
          slices of 16 384 for a few seconds; the ratio is the median over slice pairs (below 1: \
          limitmesh is faster). `hot_key` checks one key, `keys_10k` 10 000 keys in random \
-         order. Both include their clock read.\n\n",
+         order; the `ledger_` cases are the same under the ledger, each key holding a lease \
+         (a check spends a token the node holds). Both include their clock read.\n\n",
     );
     let mut rows = Vec::new();
     for r in recordings {

@@ -668,8 +668,8 @@ fn a_user_left_short_of_a_rounds_demand_asks_ahead() {
         let (short, low) = {
             let guard = node.table.guard();
             let state = node.table.get(&id, &guard).expect("the window");
-            let snapshot = state.ring.snapshot(&spec, now);
-            let short = |n| node.short_of_a_round(state, &snapshot, 1, n, now);
+            let offered = state.ring.offered_totals(&spec, now).total;
+            let short = |n| node.short_of_a_round(state, offered, 1, n, now);
             let refused = !short(0);
             let low = (1..=1_000).find(|n| !short(*n));
             (short(remaining), (!refused).then_some(low.unwrap_or(0)))
@@ -728,8 +728,8 @@ fn only_a_request_refused_in_the_end_stops_asks_ahead() {
     let short = |at: u64| {
         let guard = node.table.guard();
         let state = node.table.get(&id, &guard).expect("the window");
-        let snapshot = state.ring.snapshot(&spec, at);
-        node.short_of_a_round(state, &snapshot, 1, 0, at)
+        let offered = state.ring.offered_totals(&spec, at).total;
+        node.short_of_a_round(state, offered, 1, 0, at)
     };
     assert!(short(now + 1));
     node.ran_dry(

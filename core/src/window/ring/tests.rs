@@ -260,6 +260,44 @@ fn usage_agrees_with_snapshot() {
     }
 }
 
+/// The ledger's check reads the offered load without building the snapshot: the same newest
+/// epoch and the same total, a writer already in the next bucket included.
+#[test]
+fn offered_totals_agree_with_snapshot() {
+    let s = spec();
+    let ring = LocalRing::new(&s);
+    let e0 = s.epoch(T0);
+    for (i, e) in [e0, e0 + 2, e0 + 7, e0 + 10, e0 + 11, e0 + 13]
+        .iter()
+        .enumerate()
+    {
+        ring.admit(*e, 3 + i as u32, u64::MAX);
+        ring.reject(*e, 1 + i as u32);
+    }
+    let mut ahead = 0;
+    for dt in (0..2_600).step_by(23) {
+        let now = T0 + dt;
+        let totals = ring.offered_totals(&s, now);
+        let snap = ring.snapshot(&s, now);
+        assert_eq!(totals.newest_epoch, snap.newest_active_epoch(), "+{dt}");
+        let total: u64 = snap.offered_buckets().map(|(_, c)| c).sum();
+        assert_eq!(totals.total, total, "+{dt}");
+        ahead += usize::from(totals.newest_epoch.is_some_and(|e| e > s.epoch(now)));
+    }
+    assert_eq!(ahead, 0, "a bucket ahead is counted as the current one");
+    // A writer whose clock already reads the next bucket, seen from the current one.
+    let now = T0 + 2_000;
+    ring.admit(s.epoch(now) + 1, 4, u64::MAX);
+    let totals = ring.offered_totals(&s, now);
+    assert_eq!(totals.newest_epoch, Some(s.epoch(now)));
+    let total: u64 = ring
+        .snapshot(&s, now)
+        .offered_buckets()
+        .map(|(_, c)| c)
+        .sum();
+    assert_eq!(totals.total, total);
+}
+
 #[test]
 fn rings_longer_than_the_inline_slots_live_on_the_heap() {
     let s = WindowSpec::new(60_000, 60, EstimateMode::Interpolated).unwrap();
