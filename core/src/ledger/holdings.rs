@@ -48,7 +48,8 @@ impl Holdings {
         };
         // Most refused checks find no token: they leave the clock alone. (Of the book this
         // check spends from: one a renewal replaced meanwhile may hold less.)
-        if book.as_ref().map_or(0, |b| b.available(now_ms, margin_ms)) < u64::from(cost) {
+        let available = book.as_ref().map_or(0, |b| b.available(now_ms, margin_ms));
+        if available < u64::from(cost) {
             return None;
         }
         let clock = book.as_ref().and_then(|b| b.clock.as_ref());
@@ -93,6 +94,7 @@ impl Holdings {
             book,
             at_ms: now_ms,
             cost,
+            left: available - u64::from(cost),
         };
         if need > 0 {
             // Another check took the tokens first: what this one took is not spent again.

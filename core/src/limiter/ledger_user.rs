@@ -98,16 +98,24 @@ impl Limiter {
                 .map(|h| h.state.holdings.available(now_ms, margin) >= u64::from(h.cost))
                 .collect()
         });
-        let allowed = if dry_run {
-            fits.iter().flatten().all(|f| *f)
+        // What each admitted item's spend left it (none for a dry run or a refusal).
+        let left = if dry_run {
+            None
         } else {
             self.spend_all(&held, items, again, now_ms)
+        };
+        let allowed = match &left {
+            Some(_) => true,
+            None => dry_run && fits.iter().flatten().all(|f| *f),
         };
         let mut limits = SmallVec::new();
         let mut needs = SmallVec::new();
         for (index, (h, item)) in held.iter().zip(items).enumerate() {
             let spec = &item.limit.window;
-            let available = h.state.holdings.available(now_ms, margin);
+            let available = match &left {
+                Some(left) => left[index],
+                None => h.state.holdings.available(now_ms, margin),
+            };
             let lacks = !allowed && available < u64::from(h.cost);
             let valid_at = lacks
                 .then(|| h.state.holdings.next_valid_after(now_ms, margin))
@@ -179,14 +187,15 @@ impl Limiter {
     /// tokens takes none; one that loses a race for a later item's tokens cancels the
     /// earlier items' spends, whose tokens are then spent by no one until their owner frees
     /// them ([`Charge::cancel`](crate::ledger::Charge::cancel)). A refusal is counted once
-    /// per request: not `again`.
+    /// per request: not `again`. Returns, if admitted, the tokens each item's window holds
+    /// after the spends (`None`: refused).
     fn spend_all(
         &self,
         held: &[Item<'_>],
         items: &[CheckItem<'_>],
         again: bool,
         now_ms: u64,
-    ) -> bool {
+    ) -> Option<SmallVec<[u64; 2]>> {
         let margin = self.config.ledger.margin_ms;
         let mut charges = SmallVec::<[_; 2]>::new();
         // Items of one window (a request may name it twice) need their costs together.
@@ -212,6 +221,18 @@ impl Limiter {
                 }
             }
         }
+        // Of a window named twice, its last spend read what both left.
+        let left: SmallVec<[u64; 2]> = held
+            .iter()
+            .map(|h| {
+                charges
+                    .iter()
+                    .filter(|(o, _, _)| std::ptr::eq(o.state, h.state))
+                    .map(|(_, _, c)| c.left())
+                    .min()
+                    .unwrap_or(0)
+            })
+            .collect();
         if refused {
             for (h, epoch, charge) in charges {
                 h.state.ring.refund(epoch, h.cost);
@@ -227,7 +248,7 @@ impl Limiter {
                 self.dirty.push(h.id);
             }
         }
-        !refused
+        (!refused).then_some(left)
     }
 
     /// Whether `available` tokens leave the window short, so that an admitted request asks its

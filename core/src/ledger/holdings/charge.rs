@@ -13,9 +13,17 @@ pub struct Charge {
     /// When, and how many tokens in all, for the spend clock.
     pub(super) at_ms: u64,
     pub(super) cost: u32,
+    /// Tokens spendable after this charge, as its spend read them.
+    pub(super) left: u64,
 }
 
 impl Charge {
+    /// Tokens spendable at the charge's moment once it is taken, as its spend read them (a
+    /// concurrent spend may have taken some since).
+    pub fn left(&self) -> u64 {
+        self.left
+    }
+
     /// The request was refused after all (another of its limits had no token): its count in
     /// the spend clock is taken back, and its tokens are *not* given back. A report may
     /// already show them spent while the ring the owner reads next no longer counts them (the

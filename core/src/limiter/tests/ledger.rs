@@ -619,6 +619,39 @@ fn a_refused_request_takes_no_token_from_its_other_limits() {
     assert!(check(user, "k", &[sec], 1, now).allowed);
 }
 
+/// An admitted request reports what its windows hold after its spends: one token less for a
+/// window named once, two for a window named twice (both items say what both spends left).
+#[test]
+fn an_admitted_request_reports_what_its_spends_left() {
+    let c = Cluster::new(2);
+    let user = &c.nodes[1];
+    let sec = second(10);
+    let held = |now: u64| {
+        let items = items("k", &[sec], 1);
+        let request = CheckRequest {
+            items: &items,
+            dry_run: true,
+        };
+        user.check(&request, now).unwrap().limits[0].remaining
+    };
+    let mut now = T0;
+    while held(now) < 3 {
+        c.round(now);
+        let _ = c.check(1, "k", sec, now);
+        now += 200;
+    }
+    let before = held(now);
+    let d = check(user, "k", &[sec], 1, now);
+    assert!(d.allowed);
+    assert_eq!(d.limits[0].remaining, before - 1);
+    assert_eq!(held(now), before - 1);
+    let d = check(user, "k", &[sec, sec], 1, now);
+    assert!(d.allowed, "two tokens of a window holding {}", before - 1);
+    let left: Vec<u64> = d.limits.iter().map(|l| l.remaining).collect();
+    assert_eq!(left, vec![before - 3, before - 3]);
+    assert_eq!(held(now), before - 3);
+}
+
 /// An admitted request that leaves a user with fewer tokens than its demand over a round (what
 /// it spends before the next round's lease comes) asks the owner ahead, once a round, and one
 /// that leaves it enough does not; nor does a request in a window that ran dry (at its
