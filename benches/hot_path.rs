@@ -11,7 +11,7 @@ use governor::{Quota, RateLimiter};
 use limitmesh::clock::{Clock, SystemClock};
 use limitmesh::crdt::HlcTimestamp;
 use limitmesh::crdt::{Arbitration, Register, Replica};
-use limitmesh::limiter::{CheckItem, CheckRequest};
+use limitmesh::limiter::{CheckItem, CheckRequest, Limiter};
 use limitmesh::window::WindowSpec;
 
 mod common;
@@ -32,37 +32,28 @@ fn hot_path(c: &mut Criterion) {
     let order = access_order(1 << 16);
 
     let hot = keys[0].as_bytes();
+    // One check of `key` by `limiter`, with its clock read.
+    let check = |limiter: &Limiter, key: &[u8]| {
+        let item = [CheckItem {
+            key,
+            limit: limit[0],
+            cost: 1,
+        }];
+        let req = CheckRequest {
+            items: &item,
+            dry_run: false,
+        };
+        limiter.check(&req, clock.now_ms()).unwrap().allowed
+    };
     group.bench_function("limitmesh/hot_key", |b| {
-        b.iter(|| {
-            let item = [CheckItem {
-                key: black_box(hot),
-                limit: limit[0],
-                cost: 1,
-            }];
-            let req = CheckRequest {
-                items: &item,
-                dry_run: false,
-            };
-            limiter.check(&req, clock.now_ms()).unwrap().allowed
-        })
+        b.iter(|| check(&limiter, black_box(hot)))
     });
     // The emission queue would otherwise hold every key the run touched.
     limiter.collect_changed(clock.now_ms());
     // Under the ledger: the check spends a token the node holds.
     let ledger = ledger_limiter(&keys[..1], clock.now_ms());
     group.bench_function("limitmesh_ledger/hot_key", |b| {
-        b.iter(|| {
-            let item = [CheckItem {
-                key: black_box(hot),
-                limit: limit[0],
-                cost: 1,
-            }];
-            let req = CheckRequest {
-                items: &item,
-                dry_run: false,
-            };
-            ledger.check(&req, clock.now_ms()).unwrap().allowed
-        })
+        b.iter(|| check(&ledger, black_box(hot)))
     });
     ledger.collect_changed(clock.now_ms());
     group.bench_function("governor/hot_key", |b| {
@@ -73,16 +64,7 @@ fn hot_path(c: &mut Criterion) {
     group.bench_function("limitmesh/keys_10k", |b| {
         b.iter(|| {
             i = (i + 1) & (order.len() - 1);
-            let item = [CheckItem {
-                key: keys[order[i]].as_bytes(),
-                limit: limit[0],
-                cost: 1,
-            }];
-            let req = CheckRequest {
-                items: &item,
-                dry_run: false,
-            };
-            limiter.check(&req, clock.now_ms()).unwrap().allowed
+            check(&limiter, keys[order[i]].as_bytes())
         })
     });
     limiter.collect_changed(clock.now_ms());

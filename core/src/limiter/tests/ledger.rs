@@ -582,6 +582,27 @@ fn a_full_window_is_leased_again_by_rounds_as_its_slots_free() {
     assert!(worst <= 100, "{worst} in one window of 100");
 }
 
+/// What `user` holds of window `k` under `limit` at `now`, by a dry run.
+fn held_of(user: &Limiter, limit: Limit, now: u64) -> u64 {
+    let items = items("k", &[limit], 1);
+    let request = CheckRequest {
+        items: &items,
+        dry_run: true,
+    };
+    user.check(&request, now).unwrap().limits[0].remaining
+}
+
+/// Rounds from `T0`, node 1 checking window `k` each, until it holds at least `tokens`: when.
+fn lease_at_least(c: &Cluster, limit: Limit, tokens: u64) -> u64 {
+    let mut now = T0;
+    while held_of(&c.nodes[1], limit, now) < tokens {
+        c.round(now);
+        let _ = c.check(1, "k", limit, now);
+        now += 200;
+    }
+    now
+}
+
 /// A request whose limits do not all hold tokens takes none: not from a limit that holds
 /// some, nor from a window it names twice (the costs of one window count together).
 #[test]
@@ -593,20 +614,8 @@ fn a_refused_request_takes_no_token_from_its_other_limits() {
         max: 10,
         window: WindowSpec::with_default_buckets(60_000).unwrap(),
     };
-    let remaining = |now: u64| {
-        let items = items("k", &[sec], 1);
-        let request = CheckRequest {
-            items: &items,
-            dry_run: true,
-        };
-        user.check(&request, now).unwrap().limits[0].remaining
-    };
-    let mut now = T0;
-    while remaining(now) < 2 {
-        c.round(now);
-        let _ = c.check(1, "k", sec, now);
-        now += 200;
-    }
+    let remaining = |now: u64| held_of(user, sec, now);
+    let now = lease_at_least(&c, sec, 2);
     while remaining(now) > 1 {
         assert!(check(user, "k", &[sec], 1, now).allowed);
     }
@@ -626,20 +635,8 @@ fn an_admitted_request_reports_what_its_spends_left() {
     let c = Cluster::new(2);
     let user = &c.nodes[1];
     let sec = second(10);
-    let held = |now: u64| {
-        let items = items("k", &[sec], 1);
-        let request = CheckRequest {
-            items: &items,
-            dry_run: true,
-        };
-        user.check(&request, now).unwrap().limits[0].remaining
-    };
-    let mut now = T0;
-    while held(now) < 3 {
-        c.round(now);
-        let _ = c.check(1, "k", sec, now);
-        now += 200;
-    }
+    let held = |now: u64| held_of(user, sec, now);
+    let now = lease_at_least(&c, sec, 3);
     let before = held(now);
     let d = check(user, "k", &[sec], 1, now);
     assert!(d.allowed);
