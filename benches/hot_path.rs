@@ -45,6 +45,7 @@ fn hot_path(c: &mut Criterion) {
         };
         limiter.check(&req, clock.now_ms()).unwrap().allowed
     };
+    assert!(check(&limiter, hot), "the check is admitted");
     group.bench_function("limitmesh/hot_key", |b| {
         b.iter(|| check(&limiter, black_box(hot)))
     });
@@ -52,6 +53,7 @@ fn hot_path(c: &mut Criterion) {
     limiter.collect_changed(clock.now_ms());
     // Under the ledger: the check spends a token the node holds.
     let ledger = ledger_limiter(&keys[..1], clock.now_ms());
+    assert!(check(&ledger, hot), "the ledger's check is admitted");
     group.bench_function("limitmesh_ledger/hot_key", |b| {
         b.iter(|| check(&ledger, black_box(hot)))
     });

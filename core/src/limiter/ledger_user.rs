@@ -92,7 +92,8 @@ impl Limiter {
             });
         }
         // Which items hold their tokens, before any spend: a dry run's answer, and of a
-        // refused request of several items, which lacked. A single item refused lacked.
+        // refused request of several items, which lacked. A single item refused is reported
+        // refused (it lacked, or lost its tokens to another check at that moment).
         let fits: Option<SmallVec<[bool; 2]>> = (dry_run || held.len() > 1).then(|| {
             held.iter()
                 .map(|h| h.state.holdings.available(now_ms, margin) >= u64::from(h.cost))

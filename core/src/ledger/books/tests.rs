@@ -238,6 +238,30 @@ fn segments_are_sized_by_want_and_start_when_slots_free() {
     assert_eq!((of(2), of(3)), (6, 2), "every want met, in proportion");
 }
 
+/// A slot freed on the start grid (a fine slot's end plus the spend tail, with a clock margin)
+/// starts its post-dated segment right then, not at the next multiple of the step.
+#[test]
+fn a_slot_freed_on_the_grid_is_leased_from_that_moment() {
+    let p = LedgerParams {
+        margin_ms: 10,
+        ..params(1)
+    };
+    let now = 10_000;
+    // The one slot frees at a spend's fine slot end (9 150) plus the tail (1 020).
+    let free = 9_150 + p.spend_tail_ms();
+    let spends = [Span {
+        from_ms: 0,
+        until_ms: free,
+        count: 1,
+    }];
+    let leases = Books::new(1).grant_round(&[renew(2, 1)], &spends, now, &p);
+    let starts: Vec<u64> = leases
+        .iter()
+        .flat_map(|(_, l)| l.segments.iter().map(|s| s.valid_from_ms))
+        .collect();
+    assert_eq!(starts, vec![free]);
+}
+
 /// A renewal moves the end of what the user still holds rather than adding to it: the books
 /// count its unspent tokens once.
 #[test]
