@@ -5,8 +5,8 @@ use std::sync::Arc;
 use super::Book;
 use arc_swap::Guard;
 
-/// Tokens taken by [`Holdings::try_spend`](super::Holdings::try_spend), to cancel if the request is not admitted after
-/// all (another of its limits refused).
+/// Tokens taken by [`Holdings::try_spend`](super::Holdings::try_spend), to cancel if the
+/// request is not admitted after all (another of its limits refused).
 #[derive(Debug)]
 pub struct Charge {
     pub(super) book: Guard<Option<Arc<Book>>>,

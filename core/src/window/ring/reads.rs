@@ -43,7 +43,7 @@ impl RingSnapshot {
     }
 }
 
-/// The offered load of a ring ([`LocalRing::offered_totals`]).
+/// The offered load of a ring ([`LocalRing::offered_totals`](super::LocalRing::offered_totals)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OfferedTotals {
     /// The newest epoch with any traffic ([`RingSnapshot::newest_active_epoch`]).
@@ -69,7 +69,7 @@ pub struct RingUsage {
     /// Admissions plus refusals in the current bucket.
     pub current_offered: u64,
     /// Admissions plus refusals in the full buckets of the recent span (ages `1..recent`; see
-    /// [`LocalRing::usage`]).
+    /// [`LocalRing::usage`](super::LocalRing::usage)).
     pub recent_offered: u64,
     /// Admissions plus refusals in the full buckets before the recent span (ages
     /// `recent..B`; the straddling bucket is not included).
