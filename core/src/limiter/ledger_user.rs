@@ -105,9 +105,10 @@ impl Limiter {
         } else {
             self.spend_all(&held, items, again, now_ms)
         };
-        let allowed = match &left {
-            Some(_) => true,
-            None => dry_run && fits.iter().flatten().all(|f| *f),
+        let allowed = if dry_run {
+            fits.iter().flatten().all(|f| *f)
+        } else {
+            left.is_some()
         };
         let mut limits = SmallVec::new();
         let mut needs = SmallVec::new();
@@ -223,17 +224,18 @@ impl Limiter {
             }
         }
         // Of a window named twice, its last spend read what both left.
-        let left: SmallVec<[u64; 2]> = held
-            .iter()
-            .map(|h| {
-                charges
-                    .iter()
-                    .filter(|(o, _, _)| std::ptr::eq(o.state, h.state))
-                    .map(|(_, _, c)| c.left())
-                    .min()
-                    .unwrap_or(0)
-            })
-            .collect();
+        let left: Option<SmallVec<[u64; 2]>> = (!refused).then(|| {
+            held.iter()
+                .map(|h| {
+                    charges
+                        .iter()
+                        .filter(|(o, _, _)| std::ptr::eq(o.state, h.state))
+                        .map(|(_, _, c)| c.left())
+                        .min()
+                        .unwrap_or(0)
+                })
+                .collect()
+        });
         if refused {
             for (h, epoch, charge) in charges {
                 h.state.ring.refund(epoch, h.cost);
@@ -249,7 +251,7 @@ impl Limiter {
                 self.dirty.push(h.id);
             }
         }
-        (!refused).then_some(left)
+        left
     }
 
     /// Whether `available` tokens leave the window short, so that an admitted request asks its
