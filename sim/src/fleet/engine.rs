@@ -135,8 +135,13 @@ impl<'c> Engine<'c> {
                 leases_seen: 0,
             });
         }
+        // Real processes start at unrelated moments, so their summary rounds fall at unrelated
+        // phases; booting every node at 0 would line all rounds up, and every owner would lease
+        // on reports a whole round old.
+        let round_us = cfg.gossip_interval_ms.max(1) * 1_000;
         for slot in 0..cfg.nodes {
-            engine.boot(slot);
+            let phase_us = engine.rng.random_range(0..round_us);
+            engine.push(phase_us, Event::Boot(slot));
         }
         for (i, fault) in cfg.faults.iter().enumerate() {
             match fault {
@@ -372,6 +377,7 @@ impl<'c> Engine<'c> {
             }
             Event::Fault(i) => self.fault(i),
             Event::Replace(k) => self.replace(k),
+            Event::Boot(slot) => self.boot(slot),
             Event::Waiting { slot } => self.retry_waiting(slot),
         }
     }

@@ -66,6 +66,8 @@ pub(super) enum Event {
     Fault(usize),
     /// The `k`-th replacement of a rolling deploy.
     Replace(usize),
+    /// The first start of the node in this slot.
+    Boot(usize),
     /// Requests waiting at `slot` for a token (the ledger) look again; those past their wait
     /// are refused.
     Waiting {
