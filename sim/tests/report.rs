@@ -147,8 +147,10 @@ fn renders(page: &Path, dir: &Path, height: u32) {
         "screenshot: {:.0} % inked, {colours} colours",
         inked * 100.0
     );
+    // These pages ink about 15 %, most of it the plots' grids, lines and bars; a blank page
+    // inks nothing. A tenth leaves room for runs whose plots draw fewer lines.
     assert!(
-        inked > 0.15,
+        inked > 0.10,
         "the page rendered blank: {:.1} % inked",
         inked * 100.0
     );
