@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use limitmesh::clock::{Now, monotonic_now};
 use limitmesh::gossip::wire::Keyring;
-use limitmesh::limiter::{CheckItem, CheckRequest, KeyHasher, Limit, LimiterConfig};
+use limitmesh::limiter::{KeyHasher, LimiterConfig};
 use limitmesh::node::{NodeBuilder, NodeCore, NodeKeys, NodeParams};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -24,7 +24,7 @@ use super::arrivals::Arrivals;
 use super::config::{FleetConfig, FleetFault};
 use super::event::{Event, EventQueue};
 use super::record::Recorder;
-use super::traffic::{self, KeySpec, PROBE_KEY};
+use super::traffic::{self, KeySpec};
 use super::vtime::{NodeTime, VirtualClock};
 
 const PORT: u16 = 7946;
@@ -36,14 +36,6 @@ pub(super) struct Waiting {
     /// Until when it waits (µs of the run).
     pub until_us: u64,
 }
-
-/// Node 0 admits a probe every this many ms on average, at phases spread over the round.
-const PROBE_EVERY_MS: u64 = 100;
-/// How often observers look for node 0's probes, and nodes for a crashed member.
-const SAMPLE_EVERY_MS: u64 = 5;
-/// How often each observer offers a (refused) request on the probe key, so that it holds the
-/// key and receives what it is sent.
-const OBSERVE_EVERY_MS: u64 = 500;
 
 /// One place in the fleet: the node process running there now (if any), its address, and
 /// what crossed its socket.
@@ -75,7 +67,7 @@ pub struct Engine<'c> {
     rng: StdRng,
     pub rec: Recorder,
     pub(super) partition: Option<(usize, bool)>,
-    probes_sent: u64,
+    pub(super) probes_sent: u64,
     /// Replaced or crashed boots whose absence the others have yet to count: (boot id, since).
     pub(super) pending_detection: Vec<(uuid::Uuid, u64)>,
 }
@@ -351,57 +343,14 @@ impl<'c> Engine<'c> {
                 self.after_input(slot);
                 self.retry_if_leased(slot);
             }
-            Event::Probe => {
-                if self.check(0, PROBE_KEY, traffic::probe_limit()) == Some(true) {
-                    self.rec.probe_admitted(ms(self.now_us));
-                }
-                // Every 100 ms on average, at phases spread over the round (37 is prime to
-                // 100), so that probes do not all land in step with node 0's rounds.
-                self.probes_sent += 1;
-                let gap = PROBE_EVERY_MS / 2 + (self.probes_sent * 37) % PROBE_EVERY_MS;
-                self.push(self.now_us + gap * 1_000, Event::Probe);
-            }
-            Event::Observe => {
-                let refused = Limit {
-                    max: 0,
-                    ..traffic::probe_limit()
-                };
-                for o in self.observers() {
-                    self.check(o, PROBE_KEY, refused);
-                }
-                self.push(self.now_us + OBSERVE_EVERY_MS * 1_000, Event::Observe);
-            }
-            Event::Sample => {
-                self.sample();
-                self.push(self.now_us + SAMPLE_EVERY_MS * 1_000, Event::Sample);
-            }
+            Event::Probe => self.probe(),
+            Event::Observe => self.observe(),
+            Event::Sample => self.sample(),
             Event::Fault(i) => self.fault(i),
             Event::Replace(k) => self.replace(k),
             Event::Boot(slot) => self.boot(slot),
             Event::Waiting { slot } => self.retry_waiting(slot),
         }
-    }
-
-    fn observers(&self) -> std::ops::RangeInclusive<usize> {
-        1..=self.cfg.observers.min(self.cfg.nodes - 1)
-    }
-
-    /// One request for `key` at `slot`'s node: whether it was admitted (`None`: no node runs
-    /// there).
-    fn check(&mut self, slot: usize, key: &[u8], limit: Limit) -> Option<bool> {
-        let core = self.slots[slot].core.as_ref()?;
-        let now_ms = Now::read_at(core.clock(), self.at()).cluster_ms;
-        let item = [CheckItem {
-            key,
-            limit,
-            cost: 1,
-        }];
-        let req = CheckRequest {
-            items: &item,
-            dry_run: false,
-        };
-        let allowed = core.limiter().check(&req, now_ms).ok()?.allowed;
-        Some(allowed)
     }
 
     fn request(&mut self, key: usize, node: usize) {
@@ -417,40 +366,5 @@ impl<'c> Engine<'c> {
         }
         self.rec
             .request(key, node, ms(self.now_us), decision.allowed);
-    }
-
-    fn sample(&mut self) {
-        let t = ms(self.now_us);
-        let observed: Vec<(usize, f64)> = self
-            .observers()
-            .filter_map(|o| {
-                let core = self.slots[o].core.as_ref()?;
-                let now = Now::read_at(core.clock(), self.at());
-                let seen = core
-                    .limiter()
-                    .inspect(PROBE_KEY, &traffic::probe_limit(), now.cluster_ms)
-                    .map_or(0.0, |i| i.global_admitted);
-                Some((o, seen))
-            })
-            .collect();
-        for (o, seen) in observed {
-            self.rec.observed(o, seen, t);
-        }
-        if !t.is_multiple_of(50) || self.pending_detection.is_empty() {
-            return;
-        }
-        let at = self.at();
-        let slots = &self.slots;
-        let rec = &mut self.rec;
-        self.pending_detection.retain(|(gone, since)| {
-            let still = slots
-                .iter()
-                .filter_map(|s| s.core.as_ref())
-                .any(|core| core.counts_live(*gone, at));
-            if !still {
-                rec.detected(t.saturating_sub(*since));
-            }
-            still
-        });
     }
 }

@@ -10,6 +10,7 @@
 //!   `file_values.rs`: values of more than one form; `file_text.rs`: errors at their line);
 //! - `engine.rs`: the event loop; `event.rs`: what happens; `faults.rs`: partitions, crashes,
 //!   rolling deploys; `waiting.rs`: requests waiting for a token under the ledger;
+//!   `probes.rs`: node 0's probes and their observers (staleness, failure detection);
 //! - `record.rs` and `report.rs`: what is measured, and the measures; `trace.rs`: what the
 //!   plots of a run draw;
 //! - `policies.rs`: the admissions a run is compared under; `table.rs`: the output as a
@@ -30,6 +31,7 @@ mod file_values;
 mod load;
 pub mod matrix;
 pub mod policies;
+mod probes;
 mod record;
 mod report;
 pub mod table;
