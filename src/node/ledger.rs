@@ -283,6 +283,19 @@ impl<T: TimeSource> NodeCore<T> {
                 report.holdings.sealed.clear();
             }
         }
+        // A member of an older build drops a section with a lease it cannot read: it gets
+        // every segment whole.
+        let mut entries = entries;
+        if !to
+            .node
+            .is_some_and(|n| self.features.reads_known_lease(n, now.at))
+        {
+            for e in &mut entries {
+                if let LedgerEntry::Lease { lease, .. } = e {
+                    lease.known = 0;
+                }
+            }
+        }
         let compact = self.compact_to(now, to);
         let stamp = Stamp::for_header(compact, now.wall_ms);
         let max = self.max_batch_body();

@@ -131,7 +131,7 @@ impl Limiter {
             ExpectedSize::new(config.expected_hold_ms),
         );
         Self {
-            table: KeyTable::new(config.max_keys),
+            table: KeyTable::new(config.max_keys, config.ledger.margin_ms),
             config,
             origin,
             hasher,

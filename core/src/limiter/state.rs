@@ -230,8 +230,10 @@ impl WindowState {
     }
 
     /// When the last thing counted in this window stops counting, or `None` if nothing
-    /// counts any more.
-    pub fn live_until_ms(&self, local: &RingSnapshot) -> Option<u64> {
+    /// counts any more. A lease's segments count until its end and the spend tail after it
+    /// (`margin_ms`, the ledger's clock margin): dropped sooner, the user would lose tokens
+    /// its owner still counts as held, or take them afresh with nothing spent.
+    pub fn live_until_ms(&self, local: &RingSnapshot, margin_ms: u64) -> Option<u64> {
         let spec = self.spec();
         let local_end = local.newest_active_epoch().map(|e| spec.expiry_ms(e));
         let remote_end = self
@@ -240,7 +242,10 @@ impl WindowState {
             .as_deref()
             .and_then(|r| r.newest_epoch())
             .map(|e| spec.expiry_ms(e));
-        local_end.max(remote_end)
+        let lease_end = self.holdings.lease_end_ms().map(|end| {
+            end.saturating_add(crate::ledger::spend_tail_ms(spec.window_ms(), margin_ms))
+        });
+        local_end.max(remote_end).max(lease_end)
     }
 }
 

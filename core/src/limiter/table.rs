@@ -36,6 +36,9 @@ pub struct TableStats {
 pub(crate) struct KeyTable {
     map: HashMap<Slot, WindowState, KeyIdHashBuilder>,
     max_keys: usize,
+    /// The ledger's clock margin: a window is kept while a lease's tokens may count in it
+    /// ([`WindowState::live_until_ms`]).
+    margin_ms: u64,
     due: Mutex<BTreeMap<u64, Vec<KeyId>>>,
     /// No window can be evicted before this time (ms): the last eviction found every window it
     /// looked at holding quota, and none of them can expire before then.
@@ -52,13 +55,14 @@ pub struct GcReport {
 }
 
 impl KeyTable {
-    pub fn new(max_keys: usize) -> Self {
+    pub fn new(max_keys: usize, margin_ms: u64) -> Self {
         Self {
             map: HashMap::builder()
                 .hasher(KeyIdHashBuilder)
                 .resize_mode(papaya::ResizeMode::Blocking)
                 .build(),
             max_keys: max_keys.max(1),
+            margin_ms,
             due: Mutex::new(BTreeMap::new()),
             no_room_before: AtomicU64::new(0),
             stats: TableStats::default(),
@@ -138,9 +142,10 @@ impl KeyTable {
 
     /// Removes windows until the table is under `max_keys`, least recently active first, and
     /// only windows that hold nothing: no admission or refusal of their own still in the
-    /// window and no live register from a peer. Evicting a window that holds quota would hand
-    /// that quota out again (an attacker could use a limit up, then spray new keys to reset
-    /// it), so a table full of such windows stays full and new keys meet the table-full policy.
+    /// window, no live register from a peer and no lease that may still count. Evicting a
+    /// window that holds quota would hand that quota out again (an attacker could use a limit
+    /// up, then spray new keys to reset it), so a table full of such windows stays full and new
+    /// keys meet the table-full policy.
     fn make_room(&self, now_ms: u64, guard: &impl Guard) {
         if now_ms < self.no_room_before.load(Ordering::Relaxed) {
             return;
@@ -172,7 +177,9 @@ impl KeyTable {
                 done += 1;
                 let live_until = self.map.get(&Slot::of(id), guard).and_then(|state| {
                     let local = state.ring.snapshot(&state.spec(), now_ms);
-                    state.live_until_ms(&local).filter(|end| *end > now_ms)
+                    state
+                        .live_until_ms(&local, self.margin_ms)
+                        .filter(|end| *end > now_ms)
                 });
                 match live_until {
                     None => {
@@ -257,7 +264,7 @@ impl KeyTable {
             let until = if holds {
                 Some(now_ms + 1_000)
             } else {
-                state.live_until_ms(&local)
+                state.live_until_ms(&local, self.margin_ms)
             };
             // A window whose every bucket has expired has nothing left to emit either: peers
             // expire their copies of its registers on the same clock.

@@ -775,3 +775,50 @@ fn only_a_request_refused_in_the_end_stops_asks_ahead() {
     assert!(!short(now + 2 + spec.window_ms()));
     assert!(short(now + 3 + spec.window_ms()));
 }
+
+/// A window this node holds a lease of stays in its table, idle or not, until no token of the
+/// lease can count (its end and the spend tail after it): dropped sooner, its owner would name
+/// segments the node no longer has, or hand out afresh what was spent of them.
+#[test]
+fn a_window_holding_a_lease_outlives_its_idle_ring_until_the_lease_can_count_no_more() {
+    let config = LimiterConfig {
+        policy: Policy::Ledger(PartitionPolicy::Strict),
+        ..LimiterConfig::default()
+    };
+    let margin = config.ledger.margin_ms;
+    let user = limiter_with(config, 2);
+    let window = second(10).window;
+    let grant = LeaseGrant {
+        user: 2,
+        key: user.key_id(b"k", &window),
+        window_ms: window.window_ms(),
+        buckets: window.buckets(),
+        lease: crate::ledger::Lease {
+            owner: 1,
+            seq: 1,
+            expires_ms: T0 + 400,
+            segments: smallvec::smallvec![crate::ledger::Segment {
+                id: 1,
+                count: 3,
+                valid_from_ms: T0,
+            }],
+            known: 0,
+        },
+    };
+    assert!(user.accept_lease(&grant, T0));
+    let tail_end = T0 + 400 + crate::ledger::spend_tail_ms(window.window_ms(), margin);
+    let mut removed_at = None;
+    for now in (T0..T0 + 5_000).step_by(50) {
+        if user.gc(now, 100).removed > 0 {
+            removed_at = Some(now);
+            break;
+        }
+    }
+    let removed_at = removed_at.expect("removed in the end");
+    assert!(
+        removed_at >= tail_end && removed_at < tail_end + 2 * window.window_ms(),
+        "removed at T0 + {}, the lease counts until T0 + {}",
+        removed_at - T0,
+        tail_end - T0
+    );
+}
