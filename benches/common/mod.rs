@@ -57,7 +57,6 @@ pub fn ledger_limiter(keys: &[String], now_ms: u64) -> Limiter {
                     valid_from_ms: 0,
                 }]
                 .into(),
-                known: 0,
             },
         };
         assert!(limiter.accept_lease(&grant, now_ms), "lease taken");

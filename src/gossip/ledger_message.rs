@@ -13,18 +13,16 @@ use super::message::MessageError;
 use smallvec::SmallVec;
 
 use crate::ledger::tuning::FINE_SLOTS;
-use crate::ledger::{HeldLease, HoldingsReport, Lease, SealedBucket};
+use crate::ledger::{HeldLease, HoldingsReport, Lease, SealedBucket, Segment};
 use crate::limiter::{KeyId, LedgerReport};
 use crate::window::{EstimateMode, WindowSpec};
 
 mod heard;
-mod lease_wire;
 
 #[cfg(test)]
 use heard::HEARD_UNIT_MS;
 pub use heard::MOST_HEARD;
 use heard::{heard_in, heard_out};
-use lease_wire::{WireLease, lease_in, lease_out};
 
 const DECODE_LIMIT: usize = 64 * 1024;
 const WIRE: Configuration<LittleEndian, Varint, Limit<DECODE_LIMIT>> =
@@ -122,8 +120,6 @@ enum Wire {
         /// `(epoch, [spends by fine slot])` of each bucket sealed.
         sealed: Vec<(u64, [u32; FINE_SLOTS])>,
     },
-    /// A lease that names the segments its user holds by id: only to a member that reads it (`node/features.rs`, `KNOWN_LEASE`).
-    KnownLease(WireLease),
 }
 
 /// At most this many sealed buckets are taken from one report: a clock keeps 16 buckets.
@@ -200,7 +196,18 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
                 window_ms,
                 buckets,
                 lease,
-            } => lease_out(*key, *window_ms, *buckets, lease, sent_ms),
+            } => Wire::Lease {
+                key: key.0.to_le_bytes(),
+                window_ms: *window_ms,
+                buckets: *buckets,
+                seq: lease.seq,
+                expires: offset(lease.expires_ms, sent_ms),
+                segments: lease
+                    .segments
+                    .iter()
+                    .map(|s| (s.id, s.count, offset(s.valid_from_ms, sent_ms)))
+                    .collect(),
+            },
             LedgerEntry::Ask {
                 key,
                 window_ms,
@@ -337,27 +344,40 @@ pub fn decode_ledger(
                 expires,
                 segments,
             } => {
-                let wire = WireLease {
-                    key,
+                let segments: Option<SmallVec<[Segment; 2]>> = segments
+                    .into_iter()
+                    .map(|(id, count, from)| {
+                        Some(Segment {
+                            id,
+                            count,
+                            valid_from_ms: at(from, sent_ms).ok()?,
+                        })
+                    })
+                    .collect();
+                let (Some(segments), Ok(expires_ms)) = (segments, at(expires, sent_ms)) else {
+                    rejects.malformed += 1;
+                    continue;
+                };
+                let ascending = segments.windows(2).all(|w| w[0].id < w[1].id);
+                if !shape_ok(window_ms, buckets)
+                    || seq == 0
+                    || segments.len() > MOST_PARTS
+                    || !ascending
+                {
+                    rejects.malformed += 1;
+                    continue;
+                }
+                LedgerEntry::Lease {
+                    key: KeyId(u128::from_le_bytes(key)),
                     window_ms,
                     buckets,
-                    seq,
-                    expires,
-                    known: Vec::new(),
-                    segments,
-                };
-                let Some(entry) = lease_in(wire, sender, sent_ms) else {
-                    rejects.malformed += 1;
-                    continue;
-                };
-                entry
-            }
-            Wire::KnownLease(wire) => {
-                let Some(entry) = lease_in(wire, sender, sent_ms) else {
-                    rejects.malformed += 1;
-                    continue;
-                };
-                entry
+                    lease: Lease {
+                        owner: sender,
+                        seq,
+                        expires_ms,
+                        segments,
+                    },
+                }
             }
             Wire::Ask {
                 key,

@@ -32,11 +32,8 @@ pub const ASKS_ECHO: u8 = 2;
 /// Reads a ledger report with sealed buckets (`LedgerEntry::Report` with
 /// `HoldingsReport::sealed`, on the wire as its own variant).
 pub const SEALED: u8 = 8;
-/// Reads a lease that names the segments its user holds by id (`LedgerEntry::Lease` with
-/// `Lease::known`, on the wire as its own variant).
-pub const KNOWN_LEASE: u8 = 16;
 /// What this build reads: the flags it announces.
-pub const READS: u8 = EXCHANGE | COMPACT | SEALED | KNOWN_LEASE;
+pub const READS: u8 = EXCHANGE | COMPACT | SEALED;
 
 /// How often a member this node sends to hears its flags again: an announcement is one
 /// datagram, and may be lost like any other.
@@ -55,7 +52,7 @@ pub struct PeerFeatures {
 impl PeerFeatures {
     /// `member` announced `flags` at `at`.
     pub fn heard(&mut self, member: u128, flags: u8, at: Instant) {
-        let flags = flags & READS;
+        let flags = flags & (EXCHANGE | COMPACT | SEALED);
         if flags != 0 {
             self.reads.insert(member, (flags, at));
         } else {
@@ -83,11 +80,6 @@ impl PeerFeatures {
     /// Whether `member` said, lately as of `at`, that it reads sealed buckets in a report.
     pub fn reads_sealed(&self, member: u128, at: Instant) -> bool {
         self.reads(member, SEALED, at)
-    }
-
-    /// Whether `member` said, lately as of `at`, that it reads a lease with known segments.
-    pub fn reads_known_lease(&self, member: u128, at: Instant) -> bool {
-        self.reads(member, KNOWN_LEASE, at)
     }
 
     /// Every member is due this node's flags at its next chance (what they carry changed).
@@ -140,10 +132,6 @@ mod tests {
         assert!(f.reads_sealed(7, t) && !f.reads_compact(7, t));
         f.heard(7, EXCHANGE, t);
         assert!(!f.reads_sealed(7, t), "the latest word holds");
-        f.heard(7, EXCHANGE | KNOWN_LEASE, t);
-        assert!(f.reads_known_lease(7, t) && !f.reads_sealed(7, t));
-        f.heard(7, EXCHANGE, t);
-        assert!(!f.reads_known_lease(7, t), "the latest word holds");
         // Said once and never again (lost, or forged for a member that cannot read one).
         assert!(f.reads_exchange(7, t + Duration::from_secs(74)));
         assert!(!f.reads_exchange(7, t + FLAGS_LAST));

@@ -37,7 +37,7 @@ impl<T: TimeSource> NodeCore<T> {
     /// `ASK_WAIT_MAX_MS`; a calm window's users report only with their next change), and two
     /// rounds bring its users' reports of what they spent. Rounds are the limiter's, which
     /// sizes the leases.
-    fn quiet_ms(&self) -> u64 {
+    pub(super) fn quiet_ms(&self) -> u64 {
         let config = self.limiter.config();
         let round = config.gossip_interval_ms;
         let calm = crate::ledger::tuning::longest_lease_ms(round);
@@ -281,19 +281,6 @@ impl<T: TimeSource> NodeCore<T> {
         {
             for report in pairs.iter_mut().filter_map(|(_, r)| r.as_mut()) {
                 report.holdings.sealed.clear();
-            }
-        }
-        // A member of an older build drops a section with a lease it cannot read: it gets
-        // every segment whole.
-        let mut entries = entries;
-        if !to
-            .node
-            .is_some_and(|n| self.features.reads_known_lease(n, now.at))
-        {
-            for e in &mut entries {
-                if let LedgerEntry::Lease { lease, .. } = e {
-                    lease.known = 0;
-                }
             }
         }
         let compact = self.compact_to(now, to);

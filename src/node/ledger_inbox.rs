@@ -107,6 +107,14 @@ impl<T: TimeSource> NodeCore<T> {
                     buckets,
                     lease,
                 } => {
+                    // No owner's lease ends later than its longest lease from now (a quiet
+                    // period): one that claims to would hold its window in this node's table
+                    // that long (`WindowState::live_until_ms`), a window a member could pin
+                    // for good. It is dropped.
+                    if lease.expires_ms > now.cluster_ms.saturating_add(self.quiet_ms()) {
+                        self.view.wire.dropped(DropReason::Malformed);
+                        continue;
+                    }
                     let grant = LeaseGrant {
                         user: me,
                         key,

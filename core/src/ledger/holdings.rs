@@ -145,8 +145,8 @@ impl Holdings {
     }
 
     /// The latest end of a lease this user holds segments of (`None`: it holds none). Until
-    /// that end and the spend tail after it, the owner may still name those segments by id
-    /// alone (a message with `Lease::known`), so the book must outlive it.
+    /// that end and the spend tail after it, a message of the lease may still come: the book
+    /// must outlive it, or the message would make its segments afresh with nothing spent.
     pub fn lease_end_ms(&self) -> Option<u64> {
         self.book.load().as_ref().and_then(|b| {
             b.entries
@@ -254,8 +254,7 @@ impl Holdings {
 
     /// Takes a message of `lease` unless one as new has been taken from its owner (a
     /// duplicate, or one overtaken by a later message). Segments the user had keep what was
-    /// spent of them; a segment the message leaves out is one its owner knows fully spent;
-    /// a known segment (named by id only) the user no longer has stays gone.
+    /// spent of them; a segment the message leaves out is one its owner knows fully spent.
     /// Writers must be serialised (the limiter's holdings lock). Returns whether it was taken.
     /// The first lease taken makes the window's spend clock, of `shape`.
     pub fn accept(&self, lease: &Lease, shape: ClockShape) -> bool {
@@ -268,26 +267,20 @@ impl Holdings {
         if before.is_some_and(|e| e.seq >= lease.seq) {
             return false;
         }
-        let known = usize::try_from(lease.known).unwrap_or(usize::MAX);
         let segments = lease
             .segments
             .iter()
-            .enumerate()
-            .filter_map(|(i, s)| {
-                let mine = before.and_then(|e| e.segments.iter().find(|h| h.segment.id == s.id));
-                if i < known {
-                    return mine.cloned();
-                }
-                Some(
-                    mine.filter(|h| h.segment == *s)
-                        .cloned()
-                        .unwrap_or_else(|| {
-                            Arc::new(HeldSegment {
-                                segment: *s,
-                                spent: AtomicU32::new(0),
-                            })
-                        }),
-                )
+            .map(|s| {
+                before
+                    .and_then(|e| e.segments.iter().find(|h| h.segment.id == s.id))
+                    .filter(|h| h.segment == *s)
+                    .cloned()
+                    .unwrap_or_else(|| {
+                        Arc::new(HeldSegment {
+                            segment: *s,
+                            spent: AtomicU32::new(0),
+                        })
+                    })
             })
             .collect();
         let entry = Arc::new(Entry {

@@ -6,11 +6,6 @@
 //! the whole of it: the segments that may still hold tokens, and the end, which a renewal
 //! moves forward. So a renewal never doubles what a user holds (the tokens it had left are
 //! kept, their end moved), and a lost message is repaired by the next.
-//!
-//! A segment the user has said it holds (a report of a message that carried it) is named by
-//! its id alone on the wire: the user keeps its own copy, with what it spent of it. Until the
-//! owner has that word, every message carries the segment whole, so a lost message loses
-//! nothing.
 
 use smallvec::SmallVec;
 
@@ -39,9 +34,6 @@ pub struct Lease {
     pub expires_ms: u64,
     /// Ascending ids.
     pub segments: SmallVec<[Segment; 2]>,
-    /// How many of the first `segments` the user has said it holds: it keeps its own copy of
-    /// each (found by id; one it no longer has stays gone), so only their ids need travel.
-    pub known: u32,
 }
 
 impl Lease {

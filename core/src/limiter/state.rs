@@ -231,8 +231,8 @@ impl WindowState {
 
     /// When the last thing counted in this window stops counting, or `None` if nothing
     /// counts any more. A lease's segments count until its end and the spend tail after it
-    /// (`margin_ms`, the ledger's clock margin): dropped sooner, the user would lose tokens
-    /// its owner still counts as held, or take them afresh with nothing spent.
+    /// (`margin_ms`, the ledger's clock margin): dropped sooner, a message of the lease still
+    /// on its way would make them afresh with nothing spent.
     pub fn live_until_ms(&self, local: &RingSnapshot, margin_ms: u64) -> Option<u64> {
         let spec = self.spec();
         let local_end = local.newest_active_epoch().map(|e| spec.expiry_ms(e));

@@ -1,7 +1,6 @@
 use smallvec::smallvec;
 
 use super::*;
-use crate::ledger::Segment;
 
 const SENT: u64 = 1_700_000_000_000;
 
@@ -76,7 +75,6 @@ fn every_entry_round_trips_and_owners_implied_by_the_datagram_are_not_written() 
                 valid_from_ms: SENT + 40,
             },
         ],
-        known: 0,
     };
     let grants = vec![
         LedgerEntry::Lease {
@@ -124,15 +122,6 @@ fn malformed_entries_are_dropped_alone_and_garbage_fails_whole() {
             key: [1; 16],
             retry_after_ms: 5,
         },
-        Wire::KnownLease(WireLease {
-            key: [0; 16],
-            window_ms: 1_000,
-            buckets: 10,
-            seq: 2,
-            expires: 400,
-            known: vec![6],
-            segments: vec![(5, 1, 0)],
-        }),
         Wire::SealedReport {
             index: 0,
             limit: 10,
@@ -145,9 +134,8 @@ fn malformed_entries_are_dropped_alone_and_garbage_fails_whole() {
     let (entries, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
     assert_eq!(entries.len(), 1);
     assert_eq!(
-        rejects.malformed, 4,
-        "a bad shape, segments out of order (whole, and known before whole), too many sealed \
-         buckets"
+        rejects.malformed, 3,
+        "a bad shape, segments out of order, too many sealed buckets"
     );
     assert!(decode_ledger(&[0xFF; 9], 1, 2, SENT).is_err());
     let mut trailing = body.clone();
@@ -321,75 +309,5 @@ fn a_build_before_sealed_buckets_reads_reports_without_them_and_is_read() {
     assert!(
         bincode::serde::decode_from_slice::<Vec<WireBeforeSealed>, _>(&body, WIRE).is_err(),
         "an older build cannot read sealed buckets"
-    );
-}
-
-/// A lease names the segments its user has said it holds by id alone, and is read back with
-/// them marked known (the user keeps its own copies). One with none known is written as a
-/// build before `KNOWN_LEASE` writes a lease, and that build reads it; one with some known
-/// it cannot read (the section fails whole: it goes only to members that said they read it).
-#[test]
-fn a_lease_names_known_segments_by_id_and_one_with_none_known_is_written_as_before() {
-    let (owner, user) = (1, 2);
-    let segments: SmallVec<[Segment; 2]> = smallvec![
-        Segment {
-            id: 3,
-            count: 300,
-            valid_from_ms: SENT - 400,
-        },
-        Segment {
-            id: 4,
-            count: 2,
-            valid_from_ms: SENT + 300,
-        },
-        Segment {
-            id: 5,
-            count: 7,
-            valid_from_ms: SENT + 380,
-        },
-    ];
-    let lease = |known| LedgerEntry::Lease {
-        key: KeyId(5),
-        window_ms: 1_000,
-        buckets: 10,
-        lease: Lease {
-            owner,
-            seq: 5,
-            expires_ms: SENT + 440,
-            segments: segments.clone(),
-            known,
-        },
-    };
-    let whole = encode_ledger(&[lease(0)], user, SENT);
-    let named = encode_ledger(&[lease(2)], user, SENT);
-    assert!(
-        named.len() + 8 <= whole.len(),
-        "a known segment is its id: {} bytes, {} whole",
-        named.len(),
-        whole.len()
-    );
-    let (back, rejects) = decode_ledger(&named, owner, user, SENT).unwrap();
-    assert_eq!(rejects, LedgerRejects::default());
-    let [LedgerEntry::Lease { lease: read, .. }] = &back[..] else {
-        panic!("{back:?}")
-    };
-    assert_eq!(read.known, 2);
-    let ids: Vec<u32> = read.segments.iter().map(|s| s.id).collect();
-    assert_eq!(ids, [3, 4, 5]);
-    assert_eq!(read.segments[2], segments[2], "the new one whole");
-    assert_eq!(
-        decode_ledger(&whole, owner, user, SENT).unwrap().0,
-        [lease(0)]
-    );
-
-    let (old, _): (Vec<WireBeforeSealed>, usize) =
-        bincode::serde::decode_from_slice(&whole, WIRE).expect("an older build reads it");
-    assert!(
-        matches!(old[..], [WireBeforeSealed::Lease { seq: 5, .. }]),
-        "{old:?}"
-    );
-    assert!(
-        bincode::serde::decode_from_slice::<Vec<WireBeforeSealed>, _>(&named, WIRE).is_err(),
-        "an older build cannot read known segments"
     );
 }

@@ -1,6 +1,7 @@
 //! A request's ask of its window's owner under the ledger, between real node cores.
 
 use super::*;
+use crate::gossip::wire::Destination;
 use crate::limiter::{PartitionPolicy, Policy};
 
 /// Three ledger nodes, node 2's wall clock 8 s behind the others': the deadline of its ask
@@ -71,4 +72,64 @@ fn an_ask_from_a_node_whose_wall_clock_is_behind_is_granted() {
         .check(&req, net.now(2).cluster_ms)
         .unwrap();
     assert!(again.allowed, "the owner's answer was a lease");
+}
+
+/// A lease that claims to end later than any owner's lease can (its longest, a quiet period
+/// from now) is dropped: taken, it would hold its window in the receiver's table until then,
+/// and a member could pin windows until the table is full. A lease within that bound is
+/// taken.
+#[test]
+fn a_lease_ending_past_any_owners_longest_is_dropped() {
+    let mut net = Net::new();
+    net.limiter.policy = Policy::Ledger(PartitionPolicy::Strict);
+    for i in 0..2 {
+        let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
+        let mut p = net.params(i, i as u128 + 1, &seeds);
+        p.dissemination = Dissemination::Owners;
+        net.boot_with(p);
+    }
+    net.run_ms(3_000);
+    assert_eq!(net.members(0), 1, "the two formed a cluster");
+    let spec = limit().window;
+    let lease = |key: &[u8], expires_ms: u64| crate::gossip::ledger_message::LedgerEntry::Lease {
+        key: net.node(0).limiter().key_id(key, &spec),
+        window_ms: spec.window_ms(),
+        buckets: spec.buckets(),
+        lease: crate::ledger::Lease {
+            owner: 2,
+            seq: 1,
+            expires_ms,
+            segments: smallvec::smallvec![crate::ledger::Segment {
+                id: 1,
+                count: 1,
+                valid_from_ms: net.now(1).cluster_ms,
+            }],
+        },
+    };
+    let now = net.now(1);
+    let entries = vec![
+        lease(b"pinned", now.cluster_ms + 3_600_000),
+        lease(b"leased", now.cluster_ms + 400),
+    ];
+    let to = Destination {
+        addr: addr(0),
+        node: Some(1),
+    };
+    let keys_before = net.node(0).limiter().stats().keys;
+    let malformed = |net: &Net| {
+        let dropped = net.node(0).view().wire.snapshot().dropped;
+        dropped.get("malformed").copied().unwrap_or(0)
+    };
+    let malformed_before = malformed(&net);
+    net.nodes[1]
+        .as_mut()
+        .unwrap()
+        .send_ledger(now, to, Vec::new(), entries);
+    net.deliver();
+    assert_eq!(malformed(&net), malformed_before + 1, "the far one dropped");
+    assert_eq!(
+        net.node(0).limiter().stats().keys,
+        keys_before + 1,
+        "only the near one made its window"
+    );
 }

@@ -291,41 +291,6 @@ fn a_renewal_does_not_double_book_what_the_user_still_holds() {
     assert_eq!(user.available(10_300, 0), 6);
 }
 
-/// A message names by id alone the segments the user's report says it took (a message as new
-/// as the first that carried each): the user keeps its own copies of those. The others go
-/// whole, so a lost message loses nothing.
-#[test]
-fn a_message_names_by_id_only_what_the_users_report_says_it_took() {
-    let p = params(10);
-    let mut books = Books::new(1);
-    let (_, first) = books.grant_round(&[renew(2, 3)], &[], 10_000, &p).remove(0);
-    assert_eq!(first.known, 0, "nothing reported yet");
-    // Lost: the next message still carries its segment whole.
-    let (_, second) = books.grant_round(&[renew(2, 2)], &[], 10_200, &p).remove(0);
-    assert_eq!((second.segments.len(), second.known), (2, 0));
-    let user = Holdings::default();
-    user.accept(&second, SHAPE);
-    user.try_spend(10_210, 1, 0).unwrap();
-    books.heard(
-        2,
-        1,
-        Heard {
-            report: user.report(10_220, 0),
-            demand: 0,
-            limit: 10,
-        },
-        10_220,
-    );
-    let (_, third) = books.grant_round(&[renew(2, 1)], &[], 10_400, &p).remove(0);
-    assert_eq!(third.segments.len(), 3);
-    assert_eq!(
-        third.known, 2,
-        "both segments of the message it took, not the new one"
-    );
-    user.accept(&third, SHAPE);
-    assert_eq!(user.available(10_400, 0), 2 + 2 + 1, "its spend kept");
-}
-
 /// A report that says the lease ended counts nothing unspent only if no newer message of it
 /// is on its way: one could revive what was left.
 #[test]
@@ -356,7 +321,6 @@ fn a_lapsed_lease_is_free_only_once_no_newer_message_can_revive_it() {
         seq: 2,
         expires_ms: 10_700,
         segments: first.segments.clone(),
-        known: 0,
     };
     user.accept(&renewal, SHAPE);
     assert_eq!(

@@ -97,27 +97,6 @@ impl UserBooks {
             seq: self.seq,
             expires_ms: self.expires_ms,
             segments: self.segments.iter().map(|g| g.segment).collect(),
-            known: self.known(me),
         }
-    }
-
-    /// How many of the first segments the user's last report says it holds: it had taken a
-    /// message as new as the first that carried each. Segments go in the order they were
-    /// first sent, so those it holds come first.
-    fn known(&self, me: u128) -> u32 {
-        let Some(taken) = self
-            .report
-            .as_ref()
-            .and_then(|(_, r)| r.of(me))
-            .map(|m| m.seq)
-        else {
-            return 0;
-        };
-        let known = self
-            .segments
-            .iter()
-            .take_while(|g| g.sent_in <= taken)
-            .count();
-        u32::try_from(known).unwrap_or(u32::MAX)
     }
 }

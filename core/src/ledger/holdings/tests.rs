@@ -24,7 +24,6 @@ fn lease(seq: u32, until: u64, segments: &[Segment]) -> Lease {
         seq,
         expires_ms: T0 + until,
         segments: segments.iter().copied().collect(),
-        known: 0,
     }
 }
 
@@ -40,40 +39,6 @@ fn tokens_are_spent_once_within_their_lease_and_never_past_it() {
     assert!(h.try_spend(T0 + 400 - MARGIN, 1, MARGIN).is_none());
     assert!(h.try_spend(T0 + 100, 1, MARGIN).is_some());
     assert!(h.try_spend(T0 + 100, 1, MARGIN).is_none());
-}
-
-/// A segment a message names by id alone (known) is the user's own copy, with what it spent
-/// of it, whatever count the message carries (the wire carries none); one the user no longer
-/// holds is not made afresh: it would hand out again what was spent of it.
-#[test]
-fn a_known_segment_keeps_the_users_copy_and_one_it_lacks_stays_gone() {
-    let h = Holdings::default();
-    assert!(h.accept(&lease(1, 400, &[seg(1, 3, 0)]), SHAPE));
-    assert!(h.try_spend(T0, 2, MARGIN).is_some());
-    let as_read = Segment {
-        id: 1,
-        count: 0,
-        valid_from_ms: 0,
-    };
-    let mut renewal = lease(2, 800, &[as_read, seg(2, 4, 0)]);
-    renewal.known = 1;
-    assert!(h.accept(&renewal, SHAPE));
-    assert_eq!(
-        h.available(T0, MARGIN),
-        1 + 4,
-        "segment 1 keeps what was spent"
-    );
-    assert_eq!(
-        h.report(T0, MARGIN).held[0].spent.to_vec(),
-        [(1, 2), (2, 0)]
-    );
-    let lost = Holdings::default();
-    let mut known = lease(3, 800, &[seg(1, 3, 0), seg(2, 4, 0)]);
-    known.known = 2;
-    assert!(lost.accept(&known, SHAPE));
-    assert_eq!(lost.available(T0, MARGIN), 0, "nothing made afresh");
-    assert_eq!(lost.lease_end_ms(), None, "and no segment held");
-    assert_eq!(h.lease_end_ms(), Some(T0 + 800));
 }
 
 #[test]

@@ -777,12 +777,13 @@ fn only_a_request_refused_in_the_end_stops_asks_ahead() {
 }
 
 /// A window this node holds a lease of stays in its table, idle or not, until no token of the
-/// lease can count (its end and the spend tail after it): dropped sooner, its owner would name
-/// segments the node no longer has, or hand out afresh what was spent of them.
+/// lease can count (its end and the spend tail after it): dropped sooner, a message of the
+/// lease still on its way would hand out afresh what was spent of it.
 #[test]
 fn a_window_holding_a_lease_outlives_its_idle_ring_until_the_lease_can_count_no_more() {
     let config = LimiterConfig {
         policy: Policy::Ledger(PartitionPolicy::Strict),
+        max_keys: 1,
         ..LimiterConfig::default()
     };
     let margin = config.ledger.margin_ms;
@@ -802,11 +803,19 @@ fn a_window_holding_a_lease_outlives_its_idle_ring_until_the_lease_can_count_no_
                 count: 3,
                 valid_from_ms: T0,
             }],
-            known: 0,
         },
     };
     assert!(user.accept_lease(&grant, T0));
     let tail_end = T0 + 400 + crate::ledger::spend_tail_ms(window.window_ms(), margin);
+    // A full table evicts it no sooner than GC would collect it.
+    let _ = user.check(
+        &CheckRequest {
+            items: &items("other", &[second(10)], 1),
+            dry_run: false,
+        },
+        tail_end - 100,
+    );
+    assert_eq!(user.stats().evicted_keys, 0, "not evicted");
     let mut removed_at = None;
     for now in (T0..T0 + 5_000).step_by(50) {
         if user.gc(now, 100).removed > 0 {
