@@ -4,19 +4,25 @@ use super::*;
 use crate::gossip::wire::Destination;
 use crate::limiter::{PartitionPolicy, Policy};
 
+/// `n` ledger nodes (strict), seeded with node 0, node `i`'s wall clock `skew_ms(i)` off.
+fn ledger_nodes(n: usize, skew_ms: impl Fn(usize) -> i64) -> Net {
+    let mut net = Net::new();
+    net.limiter.policy = Policy::Ledger(PartitionPolicy::Strict);
+    for i in 0..n {
+        let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
+        let mut p = net.params(i, i as u128 + 1, &seeds);
+        p.dissemination = Dissemination::Owners;
+        net.boot_skewed(p, skew_ms(i));
+    }
+    net
+}
+
 /// Three ledger nodes, node 2's wall clock 8 s behind the others': the deadline of its ask
 /// is read on cluster time, which the members share, so the owner grants the ask (a deadline
 /// on the asker's wall clock would have passed 8 s before the owner got it).
 #[test]
 fn an_ask_from_a_node_whose_wall_clock_is_behind_is_granted() {
-    let mut net = Net::new();
-    net.limiter.policy = Policy::Ledger(PartitionPolicy::Strict);
-    for i in 0..3 {
-        let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
-        let mut p = net.params(i, i as u128 + 1, &seeds);
-        p.dissemination = Dissemination::Owners;
-        net.boot_skewed(p, if i == 2 { -8_000 } else { 0 });
-    }
+    let mut net = ledger_nodes(3, |i| if i == 2 { -8_000 } else { 0 });
     net.run_ms(10_000);
     assert_eq!(net.members(2), 2, "the skewed node joined");
     let (behind, ahead) = (net.now(2), net.now(0));
@@ -80,14 +86,7 @@ fn an_ask_from_a_node_whose_wall_clock_is_behind_is_granted() {
 /// taken.
 #[test]
 fn a_lease_ending_past_any_owners_longest_is_dropped() {
-    let mut net = Net::new();
-    net.limiter.policy = Policy::Ledger(PartitionPolicy::Strict);
-    for i in 0..2 {
-        let seeds: Vec<usize> = if i == 0 { vec![] } else { vec![0] };
-        let mut p = net.params(i, i as u128 + 1, &seeds);
-        p.dissemination = Dissemination::Owners;
-        net.boot_with(p);
-    }
+    let mut net = ledger_nodes(2, |_| 0);
     net.run_ms(3_000);
     assert_eq!(net.members(0), 1, "the two formed a cluster");
     let spec = limit().window;
