@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwapOption, Guard};
 use smallvec::SmallVec;
 
 use super::lease::{HeldLease, HoldingsReport, Lease};
@@ -34,82 +34,21 @@ pub struct Holdings {
 
 impl Holdings {
     /// Takes `cost` tokens spendable at `now_ms` (of the lease that ends soonest first), or
-    /// none. Lock-free.
-    ///
-    /// The spend is counted in the window's clock *before* any token is taken, and a token
-    /// once taken is never given back ([`Charge::cancel`]): so a token a report can see spent
-    /// is either in the clock's count of its slot (the emission seals before it reads the
-    /// report), or spent by no one.
+    /// none. Lock-free. See [`HeldNow::try_spend`].
     pub fn try_spend(&self, now_ms: u64, cost: u32, margin_ms: u64) -> Option<Charge> {
-        let book = self.book.load();
-        let entries = match book.as_ref() {
-            Some(b) if !b.closed => &b.entries,
-            _ => return None,
-        };
-        // Most refused checks find no token: they leave the clock alone. (Of the book this
-        // check spends from: one a renewal replaced meanwhile may hold less.)
-        let available = book.as_ref().map_or(0, |b| b.available(now_ms, margin_ms));
-        if available < u64::from(cost) {
-            return None;
+        self.now().try_spend(now_ms, cost, margin_ms)
+    }
+
+    /// The window's book as it is now, for a check that reads it more than once: one load.
+    pub fn now(&self) -> HeldNow {
+        HeldNow {
+            book: self.book.load(),
         }
-        let clock = book.as_ref().and_then(|b| b.clock.as_ref());
-        if clock.is_some_and(|c| !c.spend(now_ms, cost)) {
-            return None;
-        }
-        let mut need = cost;
-        'entries: for entry in entries {
-            if !entry.spendable(now_ms, margin_ms) {
-                continue;
-            }
-            for seg in &entry.segments {
-                if need == 0 {
-                    break 'entries;
-                }
-                if seg.segment.valid_from_ms > now_ms {
-                    continue;
-                }
-                let mut spent = seg.spent.load(Ordering::Acquire);
-                loop {
-                    let left = seg.segment.count.saturating_sub(spent);
-                    if left == 0 {
-                        break;
-                    }
-                    let take = left.min(need);
-                    match seg.spent.compare_exchange_weak(
-                        spent,
-                        spent + take,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    ) {
-                        Ok(_) => {
-                            need -= take;
-                            break;
-                        }
-                        Err(now) => spent = now,
-                    }
-                }
-            }
-        }
-        let charge = Charge {
-            book,
-            at_ms: now_ms,
-            cost,
-            left: available - u64::from(cost),
-        };
-        if need > 0 {
-            // Another check took the tokens first: what this one took is not spent again.
-            charge.cancel();
-            return None;
-        }
-        Some(charge)
     }
 
     /// Tokens spendable at `now_ms`.
     pub fn available(&self, now_ms: u64, margin_ms: u64) -> u64 {
-        self.book
-            .load()
-            .as_ref()
-            .map_or(0, |b| b.available(now_ms, margin_ms))
+        self.now().available(now_ms, margin_ms)
     }
 
     /// The earliest time after `now_ms` at which a token held now becomes spendable (a
@@ -159,10 +98,7 @@ impl Holdings {
 
     /// Whether an ask may go to the owner at `now_ms` (it has not refused one lately).
     pub fn may_ask(&self, now_ms: u64) -> bool {
-        self.book
-            .load()
-            .as_ref()
-            .is_none_or(|b| now_ms >= b.ask_again_at_ms.load(Ordering::Relaxed))
+        self.now().may_ask(now_ms)
     }
 
     /// The owner refused an ask: no token comes from it before `until_ms`, and no ask goes.
@@ -382,6 +318,100 @@ impl Holdings {
 
 mod book;
 mod charge;
+
+/// A window's book as one check loaded it ([`Holdings::now`]).
+#[derive(Debug)]
+pub struct HeldNow {
+    book: Guard<Option<Arc<Book>>>,
+}
+
+impl HeldNow {
+    /// Tokens spendable at `now_ms`.
+    pub fn available(&self, now_ms: u64, margin_ms: u64) -> u64 {
+        self.book
+            .as_ref()
+            .map_or(0, |b| b.available(now_ms, margin_ms))
+    }
+
+    /// Whether an ask may go: none is on its way, and the owner has not refused one lately.
+    pub fn may_ask(&self, now_ms: u64) -> bool {
+        self.book
+            .as_ref()
+            .is_none_or(|b| now_ms >= b.ask_again_at_ms.load(Ordering::Relaxed))
+    }
+
+    /// Takes `cost` tokens spendable at `now_ms` (of the lease that ends soonest first), or
+    /// none. Lock-free.
+    ///
+    /// The spend is counted in the window's clock *before* any token is taken, and a token
+    /// once taken is never given back ([`Charge::cancel`]): so a token a report can see spent
+    /// is either in the clock's count of its slot (the emission seals before it reads the
+    /// report), or spent by no one.
+    pub fn try_spend(self, now_ms: u64, cost: u32, margin_ms: u64) -> Option<Charge> {
+        let book = self.book;
+        let entries = match book.as_ref() {
+            Some(b) if !b.closed => &b.entries,
+            _ => return None,
+        };
+        // Most refused checks find no token: they leave the clock alone. (Of the book this
+        // check spends from: one a renewal replaced meanwhile may hold less.)
+        let available = book.as_ref().map_or(0, |b| b.available(now_ms, margin_ms));
+        if available < u64::from(cost) {
+            return None;
+        }
+        let clock = book.as_ref().and_then(|b| b.clock.as_ref());
+        if clock.is_some_and(|c| !c.spend(now_ms, cost)) {
+            return None;
+        }
+        let mut need = cost;
+        'entries: for entry in entries {
+            if !entry.spendable(now_ms, margin_ms) {
+                continue;
+            }
+            for seg in &entry.segments {
+                if need == 0 {
+                    break 'entries;
+                }
+                if seg.segment.valid_from_ms > now_ms {
+                    continue;
+                }
+                let mut spent = seg.spent.load(Ordering::Acquire);
+                loop {
+                    let left = seg.segment.count.saturating_sub(spent);
+                    if left == 0 {
+                        break;
+                    }
+                    let take = left.min(need);
+                    match seg.spent.compare_exchange_weak(
+                        spent,
+                        spent + take,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => {
+                            need -= take;
+                            break;
+                        }
+                        Err(now) => spent = now,
+                    }
+                }
+            }
+        }
+        let charge = Charge {
+            book,
+            at_ms: now_ms,
+            cost,
+            left: available - u64::from(cost),
+        };
+        if need > 0 {
+            // Another check took the tokens first: what this one took is not spent again.
+            charge.cancel();
+            return None;
+        }
+        Some(charge)
+    }
+}
+
 #[cfg(test)]
 mod tests;
 

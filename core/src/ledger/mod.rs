@@ -20,7 +20,7 @@ mod targets;
 pub mod tuning;
 
 pub use books::{Ask, AskAnswer, Books, Heard, LedgerParams, Renewal, spend_tail_ms};
-pub use holdings::{Charge, Holdings};
+pub use holdings::{Charge, HeldNow, Holdings};
 pub use lease::{HeldLease, HoldingsReport, Lease, Segment};
 pub use occupancy::{Occupancy, Span};
 pub use quantile::poisson_quantile;

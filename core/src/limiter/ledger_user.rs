@@ -42,6 +42,34 @@ struct Item<'g> {
     leased_here: Option<bool>,
 }
 
+impl Item<'_> {
+    /// This window's need, as the request's item `index` (`item`) names it: one that lacks
+    /// and one ahead differ only in the rest.
+    fn need(
+        &self,
+        index: usize,
+        item: &CheckItem<'_>,
+        valid_at_ms: Option<u64>,
+        ask: bool,
+        refused: bool,
+        ahead: bool,
+    ) -> TokenNeed {
+        let spec = &item.limit.window;
+        TokenNeed {
+            index,
+            key: self.id,
+            window_ms: spec.window_ms(),
+            buckets: spec.buckets(),
+            limit: item.limit.max,
+            want: self.cost,
+            valid_at_ms,
+            ask,
+            refused,
+            ahead,
+        }
+    }
+}
+
 impl Limiter {
     /// Decides again a request that [`Limiter::check`] refused for want of ledger tokens and
     /// that waited for them: it was counted refused then, so a refusal now counts nothing.
@@ -75,21 +103,28 @@ impl Limiter {
             if !dry_run {
                 state.bound.note_limit(item.limit.max);
             }
-            // Whether this node leases the window, looked up once where a token lacks.
-            let mut leased_here = None;
-            if state.holdings.available(now_ms, margin) < u64::from(item.cost) {
-                let owner = self.leases_here(id);
-                if let Some(owner) = &owner {
-                    self.ask_here(id, state, item, owner, now_ms);
-                }
-                leased_here = Some(owner.is_some());
-            }
             held.push(Item {
                 id,
                 state,
                 cost: item.cost,
-                leased_here,
+                leased_here: None,
             });
+        }
+        if let ([h], [item]) = (&held[..], items)
+            && !dry_run
+            && let Some(decision) = self.spend_held(h, item, now_ms)
+        {
+            return Ok(decision);
+        }
+        for (h, item) in held.iter_mut().zip(items) {
+            // Whether this node leases the window, looked up once where a token lacks.
+            if h.state.holdings.available(now_ms, margin) < u64::from(h.cost) {
+                let owner = self.leases_here(h.id);
+                if let Some(owner) = &owner {
+                    self.ask_here(h.id, h.state, item, owner, now_ms);
+                }
+                h.leased_here = Some(owner.is_some());
+            }
         }
         // Which items hold their tokens, before any spend: a dry run's answer, and of a
         // refused request of several items, which lacked. A single item refused is reported
@@ -139,27 +174,15 @@ impl Limiter {
                 reset_after_ms: newest.map_or(0, |e| spec.expiry_ms(e).saturating_sub(now_ms)),
                 retry_after_ms,
             });
-            // A need of this window: one that lacks and one ahead differ only in these.
-            let need = |valid_at_ms, ask, refused, ahead| TokenNeed {
-                index,
-                key: h.id,
-                window_ms: spec.window_ms(),
-                buckets: spec.buckets(),
-                limit: item.limit.max,
-                want: h.cost,
-                valid_at_ms,
-                ask,
-                refused,
-                ahead,
-            };
-            let here = || {
-                h.leased_here
-                    .unwrap_or_else(|| self.leases_here(h.id).is_some())
-            };
             if lacks {
                 // A cost above the limit can never be met: nothing to ask for.
-                let ask = !here() && h.cost <= item.limit.max && h.state.holdings.may_ask(now_ms);
-                needs.push(need(
+                let here = h
+                    .leased_here
+                    .unwrap_or_else(|| self.leases_here(h.id).is_some());
+                let ask = !here && h.cost <= item.limit.max && h.state.holdings.may_ask(now_ms);
+                needs.push(h.need(
+                    index,
+                    item,
                     valid_at.filter(|t| *t <= now_ms + self.config.ledger.ask_wait_ms),
                     ask,
                     h.state.holdings.is_refused(now_ms),
@@ -167,14 +190,9 @@ impl Limiter {
                 ));
             } else if allowed
                 && !dry_run
-                && h.state.holdings.may_ask(now_ms)
-                && self.short_of_a_round(h.state, offered.total, h.cost, available, now_ms)
-                && !here()
-                && h.state
-                    .holdings
-                    .claim_ahead(now_ms, now_ms + self.config.gossip_interval_ms)
+                && self.asks_ahead(h, Some(offered.total), available, now_ms)
             {
-                needs.push(need(None, true, false, true));
+                needs.push(h.need(index, item, None, true, false, true));
             }
         }
         Ok(Decision {
@@ -252,6 +270,70 @@ impl Limiter {
             }
         }
         left
+    }
+
+    /// A request of one window that holds its tokens: spent, and decided, with no buffer of
+    /// items (the common case, timed by the hot-path benchmark). `None` where the tokens lack
+    /// or another check took them first: nothing is counted, and the whole path decides.
+    fn spend_held(&self, h: &Item<'_>, item: &CheckItem<'_>, now_ms: u64) -> Option<Decision> {
+        let margin = self.config.ledger.margin_ms;
+        let spec = &item.limit.window;
+        let held = h.state.holdings.now();
+        if held.available(now_ms, margin) < u64::from(h.cost) {
+            return None;
+        }
+        // As `spend_all`: the ring counts the spend before its tokens are taken.
+        let epoch = spec.epoch(now_ms);
+        let _ = h.state.ring.admit(epoch, h.cost, u64::MAX);
+        let Some(charge) = held.try_spend(now_ms, h.cost, margin) else {
+            h.state.ring.refund(epoch, h.cost);
+            return None;
+        };
+        let available = charge.left();
+        drop(charge);
+        if h.state.mark_dirty() {
+            self.dirty.push(h.id);
+        }
+        let mut needs = SmallVec::new();
+        if self.asks_ahead(h, None, available, now_ms) {
+            needs.push(h.need(0, item, None, true, false, true));
+        }
+        let mut limits = SmallVec::new();
+        limits.push(LimitStatus {
+            allowed: true,
+            limit: item.limit.max,
+            remaining: available,
+            // The spend is the window's newest traffic.
+            reset_after_ms: spec.expiry_ms(epoch).saturating_sub(now_ms),
+            retry_after_ms: 0,
+        });
+        Some(Decision {
+            allowed: true,
+            limits,
+            needs,
+        })
+    }
+
+    /// Whether a request admitted with `available` tokens left asks window `h`'s owner
+    /// ahead, claiming the window's ask ahead if so: the owner is another member, an ask may
+    /// go, and the window is [short of a round](Limiter::short_of_a_round). `offered`: what the
+    /// window is offered at this node, where the caller read it.
+    fn asks_ahead(&self, h: &Item<'_>, offered: Option<u64>, available: u64, now_ms: u64) -> bool {
+        h.state.holdings.may_ask(now_ms)
+            && self.short_of_a_round(
+                h.state,
+                offered
+                    .unwrap_or_else(|| h.state.ring.offered_totals(&h.state.spec(), now_ms).total),
+                h.cost,
+                available,
+                now_ms,
+            )
+            && !h
+                .leased_here
+                .unwrap_or_else(|| self.leases_here(h.id).is_some())
+            && h.state
+                .holdings
+                .claim_ahead(now_ms, now_ms + self.config.gossip_interval_ms)
     }
 
     /// Whether `available` tokens leave the window short, so that an admitted request asks its

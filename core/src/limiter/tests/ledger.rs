@@ -649,6 +649,56 @@ fn an_admitted_request_reports_what_its_spends_left() {
     assert_eq!(held(now), before - 3);
 }
 
+/// A request of one window (decided without a buffer of items when it holds its tokens) is
+/// decided as a request naming that window and another that always holds tokens: admitted or
+/// not, what it left, when its window resets, and whether it asks ahead or waits. Checks run
+/// at every millisecond of a round's first tenth, past the moment the window runs short.
+#[test]
+fn a_request_of_one_window_is_decided_as_one_of_several() {
+    let limit = Limit {
+        max: 400,
+        window: WindowSpec::with_default_buckets(1_000).unwrap(),
+    };
+    let open = Limit {
+        max: 1_000_000,
+        window: WindowSpec::with_default_buckets(60_000).unwrap(),
+    };
+    let (one, several) = (Cluster::new(2), Cluster::new(2));
+    let (mut admitted, mut ahead, mut refused) = (0, 0, 0);
+    // The other window is leased first (checked alone, it leaves `k` untouched).
+    let mut now = T0;
+    while held_of(&several.nodes[1], open, now) < 50 {
+        assert!(now < T0 + 60_000, "the other window is leased");
+        one.round(now);
+        several.round(now);
+        for t in now..now + 100 {
+            let _ = check(&several.nodes[1], "k", &[open], 1, t);
+        }
+        now += 200;
+    }
+    for _ in 0..40 {
+        one.round(now);
+        several.round(now);
+        for t in now..now + 20 {
+            let d1 = check(&one.nodes[1], "k", &[limit], 1, t);
+            let d2 = check(&several.nodes[1], "k", &[limit, open], 1, t);
+            assert!(d2.limits[1].allowed, "at {t}: {d2:?}");
+            assert_eq!(d1.allowed, d2.allowed, "at {t}: {d1:?} {d2:?}");
+            assert_eq!(d1.limits[0], d2.limits[0], "at {t}: {d1:?} {d2:?}");
+            let first: Vec<_> = d2.needs.iter().filter(|n| n.index == 0).collect();
+            assert_eq!(d1.needs.iter().collect::<Vec<_>>(), first, "at {t}");
+            admitted += usize::from(d1.allowed);
+            refused += usize::from(!d1.allowed);
+            ahead += d1.needs.iter().filter(|n| n.ahead).count();
+        }
+        now += 200;
+    }
+    assert!(
+        admitted > 0 && refused > 0 && ahead > 0,
+        "{admitted} {refused} {ahead}"
+    );
+}
+
 /// An admitted request that leaves a user with fewer tokens than its demand over a round (what
 /// it spends before the next round's lease comes) asks the owner ahead, once a round, and one
 /// that leaves it enough does not; nor does a request in a window that ran dry (at its
