@@ -128,6 +128,12 @@ impl Collector for ClusterCollector {
         )?;
         counter(
             e,
+            "ledger_entries_malformed",
+            "Ledger entries dropped one by one (malformed) from datagrams otherwise taken",
+            wire.malformed_ledger_entries,
+        )?;
+        counter(
+            e,
             "gossip_register_sends",
             "Registers sent in gossip rounds, once per peer",
             wire.summary_register_sends,

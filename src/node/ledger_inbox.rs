@@ -70,11 +70,16 @@ impl<T: TimeSource> NodeCore<T> {
             self.view.wire.dropped(DropReason::Malformed);
             return;
         };
-        let Ok((entries, _)) = decode_ledger(&rest[used..], header.sender, me, header.sent_ms)
+        let Ok((entries, entry_rejects)) =
+            decode_ledger(&rest[used..], header.sender, me, header.sent_ms)
         else {
             self.view.wire.dropped(DropReason::Malformed);
             return;
         };
+        self.view.wire.malformed_ledger_entries.fetch_add(
+            entry_rejects.malformed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if !batch.updates.is_empty() {
             let report = self.limiter.merge(&batch, now.cluster_ms);
             self.view.wire.merged(&report, rejects.bad_shape);
@@ -105,16 +110,16 @@ impl<T: TimeSource> NodeCore<T> {
                     key,
                     window_ms,
                     buckets,
-                    lease,
+                    mut lease,
                 } => {
-                    // No owner's lease ends later than its longest lease from now (a quiet
-                    // period): one that claims to would hold its window in this node's table
-                    // that long (`WindowState::live_until_ms`), a window a member could pin
-                    // for good. It is dropped.
-                    if lease.expires_ms > now.cluster_ms.saturating_add(self.quiet_ms()) {
-                        self.view.wire.dropped(DropReason::Malformed);
-                        continue;
-                    }
+                    // A lease is taken to end at most a quiet period from now (the longest an
+                    // owner with this node's round grants): one ending later would hold its
+                    // window in this node's table that long (`WindowState::live_until_ms`),
+                    // a window a member could pin for good. Ending it sooner only spends
+                    // less of it, and keeps a lease of a member whose round is longer (a
+                    // configuration rolling out) rather than refusing its users.
+                    let latest = now.cluster_ms.saturating_add(self.quiet_ms());
+                    lease.expires_ms = lease.expires_ms.min(latest);
                     let grant = LeaseGrant {
                         user: me,
                         key,

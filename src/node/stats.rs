@@ -44,6 +44,8 @@ pub struct WireStats {
     pub clock_offset_warnings: AtomicU64,
     merges: Mutex<MergeReport>,
     bad_shape_entries: AtomicU64,
+    /// Ledger entries dropped, one by one, from datagrams otherwise taken.
+    pub malformed_ledger_entries: AtomicU64,
 }
 
 /// A point-in-time copy.
@@ -61,6 +63,7 @@ pub struct WireSnapshot {
     pub clock_offset_warnings: u64,
     pub merges: MergeReport,
     pub bad_shape_entries: u64,
+    pub malformed_ledger_entries: u64,
 }
 
 impl WireSnapshot {
@@ -127,6 +130,7 @@ impl WireStats {
             clock_offset_warnings: self.clock_offset_warnings.load(Ordering::Relaxed),
             merges: *self.merges.lock().unwrap_or_else(|e| e.into_inner()),
             bad_shape_entries: self.bad_shape_entries.load(Ordering::Relaxed),
+            malformed_ledger_entries: self.malformed_ledger_entries.load(Ordering::Relaxed),
         }
     }
 }

@@ -1,8 +1,9 @@
 //! A request's ask of its window's owner under the ledger, between real node cores.
 
 use super::*;
+use crate::gossip::ledger_message::LedgerEntry;
 use crate::gossip::wire::Destination;
-use crate::limiter::{PartitionPolicy, Policy};
+use crate::limiter::{KeyId, PartitionPolicy, Policy};
 
 /// `n` ledger nodes (strict), seeded with node 0, node `i`'s wall clock `skew_ms(i)` off.
 fn ledger_nodes(n: usize, skew_ms: impl Fn(usize) -> i64) -> Net {
@@ -80,55 +81,106 @@ fn an_ask_from_a_node_whose_wall_clock_is_behind_is_granted() {
     assert!(again.allowed, "the owner's answer was a lease");
 }
 
-/// A lease that claims to end later than any owner's lease can (its longest, a quiet period
-/// from now) is dropped: taken, it would hold its window in the receiver's table until then,
-/// and a member could pin windows until the table is full. A lease within that bound is
-/// taken.
-#[test]
-fn a_lease_ending_past_any_owners_longest_is_dropped() {
-    let mut net = ledger_nodes(2, |_| 0);
-    net.run_ms(3_000);
-    assert_eq!(net.members(0), 1, "the two formed a cluster");
+/// A ledger entry of a lease from member 2 of one token of window `key` (of [`limit`]'s shape),
+/// valid from `from_ms`.
+fn lease_entry(key: KeyId, seq: u32, expires_ms: u64, from_ms: u64) -> LedgerEntry {
     let spec = limit().window;
-    let lease = |key: &[u8], expires_ms: u64| crate::gossip::ledger_message::LedgerEntry::Lease {
-        key: net.node(0).limiter().key_id(key, &spec),
+    LedgerEntry::Lease {
+        key,
         window_ms: spec.window_ms(),
         buckets: spec.buckets(),
         lease: crate::ledger::Lease {
             owner: 2,
-            seq: 1,
+            seq,
             expires_ms,
             segments: smallvec::smallvec![crate::ledger::Segment {
                 id: 1,
                 count: 1,
-                valid_from_ms: net.now(1).cluster_ms,
+                valid_from_ms: from_ms,
             }],
         },
-    };
-    let now = net.now(1);
-    let entries = vec![
-        lease(b"pinned", now.cluster_ms + 3_600_000),
-        lease(b"leased", now.cluster_ms + 400),
-    ];
+    }
+}
+
+/// Node 1 sends node 0 one ledger datagram of `entries`, delivered.
+fn send_to_first(net: &mut Net, entries: Vec<LedgerEntry>) {
     let to = Destination {
         addr: addr(0),
         node: Some(1),
     };
-    let keys_before = net.node(0).limiter().stats().keys;
-    let malformed = |net: &Net| {
-        let dropped = net.node(0).view().wire.snapshot().dropped;
-        dropped.get("malformed").copied().unwrap_or(0)
-    };
-    let malformed_before = malformed(&net);
+    let now = net.now(1);
     net.nodes[1]
         .as_mut()
         .unwrap()
         .send_ledger(now, to, Vec::new(), entries);
     net.deliver();
-    assert_eq!(malformed(&net), malformed_before + 1, "the far one dropped");
-    assert_eq!(
-        net.node(0).limiter().stats().keys,
-        keys_before + 1,
-        "only the near one made its window"
+}
+
+/// Datagrams node 0 dropped as malformed.
+fn malformed(net: &Net) -> u64 {
+    let dropped = net.node(0).view().wire.snapshot().dropped;
+    dropped.get("malformed").copied().unwrap_or(0)
+}
+
+/// A lease that claims to end later than any owner's lease can (its longest, a quiet period
+/// from now) is taken to end then: taken as it came, it would hold its window in the
+/// receiver's table past that, and a member could pin windows until the table is full. A lease
+/// within that bound keeps its end. Neither is counted as malformed.
+#[test]
+fn a_lease_ending_past_any_owners_longest_is_taken_to_end_then() {
+    let mut net = ledger_nodes(2, |_| 0);
+    net.run_ms(3_000);
+    assert_eq!(net.members(0), 1, "the two formed a cluster");
+    let spec = limit().window;
+    let key = |net: &Net, key: &[u8]| net.node(0).limiter().key_id(key, &spec);
+    let (pinned, leased) = (key(&net, b"pinned"), key(&net, b"leased"));
+    let now = net.now(1).cluster_ms;
+    let malformed_before = malformed(&net);
+    send_to_first(
+        &mut net,
+        vec![
+            lease_entry(pinned, 1, now + 3_600_000, now),
+            lease_entry(leased, 1, now + 400, now),
+        ],
     );
+    assert_eq!(malformed(&net), malformed_before, "nothing dropped");
+    let at = net.now(0).cluster_ms;
+    let end = |k| {
+        let word = net.node(0).limiter().held_word(k, 2, at);
+        word.map(|w| w.expires_ms).expect("the lease is held")
+    };
+    let latest = at + net.node(0).quiet_ms();
+    assert!(
+        end(pinned) <= latest && end(pinned) + 1_000 > latest,
+        "the far lease ends at {}, a quiet period from now is {latest}",
+        end(pinned)
+    );
+    assert_eq!(end(leased), now + 400, "the near one keeps its end");
+}
+
+/// A malformed ledger entry (a lease numbered 0) is dropped alone and counted; the datagram's
+/// other entries are taken, and the datagram is not counted dropped.
+#[test]
+fn a_malformed_ledger_entry_is_dropped_alone_and_counted() {
+    let mut net = ledger_nodes(2, |_| 0);
+    net.run_ms(3_000);
+    assert_eq!(net.members(0), 1, "the two formed a cluster");
+    let spec = limit().window;
+    let key = |net: &Net, key: &[u8]| net.node(0).limiter().key_id(key, &spec);
+    let (bad, good) = (key(&net, b"bad"), key(&net, b"good"));
+    let now = net.now(1).cluster_ms;
+    let counted = |net: &Net| net.node(0).view().wire.snapshot().malformed_ledger_entries;
+    let (entries_before, datagrams_before) = (counted(&net), malformed(&net));
+    send_to_first(
+        &mut net,
+        vec![
+            lease_entry(bad, 0, now + 400, now),
+            lease_entry(good, 1, now + 400, now),
+        ],
+    );
+    assert_eq!(counted(&net), entries_before + 1, "the bad entry counted");
+    assert_eq!(malformed(&net), datagrams_before, "the datagram taken");
+    let at = net.now(0).cluster_ms;
+    let held = |k| net.node(0).limiter().held_word(k, 2, at).is_some();
+    assert!(held(good) && !held(bad), "only the good lease is held");
 }
