@@ -13,16 +13,21 @@ use super::message::MessageError;
 use smallvec::SmallVec;
 
 use crate::ledger::tuning::FINE_SLOTS;
-use crate::ledger::{HeldLease, HoldingsReport, Lease, SealedBucket, Segment};
+use crate::ledger::{HeldLease, Lease, SealedBucket, Segment};
 use crate::limiter::{KeyId, LedgerReport};
 use crate::window::{EstimateMode, WindowSpec};
 
+mod handoff;
 mod heard;
+mod report;
 
+pub use handoff::MOST_HANDED;
+use handoff::{handoff_in, handoff_out};
 #[cfg(test)]
 use heard::HEARD_UNIT_MS;
 pub use heard::MOST_HEARD;
 use heard::{heard_in, heard_out};
+use report::{held_out, report_in};
 
 const DECODE_LIMIT: usize = 64 * 1024;
 const WIRE: Configuration<LittleEndian, Varint, Limit<DECODE_LIMIT>> =
@@ -61,6 +66,9 @@ pub enum LedgerEntry {
     /// Members the sender's side heard from, each by its short id (`node/liveness/relayed.rs`)
     /// with the cluster time it was last heard. Sent in a datagram of its own, as `Leaving`.
     Heard { members: Vec<(u32, u64)> },
+    /// The sender, leaving gracefully, owned each window: its last lease there ends then
+    /// (`limiter/ledger_handoff.rs`). Only to a member that reads it (`features.rs`).
+    Handoff { ends: Vec<(KeyId, u64)> },
 }
 
 /// An owner id on the wire: `None` is the one the context says (the receiver of a report).
@@ -120,6 +128,10 @@ enum Wire {
         /// `(epoch, [spends by fine slot])` of each bucket sealed.
         sealed: Vec<(u64, [u32; FINE_SLOTS])>,
     },
+    /// `[(key, end - sent)]`.
+    Handoff {
+        ends: Vec<([u8; 16], i64)>,
+    },
 }
 
 /// At most this many sealed buckets are taken from one report: a clock keeps 16 buckets.
@@ -127,25 +139,6 @@ const MOST_SEALED: usize = 16;
 
 /// At most this many segments or held leases are taken from one entry: a lease holds a few.
 const MOST_PARTS: usize = 64;
-
-fn held_out(h: &HeldLease, receiver: u128, sent_ms: u64) -> WireHeld {
-    (
-        owner_out(h.owner, receiver),
-        h.seq,
-        offset(h.expires_ms, sent_ms),
-        h.spent.to_vec(),
-        h.unspent,
-        h.lapsed,
-    )
-}
-
-fn owner_out(owner: u128, implied: u128) -> WireOwner {
-    (owner != implied).then(|| owner.to_le_bytes())
-}
-
-fn owner_in(owner: WireOwner, implied: u128) -> u128 {
-    owner.map_or(implied, u128::from_le_bytes)
-}
 
 fn offset(t_ms: u64, sent_ms: u64) -> i64 {
     i64::try_from(i128::from(t_ms) - i128::from(sent_ms)).unwrap_or(0)
@@ -234,50 +227,10 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
             },
             LedgerEntry::Leaving => Wire::Leaving,
             LedgerEntry::Heard { members } => heard_out(members, sent_ms),
+            LedgerEntry::Handoff { ends } => handoff_out(ends, sent_ms),
         })
         .collect();
     bincode::serde::encode_to_vec(&wire, WIRE).unwrap_or_default()
-}
-
-/// A report from the wire: `None` if a list is longer than a report holds or a time is out
-/// of range.
-fn report_in(
-    index: u32,
-    limit: u32,
-    held: Vec<WireHeld>,
-    closed: bool,
-    sealed: Vec<SealedBucket>,
-    receiver: u128,
-    sent_ms: u64,
-) -> Option<LedgerEntry> {
-    if held.len() > MOST_PARTS || sealed.len() > MOST_SEALED {
-        return None;
-    }
-    let held = held
-        .into_iter()
-        .map(|(owner, seq, expires, spent, unspent, lapsed)| {
-            Some(HeldLease {
-                owner: owner_in(owner, receiver),
-                seq,
-                expires_ms: at(expires, sent_ms).ok()?,
-                spent: (spent.len() <= MOST_PARTS)
-                    .then(|| spent.into_iter().collect::<SmallVec<_>>())?,
-                unspent,
-                lapsed,
-            })
-        })
-        .collect::<Option<Vec<_>>>()?;
-    Some(LedgerEntry::Report {
-        index,
-        report: LedgerReport {
-            limit,
-            holdings: HoldingsReport {
-                held,
-                closed,
-                sealed,
-            },
-        },
-    })
 }
 
 /// What decoding a ledger section dropped, entry by entry (the rest is kept).
@@ -424,6 +377,13 @@ pub fn decode_ledger(
             Wire::Leaving => LedgerEntry::Leaving,
             Wire::Heard { newest, members } => {
                 let Some(entry) = heard_in(newest, members, sent_ms) else {
+                    rejects.malformed += 1;
+                    continue;
+                };
+                entry
+            }
+            Wire::Handoff { ends } => {
+                let Some(entry) = handoff_in(ends, sent_ms) else {
                     rejects.malformed += 1;
                     continue;
                 };

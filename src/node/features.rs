@@ -32,8 +32,11 @@ pub const ASKS_ECHO: u8 = 2;
 /// Reads a ledger report with sealed buckets (`LedgerEntry::Report` with
 /// `HoldingsReport::sealed`, on the wire as its own variant).
 pub const SEALED: u8 = 8;
+/// Reads a leaving owner's `LedgerEntry::Handoff` (a build before it drops the whole
+/// section).
+pub const HANDOFF: u8 = 16;
 /// What this build reads: the flags it announces.
-pub const READS: u8 = EXCHANGE | COMPACT | SEALED;
+pub const READS: u8 = EXCHANGE | COMPACT | SEALED | HANDOFF;
 
 /// How often a member this node sends to hears its flags again: an announcement is one
 /// datagram, and may be lost like any other.
@@ -52,7 +55,7 @@ pub struct PeerFeatures {
 impl PeerFeatures {
     /// `member` announced `flags` at `at`.
     pub fn heard(&mut self, member: u128, flags: u8, at: Instant) {
-        let flags = flags & (EXCHANGE | COMPACT | SEALED);
+        let flags = flags & READS;
         if flags != 0 {
             self.reads.insert(member, (flags, at));
         } else {
@@ -80,6 +83,11 @@ impl PeerFeatures {
     /// Whether `member` said, lately as of `at`, that it reads sealed buckets in a report.
     pub fn reads_sealed(&self, member: u128, at: Instant) -> bool {
         self.reads(member, SEALED, at)
+    }
+
+    /// Whether `member` said, lately as of `at`, that it reads a leaving owner's handoff.
+    pub fn reads_handoff(&self, member: u128, at: Instant) -> bool {
+        self.reads(member, HANDOFF, at)
     }
 
     /// Every member is due this node's flags at its next chance (what they carry changed).

@@ -42,7 +42,13 @@ impl<T: TimeSource> NodeCore<T> {
         let round = config.gossip_interval_ms;
         let calm = crate::ledger::tuning::longest_lease_ms(round);
         let asked = crate::config::ASK_WAIT_MAX_MS.saturating_add(config.ledger.lease_ms);
-        calm.max(asked).saturating_add(round.saturating_mul(2))
+        calm.max(asked).saturating_add(self.reports_ms())
+    }
+
+    /// How long after a lease ends its users' reports of what they spent reach the window's
+    /// owner: two rounds (the round its spends wait for, and one lost datagram).
+    pub(super) fn reports_ms(&self) -> u64 {
+        self.limiter.config().gossip_interval_ms.saturating_mul(2)
     }
 
     /// This node's side's part of the limits it leases: under `strict`, the members on its
@@ -185,6 +191,7 @@ impl<T: TimeSource> NodeCore<T> {
             .map(|(batch, reports)| (batch.updates, reports))
             .unwrap_or_default();
         self.send_to_owners(now, updates, reports);
+        self.hand_over(now);
         // Every member hears that this one leaves for good, in a datagram of its own.
         for member in self.membership.members() {
             let to = super::core::destination(&member);
@@ -196,6 +203,41 @@ impl<T: TimeSource> NodeCore<T> {
                 }
             }
         }
+    }
+
+    /// Each window this node leased goes to its next owner (the first other member on the
+    /// ring) with the end of its last lease (`Limiter::lease_ends`): that member may lease it
+    /// once the users of those leases have reported (`ledger_view.rs`, `LedgerNode::handed`).
+    /// Read after the last round this node runs, so no lease comes after it. Only to a member
+    /// that reads it: a build before it would drop the datagram, which is all this one holds.
+    fn hand_over(&mut self, now: Now) {
+        let Some(ownership) = self.ownership.as_ref() else {
+            return;
+        };
+        let (ring, _) = ownership.ring();
+        let me = self.params.node_id.as_u128();
+        let mut by_owner: BTreeMap<Destination, Vec<(KeyId, u64)>> = BTreeMap::new();
+        for (key, end) in self.limiter.lease_ends() {
+            let next = ring
+                .owners(key)
+                .and_then(|o| o.into_iter().find(|m| m.id != me));
+            if let Some(next) = next.filter(|m| self.features.reads_handoff(m.id, now.at)) {
+                by_owner
+                    .entry(next.destination())
+                    .or_default()
+                    .push((key, end));
+            }
+        }
+        let mut out = Outgoing::new();
+        for (to, ends) in by_owner {
+            let (_, entries) = out.entry(to).or_default();
+            for part in ends.chunks(crate::gossip::ledger_message::MOST_HANDED) {
+                entries.push(LedgerEntry::Handoff {
+                    ends: part.to_vec(),
+                });
+            }
+        }
+        self.send_outgoing(now, out);
     }
 
     /// This node's registers, each with its report, to their windows' first owners (other

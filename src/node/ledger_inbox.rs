@@ -143,6 +143,15 @@ impl<T: TimeSource> NodeCore<T> {
                     self.member_log.leaving_said(header.sender, now.at);
                 }
                 LedgerEntry::Leaving => {}
+                LedgerEntry::Handoff { ends }
+                    if self.liveness.address_of(header.sender) == Some(from) =>
+                {
+                    let reports_ms = self.reports_ms();
+                    if let Some(ledger) = self.ledger.as_mut() {
+                        ledger.handed(header.sender, &ends, reports_ms);
+                    }
+                }
+                LedgerEntry::Handoff { .. } => {}
                 LedgerEntry::Heard { members } => {
                     self.heard_from_side(header.sender, from, &members, now);
                 }

@@ -18,6 +18,13 @@ use crate::limiter::{KeyId, OwnerOf, OwnerView};
 /// a quiet period make every window quiet until the oldest one dropped ends its period.
 const RINGS_KEPT: usize = 8;
 
+/// Windows handed over by leaving owners kept at once: more are not taken (their next owners
+/// wait out the quiet period, as without a handoff).
+const HANDED_KEPT: usize = 1 << 16;
+
+/// Windows a leaving owner handed over: `(the owner, leasable from)` by window.
+type Handed = BTreeMap<KeyId, (u128, u64)>;
+
 /// The ledger's state in a node.
 #[derive(Debug, Default)]
 pub(super) struct LedgerNode {
@@ -36,6 +43,9 @@ pub(super) struct LedgerNode {
     blind: Arc<BlindArcs>,
     /// The downs without a word whose windows are blind: each member, and when it went down.
     recorded: BTreeMap<u128, Instant>,
+    /// Windows leaving owners handed over, and whether any came since the view was made.
+    handed: Arc<Handed>,
+    handed_changed: bool,
 }
 
 impl LedgerNode {
@@ -70,16 +80,25 @@ pub(super) struct RingView {
     quiet_ms: u64,
     part: (u64, u64),
     blind: Arc<BlindArcs>,
+    handed: Arc<Handed>,
 }
 
 impl OwnerView for RingView {
     fn owner_of(&self, key: KeyId) -> Option<OwnerOf> {
         let owner = self.ring.owner(key)?;
+        let handed = self.handed.get(&key);
         let moved = self
             .before
             .iter()
-            .filter(|(_, ring)| ring.owner(key).map(|o| o.id) != Some(owner.id))
-            .map(|(at, _)| at + self.quiet_ms)
+            .filter_map(|(at, ring)| {
+                let was = ring.owner(key).map(|o| o.id);
+                let quiet = at + self.quiet_ms;
+                match handed {
+                    _ if was == Some(owner.id) => None,
+                    Some((from, leasable)) if was == Some(*from) => Some(quiet.min(*leasable)),
+                    _ => Some(quiet),
+                }
+            })
             .max()
             .unwrap_or(0);
         Some(OwnerOf {
@@ -99,6 +118,20 @@ impl OwnerView for RingView {
 }
 
 impl LedgerNode {
+    /// Member `from`, leaving, owned each window of `ends` until its last lease there ended
+    /// then: the window's next owner may lease it once those leases' users have reported
+    /// (`reports_ms` after the end), rather than a quiet period after the owner left. The
+    /// word counts only where `from` owned the window on a ring before the current one.
+    pub(super) fn handed(&mut self, from: u128, ends: &[(KeyId, u64)], reports_ms: u64) {
+        let handed = Arc::make_mut(&mut self.handed);
+        for (key, end) in ends {
+            if handed.len() < HANDED_KEPT || handed.contains_key(key) {
+                handed.insert(*key, (from, end.saturating_add(reports_ms)));
+                self.handed_changed = true;
+            }
+        }
+    }
+
     /// Whether the installed view lets this node lease at all.
     pub(super) fn may_lease(&self) -> bool {
         self.installed.is_some_and(|(_, (seen, _))| seen > 0)
@@ -136,13 +169,20 @@ impl LedgerNode {
             .before
             .front()
             .is_some_and(|(at, _)| at + quiet_ms <= now_ms);
+        // A handed window past a quiet period is leasable whatever its word said.
+        if self.handed.values().any(|(_, at)| at + quiet_ms <= now_ms) {
+            Arc::make_mut(&mut self.handed).retain(|_, (_, at)| *at + quiet_ms > now_ms);
+            self.handed_changed = true;
+        }
         if self.installed == Some((generation, part))
             && self.floor_quiet_until_ms == floor
             && !blinded
             && !quiet_over
+            && !self.handed_changed
         {
             return None;
         }
+        self.handed_changed = false;
         let old = self.ring.replace(Arc::clone(ring));
         if self.installed.is_some_and(|(g, _)| g != generation)
             && let Some(old) = old
@@ -163,6 +203,7 @@ impl LedgerNode {
             quiet_ms,
             part,
             blind: Arc::clone(&self.blind),
+            handed: Arc::clone(&self.handed),
         })
     }
 
@@ -205,205 +246,4 @@ impl LedgerNode {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::node::placement::Member;
-
-    fn ring(ids: &[u128]) -> Arc<Ring> {
-        let members: Vec<Member> = ids
-            .iter()
-            .map(|&id| Member {
-                id,
-                addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + id as u16)),
-            })
-            .collect();
-        Arc::new(Ring::of([7; 32], &members))
-    }
-
-    fn spread(k: u128) -> KeyId {
-        KeyId(k.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835))
-    }
-
-    /// A node that starts alone owns every window in its first ring, and still owns some once
-    /// it sees the others: it leases none of them before a quiet period past its warm-up, as
-    /// the owners before it may lease them until they know of it.
-    #[test]
-    fn a_starting_node_leases_nothing_until_a_quiet_period_past_its_warm_up() {
-        const QUIET: u64 = 1_600;
-        let all = ring(&[1, 2, 3, 4, 5, 6, 7, 8]);
-        let quiet_at =
-            |view: &RingView, k: KeyId| view.owner_of(k).expect("an owner").quiet_until_ms;
-        let mut node = LedgerNode::default();
-        let alone = node
-            .install(10_000, &ring(&[1]), 1, (1, 1), QUIET, true, &[], 0)
-            .expect("a first view");
-        assert_eq!(alone.owner_of(spread(42)).map(|o| o.owner), Some(1));
-        assert_eq!(quiet_at(&alone, spread(42)), 10_000 + QUIET);
-        let seen = node
-            .install(10_200, &all, 2, (8, 8), QUIET, true, &[], 0)
-            .expect("a new ring");
-        let owned: Vec<KeyId> = (0..256u128)
-            .map(spread)
-            .filter(|k| seen.owner_of(*k).is_some_and(|o| o.owner == 1))
-            .collect();
-        assert!(!owned.is_empty(), "the node owns some windows");
-        assert!(owned.iter().all(|k| quiet_at(&seen, *k) >= 10_200 + QUIET));
-        // The owner alone is the one `owner_of` names, with a ring from before kept.
-        assert!((0..256u128).map(spread).all(|k| {
-            seen.owner_id(k) == seen.owner_of(k).map(|o| o.owner) && alone.owner_id(k) == Some(1)
-        }));
-        // Still warming up a round later, with nothing else changed: quiet a period past it.
-        let warming = node
-            .install(10_400, &all, 2, (8, 8), QUIET, true, &[], 0)
-            .expect("a later floor");
-        assert!(
-            owned
-                .iter()
-                .all(|k| quiet_at(&warming, *k) >= 10_400 + QUIET)
-        );
-        // Warmed up: the floor stays where the warm-up left it.
-        assert!(
-            node.install(10_600, &all, 2, (8, 8), QUIET, false, &[], 0)
-                .is_none()
-        );
-        // A ring change later leaves the windows that stay with the node leasing.
-        let later = node
-            .install(
-                20_000,
-                &ring(&[1, 2, 3, 4, 5, 6, 7]),
-                3,
-                (7, 7),
-                QUIET,
-                false,
-                &[],
-                0,
-            )
-            .expect("a new ring");
-        let kept = owned
-            .iter()
-            .find(|k| later.owner_of(**k).is_some_and(|o| o.owner == 1))
-            .expect("a window the node keeps");
-        assert!(quiet_at(&later, *kept) < 20_000);
-    }
-
-    /// A ring before a change stays in the view for the change's quiet period and no longer:
-    /// its quiet time would be in the past, and every owner lookup would read it.
-    #[test]
-    fn a_ring_whose_quiet_period_ended_leaves_the_view() {
-        const QUIET: u64 = 1_600;
-        let mut node = LedgerNode::default();
-        let three = ring(&[1, 2, 3]);
-        let at = |node: &mut LedgerNode, now: u64| {
-            node.install(now, &three, 2, (4, 4), QUIET, false, &[], 0)
-        };
-        node.install(1_000, &ring(&[1, 2, 3, 4]), 1, (4, 4), QUIET, false, &[], 0)
-            .expect("a first view");
-        let changed = at(&mut node, 10_000).expect("a new ring");
-        assert_eq!(changed.before.len(), 1);
-        let moved = (0..256u128)
-            .map(spread)
-            .find(|k| changed.owner_of(*k).expect("an owner").quiet_until_ms >= 10_000 + QUIET)
-            .expect("a window that moved");
-        assert!(
-            at(&mut node, 10_000 + QUIET - 1).is_none(),
-            "within the period"
-        );
-        let settled = at(&mut node, 10_000 + QUIET).expect("a view without the ring before");
-        assert!(settled.before.is_empty());
-        assert!(settled.owner_of(moved).expect("an owner").quiet_until_ms <= 10_000 + QUIET);
-        assert!(
-            at(&mut node, 10_000 + QUIET + 200).is_none(),
-            "and it stays"
-        );
-    }
-
-    /// Under `strict`, a window whose owner went down without a word is blind to its next
-    /// owner: the member may be across a cut, where it leased its side the whole limit until
-    /// its part there fell. A window whose owner left saying so, or that did not move, is not.
-    #[test]
-    fn a_window_whose_owner_went_down_without_a_word_is_blind_to_its_next_owner() {
-        const QUIET: u64 = 1_600;
-        const BLIND_AFTER: u64 = 3_000;
-        let mut node = LedgerNode::default();
-        node.install(1_000, &ring(&[1, 2, 3, 4]), 1, (4, 4), QUIET, false, &[], 0)
-            .expect("a first view");
-        let before = ring(&[1, 2, 3, 4]);
-        // 3 crashed, 4 left saying so.
-        let view = node
-            .install(
-                50_000,
-                &ring(&[1, 2]),
-                2,
-                (2, 3),
-                QUIET,
-                false,
-                &[(3, crate::clock::monotonic_now())],
-                BLIND_AFTER,
-            )
-            .expect("a new ring");
-        // A window is blind where 3 owned it, and where it would own it beside the members now
-        // (a member that saw 4 leave before 3 went down gave 3 those of 4's).
-        let with_3 = ring(&[1, 2, 3]);
-        let (mut blind, mut moved, mut kept) = (Vec::new(), 0, 0);
-        for k in (0..2_000u128).map(spread) {
-            let was = before.owner(k).expect("an owner").id;
-            let o = view.owner_of(k).expect("an owner");
-            if was == 3 || with_3.owner(k).expect("an owner").id == 3 {
-                blind.push(k);
-                assert_eq!(o.blind_since_ms, 50_000 + BLIND_AFTER, "{k:?}");
-                assert_eq!(o.leases_from_ms(60_000, 10), 50_000 + BLIND_AFTER + 60_010);
-                assert_eq!(o.leases_from_ms(1_000, 10), 50_000 + BLIND_AFTER + 1_010);
-            } else if was == 4 {
-                moved += 1;
-                assert_eq!(o.blind_since_ms, 0, "{k:?}");
-                assert_eq!(o.leases_from_ms(60_000, 10), 50_000 + QUIET);
-            } else {
-                kept += 1;
-                assert_eq!(o.blind_since_ms, 0, "{k:?}");
-                assert!(o.leases_from_ms(60_000, 10) < 50_000);
-            }
-        }
-        assert!(!blind.is_empty() && moved > 0 && kept > 0);
-        // A member that joins (or a member that comes back) takes some of those windows: they
-        // stay blind to whoever owns them, from the same time.
-        let joined = node
-            .install(51_000, &ring(&[1, 2, 9]), 3, (3, 4), QUIET, false, &[], 0)
-            .expect("9 joined");
-        let taken = blind
-            .iter()
-            .filter(|k| joined.owner_of(**k).is_some_and(|o| o.owner == 9))
-            .count();
-        assert!(taken > 0, "9 takes some of 3's windows");
-        assert!(blind.iter().all(|k| {
-            joined
-                .owner_of(*k)
-                .is_some_and(|o| o.blind_since_ms == 50_000 + BLIND_AFTER)
-        }));
-        // A member that came and went down without a word between two views (never on a ring
-        // this node installed): the windows it would own beside the members are blind all the
-        // same, from when this node learned of it.
-        let with_5 = ring(&[1, 2, 5, 9]);
-        let down_5 = [(5, crate::clock::monotonic_now())];
-        let late = node
-            .install(
-                52_000,
-                &ring(&[1, 2, 9]),
-                3,
-                (3, 5),
-                QUIET,
-                false,
-                &down_5,
-                BLIND_AFTER,
-            )
-            .expect("5's windows blind");
-        let fives: Vec<KeyId> = (0..2_000u128)
-            .map(spread)
-            .filter(|k| with_5.owner(*k).is_some_and(|o| o.id == 5))
-            .collect();
-        assert!(!fives.is_empty());
-        assert!(fives.iter().all(|k| {
-            late.owner_of(*k)
-                .is_some_and(|o| o.blind_since_ms >= 52_000 + BLIND_AFTER)
-        }));
-    }
-}
+mod tests;

@@ -396,6 +396,12 @@ impl Books {
             .retain(|_, b| b.last_heard_ms >= since_ms || !b.segments.is_empty());
     }
 
+    /// When the last lease these books granted ends (0: none): no token of theirs is spent
+    /// after it.
+    pub fn last_lease_end(&self) -> u64 {
+        self.users.values().map(|b| b.expires_ms).max().unwrap_or(0)
+    }
+
     /// Whether the books hold nothing worth keeping.
     pub fn is_empty(&self) -> bool {
         self.users.values().all(|b| b.segments.is_empty())

@@ -45,12 +45,12 @@ pub struct LeaseGrant {
 /// The books of the windows this node owns.
 #[derive(Debug, Default)]
 pub(crate) struct OwnedWindows {
-    windows: BTreeMap<KeyId, Owned>,
+    pub(super) windows: BTreeMap<KeyId, Owned>,
 }
 
 #[derive(Debug)]
-struct Owned {
-    books: Books,
+pub(super) struct Owned {
+    pub(super) books: Books,
     spec: WindowSpec,
     /// The buckets the users sealed, by fine slot.
     marks: SpendMarks,
@@ -141,7 +141,7 @@ impl Limiter {
         tally.spans(tail, now_ms)
     }
 
-    fn lock_owned(&self) -> std::sync::MutexGuard<'_, OwnedWindows> {
+    pub(super) fn lock_owned(&self) -> std::sync::MutexGuard<'_, OwnedWindows> {
         self.owned.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -26,6 +26,7 @@ mod expected_size;
 mod inspection;
 mod key;
 mod ledger_emission;
+mod ledger_handoff;
 mod ledger_owner;
 mod ledger_user;
 mod liveness;

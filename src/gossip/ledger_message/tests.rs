@@ -1,6 +1,7 @@
 use smallvec::smallvec;
 
 use super::*;
+use crate::ledger::HoldingsReport;
 
 const SENT: u64 = 1_700_000_000_000;
 
@@ -310,4 +311,28 @@ fn a_build_before_sealed_buckets_reads_reports_without_them_and_is_read() {
         bincode::serde::decode_from_slice::<Vec<WireBeforeSealed>, _>(&body, WIRE).is_err(),
         "an older build cannot read sealed buckets"
     );
+}
+
+/// A leaving owner's handoff round-trips, its ends before and after the send time; one naming
+/// more windows than an entry holds is dropped alone, the datagram's other entries kept.
+#[test]
+fn a_handoff_round_trips_and_one_too_long_is_dropped_alone() {
+    let ends = vec![(KeyId(7), SENT + 400), (KeyId(u128::MAX), SENT - 30)];
+    let entries = vec![LedgerEntry::Handoff { ends }, LedgerEntry::Leaving];
+    let body = encode_ledger(&entries, 2, SENT);
+    let (back, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
+    assert_eq!(back, entries);
+    assert_eq!(rejects, LedgerRejects::default());
+
+    let too_many = (0..=MOST_HANDED as u128)
+        .map(|k| (KeyId(k), SENT))
+        .collect();
+    let entries = vec![
+        LedgerEntry::Handoff { ends: too_many },
+        LedgerEntry::Leaving,
+    ];
+    let body = encode_ledger(&entries, 2, SENT);
+    let (back, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
+    assert_eq!(back, vec![LedgerEntry::Leaving]);
+    assert_eq!(rejects.malformed, 1);
 }

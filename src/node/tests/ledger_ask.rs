@@ -6,7 +6,7 @@ use crate::gossip::wire::Destination;
 use crate::limiter::{KeyId, PartitionPolicy, Policy};
 
 /// `n` ledger nodes (strict), seeded with node 0, node `i`'s wall clock `skew_ms(i)` off.
-fn ledger_nodes(n: usize, skew_ms: impl Fn(usize) -> i64) -> Net {
+pub(super) fn ledger_nodes(n: usize, skew_ms: impl Fn(usize) -> i64) -> Net {
     let mut net = Net::new();
     net.limiter.policy = Policy::Ledger(PartitionPolicy::Strict);
     for i in 0..n {

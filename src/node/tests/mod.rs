@@ -532,5 +532,6 @@ fn a_replayed_datagram_is_dropped_and_changes_nothing() {
 mod far_clock;
 mod forged;
 mod ledger_ask;
+mod ledger_leave;
 mod owners;
 mod rules;

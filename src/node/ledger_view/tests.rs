@@ -1,0 +1,245 @@
+use super::*;
+use crate::node::placement::Member;
+
+fn ring(ids: &[u128]) -> Arc<Ring> {
+    let members: Vec<Member> = ids
+        .iter()
+        .map(|&id| Member {
+            id,
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 7000 + id as u16)),
+        })
+        .collect();
+    Arc::new(Ring::of([7; 32], &members))
+}
+
+fn spread(k: u128) -> KeyId {
+    KeyId(k.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835))
+}
+
+/// A node that starts alone owns every window in its first ring, and still owns some once
+/// it sees the others: it leases none of them before a quiet period past its warm-up, as
+/// the owners before it may lease them until they know of it.
+#[test]
+fn a_starting_node_leases_nothing_until_a_quiet_period_past_its_warm_up() {
+    const QUIET: u64 = 1_600;
+    let all = ring(&[1, 2, 3, 4, 5, 6, 7, 8]);
+    let quiet_at = |view: &RingView, k: KeyId| view.owner_of(k).expect("an owner").quiet_until_ms;
+    let mut node = LedgerNode::default();
+    let alone = node
+        .install(10_000, &ring(&[1]), 1, (1, 1), QUIET, true, &[], 0)
+        .expect("a first view");
+    assert_eq!(alone.owner_of(spread(42)).map(|o| o.owner), Some(1));
+    assert_eq!(quiet_at(&alone, spread(42)), 10_000 + QUIET);
+    let seen = node
+        .install(10_200, &all, 2, (8, 8), QUIET, true, &[], 0)
+        .expect("a new ring");
+    let owned: Vec<KeyId> = (0..256u128)
+        .map(spread)
+        .filter(|k| seen.owner_of(*k).is_some_and(|o| o.owner == 1))
+        .collect();
+    assert!(!owned.is_empty(), "the node owns some windows");
+    assert!(owned.iter().all(|k| quiet_at(&seen, *k) >= 10_200 + QUIET));
+    // The owner alone is the one `owner_of` names, with a ring from before kept.
+    assert!((0..256u128).map(spread).all(|k| {
+        seen.owner_id(k) == seen.owner_of(k).map(|o| o.owner) && alone.owner_id(k) == Some(1)
+    }));
+    // Still warming up a round later, with nothing else changed: quiet a period past it.
+    let warming = node
+        .install(10_400, &all, 2, (8, 8), QUIET, true, &[], 0)
+        .expect("a later floor");
+    assert!(
+        owned
+            .iter()
+            .all(|k| quiet_at(&warming, *k) >= 10_400 + QUIET)
+    );
+    // Warmed up: the floor stays where the warm-up left it.
+    assert!(
+        node.install(10_600, &all, 2, (8, 8), QUIET, false, &[], 0)
+            .is_none()
+    );
+    // A ring change later leaves the windows that stay with the node leasing.
+    let later = node
+        .install(
+            20_000,
+            &ring(&[1, 2, 3, 4, 5, 6, 7]),
+            3,
+            (7, 7),
+            QUIET,
+            false,
+            &[],
+            0,
+        )
+        .expect("a new ring");
+    let kept = owned
+        .iter()
+        .find(|k| later.owner_of(**k).is_some_and(|o| o.owner == 1))
+        .expect("a window the node keeps");
+    assert!(quiet_at(&later, *kept) < 20_000);
+}
+
+/// A ring before a change stays in the view for the change's quiet period and no longer:
+/// its quiet time would be in the past, and every owner lookup would read it.
+#[test]
+fn a_ring_whose_quiet_period_ended_leaves_the_view() {
+    const QUIET: u64 = 1_600;
+    let mut node = LedgerNode::default();
+    let three = ring(&[1, 2, 3]);
+    let at = |node: &mut LedgerNode, now: u64| {
+        node.install(now, &three, 2, (4, 4), QUIET, false, &[], 0)
+    };
+    node.install(1_000, &ring(&[1, 2, 3, 4]), 1, (4, 4), QUIET, false, &[], 0)
+        .expect("a first view");
+    let changed = at(&mut node, 10_000).expect("a new ring");
+    assert_eq!(changed.before.len(), 1);
+    let moved = (0..256u128)
+        .map(spread)
+        .find(|k| changed.owner_of(*k).expect("an owner").quiet_until_ms >= 10_000 + QUIET)
+        .expect("a window that moved");
+    assert!(
+        at(&mut node, 10_000 + QUIET - 1).is_none(),
+        "within the period"
+    );
+    let settled = at(&mut node, 10_000 + QUIET).expect("a view without the ring before");
+    assert!(settled.before.is_empty());
+    assert!(settled.owner_of(moved).expect("an owner").quiet_until_ms <= 10_000 + QUIET);
+    assert!(
+        at(&mut node, 10_000 + QUIET + 200).is_none(),
+        "and it stays"
+    );
+}
+
+/// Under `strict`, a window whose owner went down without a word is blind to its next
+/// owner: the member may be across a cut, where it leased its side the whole limit until
+/// its part there fell. A window whose owner left saying so, or that did not move, is not.
+#[test]
+fn a_window_whose_owner_went_down_without_a_word_is_blind_to_its_next_owner() {
+    const QUIET: u64 = 1_600;
+    const BLIND_AFTER: u64 = 3_000;
+    let mut node = LedgerNode::default();
+    node.install(1_000, &ring(&[1, 2, 3, 4]), 1, (4, 4), QUIET, false, &[], 0)
+        .expect("a first view");
+    let before = ring(&[1, 2, 3, 4]);
+    // 3 crashed, 4 left saying so.
+    let view = node
+        .install(
+            50_000,
+            &ring(&[1, 2]),
+            2,
+            (2, 3),
+            QUIET,
+            false,
+            &[(3, crate::clock::monotonic_now())],
+            BLIND_AFTER,
+        )
+        .expect("a new ring");
+    // A window is blind where 3 owned it, and where it would own it beside the members now
+    // (a member that saw 4 leave before 3 went down gave 3 those of 4's).
+    let with_3 = ring(&[1, 2, 3]);
+    let (mut blind, mut moved, mut kept) = (Vec::new(), 0, 0);
+    for k in (0..2_000u128).map(spread) {
+        let was = before.owner(k).expect("an owner").id;
+        let o = view.owner_of(k).expect("an owner");
+        if was == 3 || with_3.owner(k).expect("an owner").id == 3 {
+            blind.push(k);
+            assert_eq!(o.blind_since_ms, 50_000 + BLIND_AFTER, "{k:?}");
+            assert_eq!(o.leases_from_ms(60_000, 10), 50_000 + BLIND_AFTER + 60_010);
+            assert_eq!(o.leases_from_ms(1_000, 10), 50_000 + BLIND_AFTER + 1_010);
+        } else if was == 4 {
+            moved += 1;
+            assert_eq!(o.blind_since_ms, 0, "{k:?}");
+            assert_eq!(o.leases_from_ms(60_000, 10), 50_000 + QUIET);
+        } else {
+            kept += 1;
+            assert_eq!(o.blind_since_ms, 0, "{k:?}");
+            assert!(o.leases_from_ms(60_000, 10) < 50_000);
+        }
+    }
+    assert!(!blind.is_empty() && moved > 0 && kept > 0);
+    // A member that joins (or a member that comes back) takes some of those windows: they
+    // stay blind to whoever owns them, from the same time.
+    let joined = node
+        .install(51_000, &ring(&[1, 2, 9]), 3, (3, 4), QUIET, false, &[], 0)
+        .expect("9 joined");
+    let taken = blind
+        .iter()
+        .filter(|k| joined.owner_of(**k).is_some_and(|o| o.owner == 9))
+        .count();
+    assert!(taken > 0, "9 takes some of 3's windows");
+    assert!(blind.iter().all(|k| {
+        joined
+            .owner_of(*k)
+            .is_some_and(|o| o.blind_since_ms == 50_000 + BLIND_AFTER)
+    }));
+    // A member that came and went down without a word between two views (never on a ring
+    // this node installed): the windows it would own beside the members are blind all the
+    // same, from when this node learned of it.
+    let with_5 = ring(&[1, 2, 5, 9]);
+    let down_5 = [(5, crate::clock::monotonic_now())];
+    let late = node
+        .install(
+            52_000,
+            &ring(&[1, 2, 9]),
+            3,
+            (3, 5),
+            QUIET,
+            false,
+            &down_5,
+            BLIND_AFTER,
+        )
+        .expect("5's windows blind");
+    let fives: Vec<KeyId> = (0..2_000u128)
+        .map(spread)
+        .filter(|k| with_5.owner(*k).is_some_and(|o| o.id == 5))
+        .collect();
+    assert!(!fives.is_empty());
+    assert!(fives.iter().all(|k| {
+        late.owner_of(*k)
+            .is_some_and(|o| o.blind_since_ms >= 52_000 + BLIND_AFTER)
+    }));
+}
+
+/// A window that member 4 handed over when it left (its last lease there ending at 10 300) is
+/// leasable by its next owner once those leases' users have reported, not a quiet period after
+/// the ring changed; a window 4 did not hand over, or one whose handoff names a member that did
+/// not own it, waits out the quiet period. A handoff past a quiet period is forgotten.
+#[test]
+fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
+    const QUIET: u64 = 1_600;
+    const REPORTS: u64 = 400;
+    let mut node = LedgerNode::default();
+    let four = ring(&[1, 2, 3, 4]);
+    node.install(1_000, &four, 1, (4, 4), QUIET, false, &[], 0)
+        .expect("a first view");
+    let of_four: Vec<KeyId> = (0..512u128)
+        .map(spread)
+        .filter(|k| four.owner(*k).is_some_and(|o| o.id == 4))
+        .collect();
+    let (handed, kept) = of_four.split_at(of_four.len() / 2);
+    assert!(!handed.is_empty() && !kept.is_empty());
+    let of_three = (0..512u128)
+        .map(spread)
+        .find(|k| four.owner(*k).is_some_and(|o| o.id == 3))
+        .expect("a window of 3");
+    let ends: Vec<(KeyId, u64)> = handed.iter().map(|k| (*k, 10_300)).collect();
+    node.handed(4, &ends, REPORTS);
+    // Member 3 did not own `of_three`: 4's word on it counts for nothing.
+    node.handed(4, &[(of_three, 9_000)], REPORTS);
+    let view = node
+        .install(10_000, &ring(&[1, 2, 3]), 2, (3, 3), QUIET, false, &[], 0)
+        .expect("a new ring");
+    let quiet = |k: &KeyId| view.owner_of(*k).expect("an owner").quiet_until_ms;
+    assert!(handed.iter().all(|k| quiet(k) == 10_300 + REPORTS));
+    assert!(kept.iter().all(|k| quiet(k) == 10_000 + QUIET));
+    assert!(quiet(&of_three) < 10_000, "a window that did not move");
+    // A quiet period past the leases' reports the word is forgotten, as the ring before is.
+    let late = 10_300 + REPORTS + QUIET;
+    let settled = node
+        .install(late, &ring(&[1, 2, 3]), 2, (3, 3), QUIET, false, &[], 0)
+        .expect("a view without the ring before");
+    assert!(node.handed.is_empty() && settled.before.is_empty());
+    assert!(
+        handed
+            .iter()
+            .all(|k| settled.owner_of(*k).unwrap().quiet_until_ms < late)
+    );
+}
