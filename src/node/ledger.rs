@@ -144,7 +144,7 @@ impl<T: TimeSource> NodeCore<T> {
         // round's leases to the same member, in one datagram train.
         let mut out = Outgoing::new();
         if let Some((batch, reports)) = self.limiter.collect_with_reports(now.cluster_ms) {
-            self.route_to_owners(batch.updates, reports, &mut out);
+            self.route_to_owners(now, batch.updates, reports, &mut out);
         }
         if resend_all {
             // Owners moved, or anti-entropy is due: every register again (without reports:
@@ -229,6 +229,17 @@ impl<T: TimeSource> NodeCore<T> {
             }
         }
         let mut out = Outgoing::new();
+        // What this node spent of the windows it owns is in no one else's books: its
+        // registers go to the next owners too.
+        for update in self.limiter.snapshot_local(now.cluster_ms).updates {
+            let owners = self.ownership.as_mut().and_then(|o| o.owners(update.key));
+            if let Some([_, next]) = owners.filter(|[first, n]| first.id == me && n.id != me) {
+                out.entry(next.destination())
+                    .or_default()
+                    .0
+                    .push((update, None));
+            }
+        }
         for (to, ends) in by_owner {
             let (_, entries) = out.entry(to).or_default();
             for part in ends.chunks(crate::gossip::ledger_message::MOST_HANDED) {
@@ -249,26 +260,41 @@ impl<T: TimeSource> NodeCore<T> {
         reports: Vec<Option<LedgerReport>>,
     ) {
         let mut out = Outgoing::new();
-        self.route_to_owners(updates, reports, &mut out);
+        self.route_to_owners(now, updates, reports, &mut out);
         self.send_outgoing(now, out);
     }
 
     /// Adds this node's registers, each with its report, to what goes to their windows'
     /// first owners (other members).
+    /// A first owner that said it is leaving (it leases nothing more, and is gone before SWIM
+    /// says so) is passed over for the next: the member that leases the window once it has
+    /// left, whose books must count what was spent (`hand_over`).
     fn route_to_owners(
         &mut self,
+        now: Now,
         updates: Vec<RegisterUpdate>,
         reports: Vec<Option<LedgerReport>>,
         out: &mut Outgoing,
     ) {
         let me = self.params.node_id.as_u128();
         for (update, report) in updates.into_iter().zip(reports) {
-            let Some(owner) = self.first_owner(update.key).filter(|o| o.id != me) else {
+            let Some(owner) = self.leasing_owner(now, update.key).filter(|o| o.id != me) else {
                 continue;
             };
             let (pairs, _) = out.entry(owner.destination()).or_default();
             pairs.push((update, report));
         }
+    }
+
+    /// The member that leases `key` in this node's view: its first owner, or the next if the
+    /// first said it is leaving.
+    fn leasing_owner(&mut self, now: Now, key: KeyId) -> Option<super::placement::Member> {
+        let [first, next] = self.ownership.as_mut()?.owners(key)?;
+        Some(if self.member_log.said_leaving(first.id, now.at) {
+            next
+        } else {
+            first
+        })
     }
 
     /// Adds leases to what goes to their users: this node's are taken at once.

@@ -177,6 +177,13 @@ impl MemberLog {
         changes
     }
 
+    /// Whether `member` said, within the time its word holds as of `at`, that it is leaving.
+    pub fn said_leaving(&self, member: u128, at: Instant) -> bool {
+        self.leaving_said
+            .get(&member)
+            .is_some_and(|said| at.saturating_duration_since(*said) <= LEAVE_WORD_HOLDS)
+    }
+
     /// `member` said it is leaving the cluster for good (under its boot id). Only a member's
     /// own word counts: the caller checks the datagram came from it.
     pub fn leaving_said(&mut self, member: u128, at: Instant) {

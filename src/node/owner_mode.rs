@@ -370,11 +370,6 @@ impl<T: TimeSource> NodeCore<T> {
         Some([uuid::Uuid::from_u128(a.id), uuid::Uuid::from_u128(b.id)])
     }
 
-    /// The first owner of `key` in this node's view, in owner mode.
-    pub(super) fn first_owner(&mut self, key: KeyId) -> Option<Member> {
-        self.ownership.as_mut()?.first_owner(key)
-    }
-
     /// Whether `key`'s owners (in this node's view) include `member`.
     pub(super) fn owned_by(&mut self, key: KeyId, member: u128) -> bool {
         self.ownership

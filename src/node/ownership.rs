@@ -295,11 +295,6 @@ impl Ownership {
     pub(super) fn take_bootstraps(&mut self) -> Vec<Destination> {
         std::mem::take(&mut self.bootstraps)
     }
-
-    /// The first owner of `key`.
-    pub(super) fn first_owner(&mut self, key: KeyId) -> Option<Member> {
-        self.owners(key).map(|[a, _]| a)
-    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use super::ledger_ask::ledger_nodes;
 use super::*;
+use crate::gossip::ledger_message::LedgerEntry;
 
 /// A limit node 0's checks keep busy (far from its limit, a window is leased for longer).
 fn busy() -> Limit {
@@ -14,6 +15,11 @@ fn busy() -> Limit {
 /// Node 0 checks `key` under [`busy`] once, asking the owner where it lacks a token; returns
 /// whether the check was admitted.
 fn check_asking(net: &mut Net, key: &[u8]) -> bool {
+    check_at(net, 0, key)
+}
+
+/// Node `i` checks `key` under [`busy`] once, asking the owner where it lacks a token.
+fn check_at(net: &mut Net, i: usize, key: &[u8]) -> bool {
     let item = [CheckItem {
         key,
         limit: busy(),
@@ -23,10 +29,10 @@ fn check_asking(net: &mut Net, key: &[u8]) -> bool {
         items: &item,
         dry_run: false,
     };
-    let now = net.now(0);
-    let d = net.node(0).limiter().check(&req, now.cluster_ms).unwrap();
+    let now = net.now(i);
+    let d = net.node(i).limiter().check(&req, now.cluster_ms).unwrap();
     if let Some(need) = d.needs.iter().find(|n| n.ask) {
-        net.nodes[0]
+        net.nodes[i]
             .as_mut()
             .unwrap()
             .on_command(now, Command::Ask(*need));
@@ -48,18 +54,27 @@ fn a_leaving_owners_windows_are_leased_by_their_next_owner_once_its_leases_end()
         let id = net.node(0).limiter().key_id(key, &spec);
         net.node(0).limiter().owner_of(id).map(|o| o.owner)
     };
+    // A window node 2 owns, node 1 next: node 0 is a user only, before and after.
     let key = (0..1_000)
         .map(|i| format!("key-{i}").into_bytes())
-        .find(|k| owner_of(&net, k) == Some(3))
-        .expect("node 2 owns some key");
+        .find(|k| {
+            let id = net.node(0).limiter().key_id(k, &spec);
+            let owners = net.nodes[0].as_mut().unwrap().owners_of(id);
+            owners.map(|o| o.map(|u| u.as_u128())) == Some([3, 2])
+        })
+        .expect("a window of node 2's, node 1's next");
     let id = net.node(0).limiter().key_id(&key, &spec);
-    // Node 0 spends from node 2's leases for a second.
-    let mut admitted = 0;
+    // Node 0 spends from node 2's leases for a second, and node 2 from its own.
+    let (mut admitted, mut own) = (0, 0);
     for _ in 0..50 {
         admitted += usize::from(check_asking(&mut net, &key));
+        own += usize::from(check_at(&mut net, 2, &key));
         net.run_ms(20);
     }
-    assert!(admitted > 0, "node 0 spends node 2's tokens");
+    assert!(
+        admitted > 0 && own > 0,
+        "node 0 and node 2 spend node 2's tokens"
+    );
     let now = net.now(2);
     let left_at = now.cluster_ms;
     net.nodes[2].as_mut().unwrap().leave(now);
@@ -69,7 +84,24 @@ fn a_leaving_owners_windows_are_leased_by_their_next_owner_once_its_leases_end()
     net.run_ms(300);
     assert_eq!(net.members(0), 1, "node 2 left");
     let next = owner_of(&net, &key).expect("an owner");
-    assert_ne!(next, 3, "the window moved");
+    assert_eq!(next, 2, "the window moved to node 1");
+    // The new owner counts what both spent in the window: node 2 sent it its registers.
+    let spent_by = |origin: u128| {
+        let at = net.now(next as usize - 1).cluster_ms;
+        let inspection = net
+            .node(next as usize - 1)
+            .limiter()
+            .inspect(&key, &busy(), at);
+        inspection.map_or(0.0, |ins| {
+            ins.origins
+                .iter()
+                .filter(|o| o.origin == OriginId(origin))
+                .map(|o| o.admitted)
+                .sum()
+        })
+    };
+    assert!(spent_by(3) > 0.0, "node 2's spends reached the new owner");
+    assert!(spent_by(1) > 0.0, "node 0's spends reached the new owner");
     let new_owner = &net.node(next as usize - 1);
     let quiet_ms = new_owner.quiet_ms();
     let leasable = new_owner
@@ -101,4 +133,47 @@ fn a_leaving_owners_windows_are_leased_by_their_next_owner_once_its_leases_end()
         leasable - left_at,
         leased_at - left_at
     );
+}
+
+/// Once a window's owner says it is leaving (before SWIM says it left), its users send what
+/// they spend there to the window's next owner, which leases the window once the leaving
+/// owner's leases end and must count every spend.
+#[test]
+fn users_send_their_spends_to_the_next_owner_once_the_owner_says_it_leaves() {
+    let mut net = ledger_nodes(3, |_| 0);
+    net.run_ms(6_000);
+    let spec = busy().window;
+    let key = (0..1_000)
+        .map(|i| format!("key-{i}").into_bytes())
+        .find(|k| {
+            let id = net.node(0).limiter().key_id(k, &spec);
+            let owners = net.nodes[0].as_mut().unwrap().owners_of(id);
+            owners.map(|o| o.map(|u| u.as_u128())) == Some([3, 2])
+        })
+        .expect("a window of node 2's, node 1's next");
+    let seen_at_1 = |net: &Net| {
+        let at = net.now(1).cluster_ms;
+        let inspection = net.node(1).limiter().inspect(&key, &busy(), at);
+        inspection.map_or(0.0, |ins| {
+            let of_node_0 = ins.origins.iter().filter(|o| o.origin == OriginId(1));
+            of_node_0.map(|o| o.admitted).sum()
+        })
+    };
+    // Node 2 says it leaves (and stays a member: SWIM has not heard of it).
+    let to = crate::gossip::wire::Destination {
+        addr: addr(0),
+        node: Some(1),
+    };
+    let now = net.now(2);
+    net.nodes[2]
+        .as_mut()
+        .unwrap()
+        .send_ledger(now, to, Vec::new(), vec![LedgerEntry::Leaving]);
+    net.deliver();
+    for _ in 0..20 {
+        check_asking(&mut net, &key);
+        net.run_ms(20);
+    }
+    assert_eq!(net.members(0), 2, "node 2 is still a member");
+    assert!(seen_at_1(&net) > 0.0, "node 1 counts node 0's spends");
 }
