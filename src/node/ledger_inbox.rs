@@ -110,16 +110,21 @@ impl<T: TimeSource> NodeCore<T> {
                     key,
                     window_ms,
                     buckets,
-                    mut lease,
+                    lease,
                 } => {
-                    // A lease is taken to end at most a quiet period from now (the longest an
-                    // owner with this node's round grants): one ending later would hold its
-                    // window in this node's table that long (`WindowState::live_until_ms`),
-                    // a window a member could pin for good. Ending it sooner only spends
-                    // less of it, and keeps a lease of a member whose round is longer (a
-                    // configuration rolling out) rather than refusing its users.
-                    let latest = now.cluster_ms.saturating_add(self.quiet_ms());
-                    lease.expires_ms = lease.expires_ms.min(latest);
+                    // No owner's lease ends later than its longest lease from now (a quiet
+                    // period): one that claims to would hold its window in this node's table
+                    // that long (`WindowState::live_until_ms`), a window a member could pin
+                    // for good. It is dropped, not cut short: a shorter end here would let the
+                    // window be collected while its owner still counts the lease, and a later
+                    // message of it would bring back tokens already spent.
+                    if lease.expires_ms > now.cluster_ms.saturating_add(self.quiet_ms()) {
+                        self.view
+                            .wire
+                            .malformed_ledger_entries
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        continue;
+                    }
                     let grant = LeaseGrant {
                         user: me,
                         key,
@@ -152,9 +157,9 @@ impl<T: TimeSource> NodeCore<T> {
                 LedgerEntry::Handoff { ends }
                     if self.liveness.address_of(header.sender) == Some(from) =>
                 {
-                    let reports_ms = self.reports_ms();
+                    let timing = (self.quiet_ms(), self.reports_ms());
                     if let Some(ledger) = self.ledger.as_mut() {
-                        ledger.handed(header.sender, &ends, reports_ms);
+                        ledger.handed(header.sender, &ends, now.cluster_ms, timing);
                     }
                 }
                 LedgerEntry::Handoff { .. } => {}

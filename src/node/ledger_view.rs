@@ -22,8 +22,9 @@ const RINGS_KEPT: usize = 8;
 /// wait out the quiet period, as without a handoff).
 const HANDED_KEPT: usize = 1 << 16;
 
-/// Windows a leaving owner handed over: `(the owner, leasable from)` by window.
-type Handed = BTreeMap<KeyId, (u128, u64)>;
+/// Windows a leaving owner handed over: `(the owner, its last lease's end, kept until)` by
+/// window.
+type Handed = BTreeMap<KeyId, (u128, u64, u64)>;
 
 /// The ledger's state in a node.
 #[derive(Debug, Default)]
@@ -46,6 +47,9 @@ pub(super) struct LedgerNode {
     /// Windows leaving owners handed over, and whether any came since the view was made.
     handed: Arc<Handed>,
     handed_changed: bool,
+    /// How long after a lease ends, or after users hear that its owner left, their reports of
+    /// what they spent reach the next owner (ms).
+    reports_ms: u64,
 }
 
 impl LedgerNode {
@@ -81,6 +85,7 @@ pub(super) struct RingView {
     part: (u64, u64),
     blind: Arc<BlindArcs>,
     handed: Arc<Handed>,
+    reports_ms: u64,
 }
 
 impl OwnerView for RingView {
@@ -93,9 +98,13 @@ impl OwnerView for RingView {
             .filter_map(|(at, ring)| {
                 let was = ring.owner(key).map(|o| o.id);
                 let quiet = at + self.quiet_ms;
+                // A handed window: once its last lease has ended and its users have heard
+                // the owner left (about when this node did: `at`), and both were reported.
                 match handed {
                     _ if was == Some(owner.id) => None,
-                    Some((from, leasable)) if was == Some(*from) => Some(quiet.min(*leasable)),
+                    Some((from, end, _)) if was == Some(*from) => {
+                        Some(quiet.min((*end).max(*at).saturating_add(self.reports_ms)))
+                    }
                     _ => Some(quiet),
                 }
             })
@@ -119,14 +128,26 @@ impl OwnerView for RingView {
 
 impl LedgerNode {
     /// Member `from`, leaving, owned each window of `ends` until its last lease there ended
-    /// then: the window's next owner may lease it once those leases' users have reported
-    /// (`reports_ms` after the end), rather than a quiet period after the owner left. The
-    /// word counts only where `from` owned the window on a ring before the current one.
-    pub(super) fn handed(&mut self, from: u128, ends: &[(KeyId, u64)], reports_ms: u64) {
+    /// then: the window's next owner may lease it once those leases have ended and its users
+    /// have heard the owner left, and reported (`reports_ms` after the later), rather than a
+    /// quiet period after the ring changed. The word counts only where `from` owned the window
+    /// on a ring before the current one, and for a quiet period past the later of its end and
+    /// `now_ms` (when it came, about when the ring changes). An end later than a quiet period
+    /// from now (no owner's lease ends so late) is not taken.
+    pub(super) fn handed(
+        &mut self,
+        from: u128,
+        ends: &[(KeyId, u64)],
+        now_ms: u64,
+        (quiet_ms, reports_ms): (u64, u64),
+    ) {
+        self.reports_ms = reports_ms;
+        let latest_end_ms = now_ms.saturating_add(quiet_ms);
         let handed = Arc::make_mut(&mut self.handed);
-        for (key, end) in ends {
+        for (key, end) in ends.iter().filter(|(_, end)| *end <= latest_end_ms) {
             if handed.len() < HANDED_KEPT || handed.contains_key(key) {
-                handed.insert(*key, (from, end.saturating_add(reports_ms)));
+                let kept_until = (*end).max(now_ms) + quiet_ms + reports_ms;
+                handed.insert(*key, (from, *end, kept_until));
                 self.handed_changed = true;
             }
         }
@@ -169,9 +190,10 @@ impl LedgerNode {
             .before
             .front()
             .is_some_and(|(at, _)| at + quiet_ms <= now_ms);
-        // A handed window past a quiet period is leasable whatever its word said.
-        if self.handed.values().any(|(_, at)| at + quiet_ms <= now_ms) {
-            Arc::make_mut(&mut self.handed).retain(|_, (_, at)| *at + quiet_ms > now_ms);
+        // A word past its time is forgotten: its window waits out the quiet period of a ring
+        // change it came for, if any is still in the view.
+        if self.handed.values().any(|(_, _, until)| *until <= now_ms) {
+            Arc::make_mut(&mut self.handed).retain(|_, (_, _, until)| *until > now_ms);
             self.handed_changed = true;
         }
         if self.installed == Some((generation, part))
@@ -204,6 +226,7 @@ impl LedgerNode {
             part,
             blind: Arc::clone(&self.blind),
             handed: Arc::clone(&self.handed),
+            reports_ms: self.reports_ms,
         })
     }
 

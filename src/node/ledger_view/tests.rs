@@ -200,12 +200,17 @@ fn a_window_whose_owner_went_down_without_a_word_is_blind_to_its_next_owner() {
 
 /// A window that member 4 handed over when it left (its last lease there ending at 10 300) is
 /// leasable by its next owner once those leases' users have reported, not a quiet period after
-/// the ring changed; a window 4 did not hand over, or one whose handoff names a member that did
-/// not own it, waits out the quiet period. A handoff past a quiet period is forgotten.
+/// the ring changed (10 000); one whose last lease ended before the ring changed, once the
+/// users have heard the owner left and reported. A window 4 did not hand over, one it named
+/// with an end no lease has, or one whose handoff names a member that did not own it, waits out
+/// the quiet period. A handoff past a quiet period is forgotten.
 #[test]
 fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
     const QUIET: u64 = 1_600;
     const REPORTS: u64 = 400;
+    // The word comes at 9 500: no lease of 4's ends past a quiet period from then.
+    const CAME: u64 = 9_500;
+    const TIMING: (u64, u64) = (QUIET, REPORTS);
     let mut node = LedgerNode::default();
     let four = ring(&[1, 2, 3, 4]);
     node.install(1_000, &four, 1, (4, 4), QUIET, false, &[], 0)
@@ -214,22 +219,28 @@ fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
         .map(spread)
         .filter(|k| four.owner(*k).is_some_and(|o| o.id == 4))
         .collect();
-    let (handed, kept) = of_four.split_at(of_four.len() / 2);
-    assert!(!handed.is_empty() && !kept.is_empty());
+    let [handed, ended, far, kept] = [0, 1, 2, 3].map(|i| {
+        let quarter = of_four.len() / 4;
+        &of_four[i * quarter..(i + 1) * quarter]
+    });
+    assert!(!kept.is_empty());
     let of_three = (0..512u128)
         .map(spread)
         .find(|k| four.owner(*k).is_some_and(|o| o.id == 3))
         .expect("a window of 3");
-    let ends: Vec<(KeyId, u64)> = handed.iter().map(|k| (*k, 10_300)).collect();
-    node.handed(4, &ends, REPORTS);
+    let ends = |keys: &[KeyId], end: u64| keys.iter().map(|k| (*k, end)).collect::<Vec<_>>();
+    node.handed(4, &ends(handed, 10_300), CAME, TIMING);
+    node.handed(4, &ends(ended, 8_000), CAME, TIMING);
+    node.handed(4, &ends(far, CAME + QUIET + 1), CAME, TIMING);
     // Member 3 did not own `of_three`: 4's word on it counts for nothing.
-    node.handed(4, &[(of_three, 9_000)], REPORTS);
+    node.handed(4, &[(of_three, 9_000)], CAME, TIMING);
     let view = node
         .install(10_000, &ring(&[1, 2, 3]), 2, (3, 3), QUIET, false, &[], 0)
         .expect("a new ring");
     let quiet = |k: &KeyId| view.owner_of(*k).expect("an owner").quiet_until_ms;
     assert!(handed.iter().all(|k| quiet(k) == 10_300 + REPORTS));
-    assert!(kept.iter().all(|k| quiet(k) == 10_000 + QUIET));
+    assert!(ended.iter().all(|k| quiet(k) == 10_000 + REPORTS));
+    assert!(far.iter().chain(kept).all(|k| quiet(k) == 10_000 + QUIET));
     assert!(quiet(&of_three) < 10_000, "a window that did not move");
     // A quiet period past the leases' reports the word is forgotten, as the ring before is.
     let late = 10_300 + REPORTS + QUIET;
