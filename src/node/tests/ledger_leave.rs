@@ -177,3 +177,152 @@ fn users_send_their_spends_to_the_next_owner_once_the_owner_says_it_leaves() {
     assert_eq!(net.members(0), 2, "node 2 is still a member");
     assert!(seen_at_1(&net) > 0.0, "node 1 counts node 0's spends");
 }
+
+/// A limit of `max` a window of `window_ms`.
+fn lim(max: u32, window_ms: u64) -> Limit {
+    Limit {
+        max,
+        window: WindowSpec::with_default_buckets(window_ms).unwrap(),
+    }
+}
+
+/// Node `i` checks `key` under `l` once, asking the owner where it lacks a token.
+fn check_with(net: &mut Net, i: usize, key: &[u8], l: Limit) -> bool {
+    let item = [CheckItem {
+        key,
+        limit: l,
+        cost: 1,
+    }];
+    let req = CheckRequest {
+        items: &item,
+        dry_run: false,
+    };
+    let now = net.now(i);
+    let d = net.node(i).limiter().check(&req, now.cluster_ms).unwrap();
+    if let Some(need) = d.needs.iter().find(|n| n.ask) {
+        net.nodes[i]
+            .as_mut()
+            .unwrap()
+            .on_command(now, Command::Ask(*need));
+    }
+    d.allowed
+}
+
+/// A key of a window of `spec` that node 2 owns, node 1 next.
+fn window_of_2_then_1(net: &mut Net, spec: &WindowSpec) -> Vec<u8> {
+    (0..1_000)
+        .map(|i| format!("key-{i}").into_bytes())
+        .find(|k| {
+            let id = net.node(0).limiter().key_id(k, spec);
+            let owners = net.nodes[0].as_mut().unwrap().owners_of(id);
+            owners.map(|o| o.map(|u| u.as_u128())) == Some([3, 2])
+        })
+        .expect("a window of node 2's, node 1's next")
+}
+
+/// The most of `times` in any window of `window_ms`.
+fn most_in_any_window(times: &[u64], window_ms: u64) -> usize {
+    let mut t = times.to_vec();
+    t.sort_unstable();
+    let mut best = 0;
+    let mut lo = 0;
+    for hi in 0..t.len() {
+        while t[hi] - t[lo] >= window_ms {
+            lo += 1;
+        }
+        best = best.max(hi - lo + 1);
+    }
+    best
+}
+
+/// The owner spends its own window to the limit just before it leaves: its registers of the
+/// window go to the next owner, whose leases then keep the window at its limit.
+#[test]
+fn a_leaving_owners_own_spends_to_its_limit_hold_the_next_owner_back() {
+    let l = lim(60, 1_000);
+    let mut net = ledger_nodes(3, |_| 0);
+    net.run_ms(6_000);
+    let key = window_of_2_then_1(&mut net, &l.window);
+    let mut admitted: Vec<u64> = Vec::new();
+    // Node 2 (the owner) spends its own window, up to its limit, over 300 ms.
+    for _ in 0..150 {
+        let at = net.now(2).cluster_ms;
+        if check_with(&mut net, 2, &key, l) {
+            admitted.push(at);
+        }
+        net.run_ms(2);
+    }
+    let own = admitted.len();
+    let now = net.now(2);
+    let left_at = now.cluster_ms;
+    net.nodes[2].as_mut().unwrap().leave(now);
+    net.deliver();
+    net.nodes[2] = None;
+    let mut after = 0;
+    while net.now(1).cluster_ms < left_at + 1_500 {
+        for i in [0, 1] {
+            let at = net.now(i).cluster_ms;
+            if check_with(&mut net, i, &key, l) {
+                admitted.push(at);
+                after += 1;
+            }
+        }
+        net.run_ms(2);
+    }
+    let most = most_in_any_window(&admitted, 1_000);
+    assert!(own >= 50, "the owner spent its window to the limit: {own}");
+    assert!(after > 0, "the window is leased again after the leave");
+    assert!(
+        most <= 60 + 2,
+        "{most} admitted in one window of 1 s (limit 60)"
+    );
+}
+
+/// A window at its limit whose last lease ended a while before its owner leaves, with a user
+/// that misses the owner's words (its Leaving datagrams and SWIM's) and hears of the leave
+/// from the other member: the next owner leases only once the user has reported to it.
+#[test]
+fn a_window_whose_last_lease_ended_before_the_leave_holds_its_limit_at_the_next_owner() {
+    let l = lim(20, 10_000);
+    let mut net = ledger_nodes(3, |_| 0);
+    net.run_ms(6_000);
+    let key = window_of_2_then_1(&mut net, &l.window);
+    let mut admitted: Vec<u64> = Vec::new();
+    // Node 0 spends the whole limit from node 2's leases.
+    for _ in 0..200 {
+        let at = net.now(0).cluster_ms;
+        if check_with(&mut net, 0, &key, l) {
+            admitted.push(at);
+        }
+        net.run_ms(5);
+        if admitted.len() >= 20 {
+            break;
+        }
+    }
+    let first = admitted.len();
+    // Node 2's leases end (the window is full: nothing is renewed).
+    net.run_ms(1_400);
+    // Node 0 misses node 2's own words (its Leaving datagrams and SWIM leave): it learns
+    // of the leave from node 1's gossip.
+    net.apart.push((0, 2));
+    let now = net.now(2);
+    let left_at = now.cluster_ms;
+    net.nodes[2].as_mut().unwrap().leave(now);
+    net.deliver();
+    net.nodes[2] = None;
+    let mut after = 0;
+    while net.now(1).cluster_ms < left_at + 3_000 {
+        let at = net.now(1).cluster_ms;
+        if check_with(&mut net, 1, &key, l) {
+            admitted.push(at);
+            after += 1;
+        }
+        net.run_ms(1);
+    }
+    let most = most_in_any_window(&admitted, 10_000);
+    assert_eq!(first, 20, "node 0 spent the window to its limit");
+    assert!(
+        most <= 20 && after == 0,
+        "{most} admitted in one window of 10 s (limit 20), {after} after the leave"
+    );
+}
