@@ -20,24 +20,7 @@ fn check_asking(net: &mut Net, key: &[u8]) -> bool {
 
 /// Node `i` checks `key` under [`busy`] once, asking the owner where it lacks a token.
 fn check_at(net: &mut Net, i: usize, key: &[u8]) -> bool {
-    let item = [CheckItem {
-        key,
-        limit: busy(),
-        cost: 1,
-    }];
-    let req = CheckRequest {
-        items: &item,
-        dry_run: false,
-    };
-    let now = net.now(i);
-    let d = net.node(i).limiter().check(&req, now.cluster_ms).unwrap();
-    if let Some(need) = d.needs.iter().find(|n| n.ask) {
-        net.nodes[i]
-            .as_mut()
-            .unwrap()
-            .on_command(now, Command::Ask(*need));
-    }
-    d.allowed
+    check_with(net, i, key, busy())
 }
 
 /// Three ledger nodes; node 2 leases a window node 0 spends from, then leaves. The window's
@@ -55,14 +38,7 @@ fn a_leaving_owners_windows_are_leased_by_their_next_owner_once_its_leases_end()
         net.node(0).limiter().owner_of(id).map(|o| o.owner)
     };
     // A window node 2 owns, node 1 next: node 0 is a user only, before and after.
-    let key = (0..1_000)
-        .map(|i| format!("key-{i}").into_bytes())
-        .find(|k| {
-            let id = net.node(0).limiter().key_id(k, &spec);
-            let owners = net.nodes[0].as_mut().unwrap().owners_of(id);
-            owners.map(|o| o.map(|u| u.as_u128())) == Some([3, 2])
-        })
-        .expect("a window of node 2's, node 1's next");
+    let key = window_of_2_then_1(&mut net, &spec);
     let id = net.node(0).limiter().key_id(&key, &spec);
     // Node 0 spends from node 2's leases for a second, and node 2 from its own.
     let (mut admitted, mut own) = (0, 0);
@@ -75,11 +51,7 @@ fn a_leaving_owners_windows_are_leased_by_their_next_owner_once_its_leases_end()
         admitted > 0 && own > 0,
         "node 0 and node 2 spend node 2's tokens"
     );
-    let now = net.now(2);
-    let left_at = now.cluster_ms;
-    net.nodes[2].as_mut().unwrap().leave(now);
-    net.deliver();
-    net.nodes[2] = None;
+    let left_at = leave(&mut net, 2);
     // A round installs the ring without node 2.
     net.run_ms(300);
     assert_eq!(net.members(0), 1, "node 2 left");
@@ -143,14 +115,7 @@ fn users_send_their_spends_to_the_next_owner_once_the_owner_says_it_leaves() {
     let mut net = ledger_nodes(3, |_| 0);
     net.run_ms(6_000);
     let spec = busy().window;
-    let key = (0..1_000)
-        .map(|i| format!("key-{i}").into_bytes())
-        .find(|k| {
-            let id = net.node(0).limiter().key_id(k, &spec);
-            let owners = net.nodes[0].as_mut().unwrap().owners_of(id);
-            owners.map(|o| o.map(|u| u.as_u128())) == Some([3, 2])
-        })
-        .expect("a window of node 2's, node 1's next");
+    let key = window_of_2_then_1(&mut net, &spec);
     let seen_at_1 = |net: &Net| {
         let at = net.now(1).cluster_ms;
         let inspection = net.node(1).limiter().inspect(&key, &busy(), at);
@@ -220,6 +185,34 @@ fn window_of_2_then_1(net: &mut Net, spec: &WindowSpec) -> Vec<u8> {
         .expect("a window of node 2's, node 1's next")
 }
 
+/// Node `i` checks `key` under `l` `checks` times, `step_ms` apart: when it was admitted.
+fn spend(
+    net: &mut Net,
+    i: usize,
+    key: &[u8],
+    l: Limit,
+    (checks, step_ms): (usize, u64),
+) -> Vec<u64> {
+    let mut admitted = Vec::new();
+    for _ in 0..checks {
+        let at = net.now(i).cluster_ms;
+        if check_with(net, i, key, l) {
+            admitted.push(at);
+        }
+        net.run_ms(step_ms);
+    }
+    admitted
+}
+
+/// Node `i` leaves gracefully, its last datagrams delivered: when, on its cluster clock.
+fn leave(net: &mut Net, i: usize) -> u64 {
+    let now = net.now(i);
+    net.nodes[i].as_mut().unwrap().leave(now);
+    net.deliver();
+    net.nodes[i] = None;
+    now.cluster_ms
+}
+
 /// The most of `times` in any window of `window_ms`.
 fn most_in_any_window(times: &[u64], window_ms: u64) -> usize {
     let mut t = times.to_vec();
@@ -243,21 +236,10 @@ fn a_leaving_owners_own_spends_to_its_limit_hold_the_next_owner_back() {
     let mut net = ledger_nodes(3, |_| 0);
     net.run_ms(6_000);
     let key = window_of_2_then_1(&mut net, &l.window);
-    let mut admitted: Vec<u64> = Vec::new();
     // Node 2 (the owner) spends its own window, up to its limit, over 300 ms.
-    for _ in 0..150 {
-        let at = net.now(2).cluster_ms;
-        if check_with(&mut net, 2, &key, l) {
-            admitted.push(at);
-        }
-        net.run_ms(2);
-    }
+    let mut admitted = spend(&mut net, 2, &key, l, (150, 2));
     let own = admitted.len();
-    let now = net.now(2);
-    let left_at = now.cluster_ms;
-    net.nodes[2].as_mut().unwrap().leave(now);
-    net.deliver();
-    net.nodes[2] = None;
+    let left_at = leave(&mut net, 2);
     let mut after = 0;
     while net.now(1).cluster_ms < left_at + 1_500 {
         for i in [0, 1] {
@@ -287,29 +269,16 @@ fn a_window_whose_last_lease_ended_before_the_leave_holds_its_limit_at_the_next_
     let mut net = ledger_nodes(3, |_| 0);
     net.run_ms(6_000);
     let key = window_of_2_then_1(&mut net, &l.window);
-    let mut admitted: Vec<u64> = Vec::new();
     // Node 0 spends the whole limit from node 2's leases.
-    for _ in 0..200 {
-        let at = net.now(0).cluster_ms;
-        if check_with(&mut net, 0, &key, l) {
-            admitted.push(at);
-        }
-        net.run_ms(5);
-        if admitted.len() >= 20 {
-            break;
-        }
-    }
+    let mut admitted = spend(&mut net, 0, &key, l, (200, 5));
+    admitted.truncate(20);
     let first = admitted.len();
     // Node 2's leases end (the window is full: nothing is renewed).
     net.run_ms(1_400);
     // Node 0 misses node 2's own words (its Leaving datagrams and SWIM leave): it learns
     // of the leave from node 1's gossip.
     net.apart.push((0, 2));
-    let now = net.now(2);
-    let left_at = now.cluster_ms;
-    net.nodes[2].as_mut().unwrap().leave(now);
-    net.deliver();
-    net.nodes[2] = None;
+    let left_at = leave(&mut net, 2);
     let mut after = 0;
     while net.now(1).cluster_ms < left_at + 3_000 {
         let at = net.now(1).cluster_ms;
