@@ -102,14 +102,14 @@ fn lease_entry(key: KeyId, seq: u32, expires_ms: u64, from_ms: u64) -> LedgerEnt
     }
 }
 
-/// Node 1 sends node 0 one ledger datagram of `entries`, delivered.
-fn send_to_first(net: &mut Net, entries: Vec<LedgerEntry>) {
+/// Node `from` sends node 0 one ledger datagram of `entries`, delivered.
+pub(super) fn send_to_first(net: &mut Net, from: usize, entries: Vec<LedgerEntry>) {
     let to = Destination {
         addr: addr(0),
         node: Some(1),
     };
-    let now = net.now(1);
-    net.nodes[1]
+    let now = net.now(from);
+    net.nodes[from]
         .as_mut()
         .unwrap()
         .send_ledger(now, to, Vec::new(), entries);
@@ -141,6 +141,7 @@ fn a_far_or_malformed_lease_is_dropped_alone_and_counted() {
     let (entries_before, datagrams_before) = (counted(&net), malformed(&net));
     send_to_first(
         &mut net,
+        1,
         vec![
             lease_entry(pinned, 1, now + 3_600_000, now),
             lease_entry(zero, 0, now + 400, now),

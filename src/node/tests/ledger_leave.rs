@@ -1,6 +1,6 @@
 //! An owner that leaves gracefully hands its windows to their next owners.
 
-use super::ledger_ask::ledger_nodes;
+use super::ledger_ask::{ledger_nodes, send_to_first};
 use super::*;
 use crate::gossip::ledger_message::LedgerEntry;
 
@@ -125,16 +125,7 @@ fn users_send_their_spends_to_the_next_owner_once_the_owner_says_it_leaves() {
         })
     };
     // Node 2 says it leaves (and stays a member: SWIM has not heard of it).
-    let to = crate::gossip::wire::Destination {
-        addr: addr(0),
-        node: Some(1),
-    };
-    let now = net.now(2);
-    net.nodes[2]
-        .as_mut()
-        .unwrap()
-        .send_ledger(now, to, Vec::new(), vec![LedgerEntry::Leaving]);
-    net.deliver();
+    send_to_first(&mut net, 2, vec![LedgerEntry::Leaving]);
     for _ in 0..20 {
         check_asking(&mut net, &key);
         net.run_ms(20);
