@@ -265,10 +265,9 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// Adds this node's registers, each with its report, to what goes to their windows'
-    /// first owners (other members).
-    /// A first owner that said it is leaving (it leases nothing more, and is gone before SWIM
-    /// says so) is passed over for the next: the member that leases the window once it has
-    /// left, whose books must count what was spent (`hand_over`).
+    /// owners (other members): each window's first owner, or the next where the first said it
+    /// is leaving (it leases nothing more, and is gone before SWIM says so), whose books must
+    /// then count what was spent (`hand_over`).
     fn route_to_owners(
         &mut self,
         now: Now,
