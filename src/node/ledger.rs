@@ -23,7 +23,7 @@ use crate::limiter::{
 };
 
 /// What a round sends each member: registers with their reports, and ledger entries.
-type Outgoing = BTreeMap<
+pub(super) type Outgoing = BTreeMap<
     Destination,
     (
         Vec<(RegisterUpdate, Option<LedgerReport>)>,
@@ -146,6 +146,7 @@ impl<T: TimeSource> NodeCore<T> {
         if let Some((batch, reports)) = self.limiter.collect_with_reports(now.cluster_ms) {
             self.route_to_owners(now, batch.updates, reports, &mut out);
         }
+        self.resend_to_next_owners(now, &mut out);
         if resend_all {
             // Owners moved, or anti-entropy is due: every register again (without reports:
             // what a user holds goes with its next change), to both owners, and what this
@@ -205,52 +206,6 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// Each window this node leased goes to its next owner (the first other member on the
-    /// ring) with the end of its last lease (`Limiter::lease_ends`): that member may lease it
-    /// once the users of those leases have reported (`ledger_view.rs`, `LedgerNode::handed`).
-    /// Read after the last round this node runs, so no lease comes after it. Only to a member
-    /// that reads it: a build before it would drop the datagram, which is all this one holds.
-    fn hand_over(&mut self, now: Now) {
-        let Some(ownership) = self.ownership.as_ref() else {
-            return;
-        };
-        let (ring, _) = ownership.ring();
-        let me = self.params.node_id.as_u128();
-        let mut by_owner: BTreeMap<Destination, Vec<(KeyId, u64)>> = BTreeMap::new();
-        for (key, end) in self.limiter.lease_ends() {
-            let next = ring
-                .owners(key)
-                .and_then(|o| o.into_iter().find(|m| m.id != me));
-            if let Some(next) = next.filter(|m| self.features.reads_handoff(m.id, now.at)) {
-                by_owner
-                    .entry(next.destination())
-                    .or_default()
-                    .push((key, end));
-            }
-        }
-        let mut out = Outgoing::new();
-        // What this node spent of the windows it owns is in no one else's books: its
-        // registers go to the next owners too.
-        for update in self.limiter.snapshot_local(now.cluster_ms).updates {
-            let owners = self.ownership.as_mut().and_then(|o| o.owners(update.key));
-            if let Some([_, next]) = owners.filter(|[first, n]| first.id == me && n.id != me) {
-                out.entry(next.destination())
-                    .or_default()
-                    .0
-                    .push((update, None));
-            }
-        }
-        for (to, ends) in by_owner {
-            let (_, entries) = out.entry(to).or_default();
-            for part in ends.chunks(crate::gossip::ledger_message::MOST_HANDED) {
-                entries.push(LedgerEntry::Handoff {
-                    ends: part.to_vec(),
-                });
-            }
-        }
-        self.send_outgoing(now, out);
-    }
-
     /// This node's registers, each with its report, to their windows' first owners (other
     /// members), one datagram train per owner.
     fn send_to_owners(
@@ -285,17 +240,6 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// The member that leases `key` in this node's view: its first owner, or the next if the
-    /// first said it is leaving.
-    fn leasing_owner(&mut self, now: Now, key: KeyId) -> Option<super::placement::Member> {
-        let [first, next] = self.ownership.as_mut()?.owners(key)?;
-        Some(if self.member_log.said_leaving(first.id, now.at) {
-            next
-        } else {
-            first
-        })
-    }
-
     /// Adds leases to what goes to their users: this node's are taken at once.
     fn route_grants(&mut self, now: Now, grants: Vec<LeaseGrant>, out: &mut Outgoing) {
         let me = self.params.node_id.as_u128();
@@ -319,7 +263,7 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// Sends each member what is routed to it, where it may be sent state.
-    fn send_outgoing(&mut self, now: Now, out: Outgoing) {
+    pub(super) fn send_outgoing(&mut self, now: Now, out: Outgoing) {
         for (to, (pairs, entries)) in out {
             if self.may_send_state(now, to) {
                 self.send_ledger(now, to, pairs, entries);

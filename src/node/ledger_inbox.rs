@@ -146,11 +146,11 @@ impl<T: TimeSource> NodeCore<T> {
                 // Its own word only: from the address SWIM holds for it.
                 LedgerEntry::Leaving if self.liveness.address_of(header.sender) == Some(from) => {
                     self.member_log.leaving_said(header.sender, now.at);
-                    // Its windows' next owners lease them soon (`hand_over`): every register
-                    // goes to both owners next round, as when the ring changes, so that their
-                    // books count what this node spent there.
+                    // Its windows' next owners lease them soon (`hand_over`): this node's
+                    // registers of those windows go to them next round, so that their books
+                    // count what it spent there.
                     if let Some(ownership) = self.ownership.as_mut() {
-                        ownership.resend_all();
+                        ownership.resend_windows_of(header.sender);
                     }
                 }
                 LedgerEntry::Leaving => {}

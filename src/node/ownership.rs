@@ -112,6 +112,9 @@ pub struct Ownership {
     /// Send every live register of this node to both its owners next round (owners moved, or
     /// anti-entropy is due).
     pub(super) resend_all: bool,
+    /// Members that said they are leaving since the last round: the registers of the windows
+    /// they own go to the next owners (`ledger_leave.rs`).
+    resend_of: BTreeSet<u128>,
     /// Membership rounds between announcements to a random member, and rounds left until
     /// the next (see [`Ownership::spread_due`]).
     spread_every: u32,
@@ -135,6 +138,7 @@ impl Ownership {
             changed: BTreeSet::new(),
             unanswered: UnansweredRegisters::default(),
             resend_all: true,
+            resend_of: BTreeSet::new(),
             spread_every: 1,
             spread_wait: 0,
             generation: 0,
@@ -279,6 +283,17 @@ impl Ownership {
     /// Every own register goes to its owners next round.
     pub fn resend_all(&mut self) {
         self.resend_all = true;
+    }
+
+    /// `member` said it is leaving: the registers of the windows it owns go to their next
+    /// owners next round.
+    pub fn resend_windows_of(&mut self, member: u128) {
+        self.resend_of.insert(member);
+    }
+
+    /// The members whose windows' registers go to their next owners this round (taken).
+    pub(super) fn take_resend_of(&mut self) -> BTreeSet<u128> {
+        std::mem::take(&mut self.resend_of)
     }
 
     /// The ring, and how many times it has changed.

@@ -107,31 +107,65 @@ fn a_leaving_owners_windows_are_leased_by_their_next_owner_once_its_leases_end()
     );
 }
 
-/// Once a window's owner says it is leaving (before SWIM says it left), its users send what
-/// they spend there to the window's next owner, which leases the window once the leaving
-/// owner's leases end and must count every spend.
+/// Once a window's owner says it is leaving (before SWIM says it left), its users send the
+/// window's next owner what they spent there before the word, and what they spend after it:
+/// that owner leases the window once the leaving owner's leases end, and must count every
+/// spend. Only those registers go: a window the leaver is second owner of stays with its
+/// first owner alone.
 #[test]
 fn users_send_their_spends_to_the_next_owner_once_the_owner_says_it_leaves() {
     let mut net = ledger_nodes(3, |_| 0);
     net.run_ms(6_000);
-    let spec = busy().window;
+    let spec = limit().window;
     let key = window_of_2_then_1(&mut net, &spec);
-    let seen_at_1 = |net: &Net| {
-        let at = net.now(1).cluster_ms;
-        let inspection = net.node(1).limiter().inspect(&key, &busy(), at);
+    let other = (0..1_000)
+        .map(|i| format!("other-{i}").into_bytes())
+        .find(|k| {
+            let id = net.node(0).limiter().key_id(k, &spec);
+            let owners = net.nodes[0].as_mut().unwrap().owners_of(id);
+            owners.map(|o| o.map(|u| u.as_u128())) == Some([2, 3])
+        })
+        .expect("a window of node 1's, node 2's next");
+    let seen = |net: &Net, at_node: usize, key: &[u8]| {
+        let at = net.now(at_node).cluster_ms;
+        let inspection = net.node(at_node).limiter().inspect(key, &limit(), at);
         inspection.map_or(0.0, |ins| {
             let of_node_0 = ins.origins.iter().filter(|o| o.origin == OriginId(1));
             of_node_0.map(|o| o.admitted).sum()
         })
     };
-    // Node 2 says it leaves (and stays a member: SWIM has not heard of it).
-    send_to_first(&mut net, 2, vec![LedgerEntry::Leaving]);
-    for _ in 0..20 {
-        check_asking(&mut net, &key);
+    // Node 0 spends on both windows; its registers go to their first owners.
+    for _ in 0..10 {
+        check_with(&mut net, 0, &key, limit());
+        check_with(&mut net, 0, &other, limit());
         net.run_ms(20);
     }
+    // Its leases end unrenewed: nothing more of `key` goes from node 0 on its own.
+    net.run_ms(1_500);
+    assert_eq!(seen(&net, 1, &key), 0.0, "node 1 is not yet told of `key`");
+    assert_eq!(seen(&net, 2, &other), 0.0, "node 2 is not told of `other`");
+    // Node 2 says it leaves (and stays a member: SWIM has not heard of it); node 0 spends
+    // nothing more.
+    send_to_first(&mut net, 2, vec![LedgerEntry::Leaving]);
+    net.run_ms(400);
     assert_eq!(net.members(0), 2, "node 2 is still a member");
-    assert!(seen_at_1(&net) > 0.0, "node 1 counts node 0's spends");
+    assert!(seen(&net, 1, &key) > 0.0, "node 1 counts node 0's spends");
+    assert_eq!(
+        seen(&net, 2, &other),
+        0.0,
+        "node 2 still is not told of `other`"
+    );
+    // What node 0 spends after the word goes to node 1 too.
+    let before = seen(&net, 1, &key);
+    let mut later = 0;
+    for _ in 0..10 {
+        later += usize::from(check_with(&mut net, 0, &key, limit()));
+        net.run_ms(20);
+    }
+    assert!(
+        seen(&net, 1, &key) > before,
+        "node 1 counts node 0's later spends: {later} admitted, {before} seen before"
+    );
 }
 
 /// A limit of `max` a window of `window_ms`.
