@@ -76,10 +76,9 @@ impl<T: TimeSource> NodeCore<T> {
             self.view.wire.dropped(DropReason::Malformed);
             return;
         };
-        self.view.wire.malformed_ledger_entries.fetch_add(
-            entry_rejects.malformed,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        self.view
+            .wire
+            .ledger_entries_malformed(entry_rejects.malformed);
         if !batch.updates.is_empty() {
             let report = self.limiter.merge(&batch, now.cluster_ms);
             self.view.wire.merged(&report, rejects.bad_shape);
@@ -119,10 +118,7 @@ impl<T: TimeSource> NodeCore<T> {
                     // window be collected while its owner still counts the lease, and a later
                     // message of it would bring back tokens already spent.
                     if lease.expires_ms > now.cluster_ms.saturating_add(self.quiet_ms()) {
-                        self.view
-                            .wire
-                            .malformed_ledger_entries
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        self.view.wire.ledger_entries_malformed(1);
                         continue;
                     }
                     let grant = LeaseGrant {

@@ -37,15 +37,7 @@ impl<T: TimeSource> NodeCore<T> {
         let mut out = Outgoing::new();
         // What this node spent of the windows it owns is in no one else's books: its
         // registers go to the next owners too.
-        for update in self.limiter.snapshot_local(now.cluster_ms).updates {
-            let owners = self.ownership.as_mut().and_then(|o| o.owners(update.key));
-            if let Some([_, next]) = owners.filter(|[first, n]| first.id == me && n.id != me) {
-                out.entry(next.destination())
-                    .or_default()
-                    .0
-                    .push((update, None));
-            }
-        }
+        self.registers_to_next_owners(now, |first| first == me, &mut out);
         for (to, ends) in by_owner {
             let (_, entries) = out.entry(to).or_default();
             for part in ends.chunks(crate::gossip::ledger_message::MOST_HANDED) {
@@ -83,12 +75,21 @@ impl<T: TimeSource> NodeCore<T> {
         if leavers.is_empty() {
             return;
         }
+        self.registers_to_next_owners(now, |first| leavers.contains(&first), out);
+    }
+
+    /// Adds this node's registers of the windows whose first owner `leaving` names to what
+    /// goes to each window's next owner (another member).
+    fn registers_to_next_owners(
+        &mut self,
+        now: Now,
+        leaving: impl Fn(u128) -> bool,
+        out: &mut Outgoing,
+    ) {
         let me = self.params.node_id.as_u128();
         for update in self.limiter.snapshot_local(now.cluster_ms).updates {
             let owners = self.ownership.as_mut().and_then(|o| o.owners(update.key));
-            if let Some([_, next]) =
-                owners.filter(|[first, n]| leavers.contains(&first.id) && n.id != me)
-            {
+            if let Some([_, next]) = owners.filter(|[first, n]| leaving(first.id) && n.id != me) {
                 out.entry(next.destination())
                     .or_default()
                     .0

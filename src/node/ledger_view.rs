@@ -44,9 +44,12 @@ pub(super) struct LedgerNode {
     blind: Arc<BlindArcs>,
     /// The downs without a word whose windows are blind: each member, and when it went down.
     recorded: BTreeMap<u128, Instant>,
-    /// Windows leaving owners handed over, and whether any came since the view was made.
-    handed: Arc<Handed>,
+    /// Windows leaving owners handed over, and whether any changed since the view was made
+    /// (the view takes a copy then).
+    handed: Handed,
     handed_changed: bool,
+    /// The copy the last view took.
+    handed_view: Arc<Handed>,
     /// How long after a lease ends, or after users hear that its owner left, their reports of
     /// what they spent reach the next owner (ms).
     reports_ms: u64,
@@ -143,7 +146,7 @@ impl LedgerNode {
     ) {
         self.reports_ms = reports_ms;
         let latest_end_ms = now_ms.saturating_add(quiet_ms);
-        let handed = Arc::make_mut(&mut self.handed);
+        let handed = &mut self.handed;
         for (key, end) in ends.iter().filter(|(_, end)| *end <= latest_end_ms) {
             if handed.len() < HANDED_KEPT || handed.contains_key(key) {
                 let kept_until = (*end).max(now_ms) + quiet_ms + reports_ms;
@@ -193,7 +196,7 @@ impl LedgerNode {
         // A word past its time is forgotten: its window waits out the quiet period of a ring
         // change it came for, if any is still in the view.
         if self.handed.values().any(|(_, _, until)| *until <= now_ms) {
-            Arc::make_mut(&mut self.handed).retain(|_, (_, _, until)| *until > now_ms);
+            self.handed.retain(|_, (_, _, until)| *until > now_ms);
             self.handed_changed = true;
         }
         if self.installed == Some((generation, part))
@@ -204,7 +207,9 @@ impl LedgerNode {
         {
             return None;
         }
-        self.handed_changed = false;
+        if std::mem::take(&mut self.handed_changed) {
+            self.handed_view = Arc::new(self.handed.clone());
+        }
         let old = self.ring.replace(Arc::clone(ring));
         if self.installed.is_some_and(|(g, _)| g != generation)
             && let Some(old) = old
@@ -225,7 +230,7 @@ impl LedgerNode {
             quiet_ms,
             part,
             blind: Arc::clone(&self.blind),
-            handed: Arc::clone(&self.handed),
+            handed: Arc::clone(&self.handed_view),
             reports_ms: self.reports_ms,
         })
     }

@@ -45,7 +45,7 @@ pub struct WireStats {
     merges: Mutex<MergeReport>,
     bad_shape_entries: AtomicU64,
     /// Ledger entries dropped, one by one, from datagrams otherwise taken.
-    pub malformed_ledger_entries: AtomicU64,
+    malformed_ledger_entries: AtomicU64,
 }
 
 /// A point-in-time copy.
@@ -95,6 +95,12 @@ impl WireStats {
         if let Some(i) = DropReason::ALL.iter().position(|r| *r == reason) {
             self.dropped[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// `n` ledger entries were dropped alone (malformed) from a datagram otherwise taken.
+    pub fn ledger_entries_malformed(&self, n: u64) {
+        self.malformed_ledger_entries
+            .fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn merged(&self, report: &MergeReport, bad_shape: u64) {
