@@ -187,8 +187,8 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `base` with limitmesh's admission (the scenario's own partition policy) and with the
-/// naive baseline, and prints a row (or a JSON line) for each.
+/// Runs `base` with limitmesh's two admissions (the scenario's own partition policy) and with
+/// the naive baseline, and prints a row (or a JSON line) for each.
 fn run_both(
     name: &str,
     base: &limitmesh_sim::SimConfig,
@@ -196,12 +196,15 @@ fn run_both(
     report_dir: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     let mut done = Vec::new();
-    let share = match base.policy {
-        p @ Policy::DemandShare(_) => p,
-        Policy::Ledger(partition) => Policy::DemandShare(partition),
-        Policy::GlobalCount => Policy::DemandShare(PartitionPolicy::Strict),
+    let partition = match base.policy {
+        Policy::DemandShare(p) | Policy::Ledger(p) => p,
+        Policy::GlobalCount => PartitionPolicy::Strict,
     };
-    for (label, policy) in [("share", share), ("naive", Policy::GlobalCount)] {
+    for (label, policy) in [
+        ("share", Policy::DemandShare(partition)),
+        ("ledger", Policy::Ledger(partition)),
+        ("naive", Policy::GlobalCount),
+    ] {
         let mut cfg = base.clone();
         cfg.policy = policy;
         let started = limitmesh::clock::monotonic_now();

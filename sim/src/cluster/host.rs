@@ -6,15 +6,16 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use limitmesh::clock::{Clock, ClusterClock};
+use limitmesh::clock::ClusterClock;
 use limitmesh::gossip::wire::Keyring;
-use limitmesh::limiter::{CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig};
+use limitmesh::limiter::{KeyHasher, Limit, Limiter, LimiterConfig};
 use limitmesh::node::{ClusterView, Node, NodeBuilder, NodeKeys, NodeParams, WireSnapshot};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::sync::mpsc;
 
 use super::config::{SimConfig, convergence_limit, probe_limit};
+use super::waits::{Requests, Traffic};
 use super::{CONVERGENCE_KEY, MAIN_KEY, PORT, PROBE_EVERY_MS, PROBE_KEY};
 use crate::clock::{ClockControl, SimClock};
 use crate::net::{NetFaults, SimSocket};
@@ -40,15 +41,19 @@ impl Series {
         }
     }
 
-    fn record(&mut self, node: usize, t_ms: u64, allowed: bool) {
-        let t = t_ms as usize;
-        if t >= self.offered_per_ms.len() {
-            return;
+    /// A request arrived at true ms `t`.
+    fn offered(&mut self, t: u64) {
+        if let Some(n) = self.offered_per_ms.get_mut(t as usize) {
+            *n += 1;
         }
-        self.offered_per_ms[t] += 1;
-        if allowed {
-            self.admitted_per_ms[t] += 1;
-            self.admitted_by_node[node][t] += 1;
+    }
+
+    /// A request was admitted at `node` at true ms `t` (under the ledger, possibly a few ms
+    /// after it arrived: when the token it waited for came).
+    fn admitted(&mut self, node: usize, t: u64) {
+        if let Some(n) = self.admitted_per_ms.get_mut(t as usize) {
+            *n += 1;
+            self.admitted_by_node[node][t as usize] += 1;
         }
     }
 }
@@ -138,8 +143,11 @@ pub(super) async fn host_main(
     *lock(&shared.view) = Some(core.view().clone());
     let socket = Arc::new(SimSocket::new(socket, shared.net.clone(), rng.random()));
     let node = Node::new(core, socket);
-    let (_commands, rx) = mpsc::channel(1);
-    let work = drive(i, cfg, limiter, clock, recorder, rng);
+    // Room for a millisecond's asks at the busiest scenario's rate; a full channel skips an
+    // ask, as the gRPC service's does.
+    let (commands, rx) = mpsc::channel(256);
+    let requests = Requests::new(limiter, clock, commands);
+    let work = drive(i, cfg, requests, recorder, rng);
     tokio::join!(node.run(rx, std::future::pending()), work);
     Ok(())
 }
@@ -148,8 +156,7 @@ pub(super) async fn host_main(
 async fn drive(
     i: usize,
     cfg: Arc<SimConfig>,
-    limiter: Arc<Limiter>,
-    clock: Arc<ClusterClock<SimClock>>,
+    mut requests: Requests,
     recorder: Arc<Mutex<Recorder>>,
     mut rng: StdRng,
 ) {
@@ -173,23 +180,20 @@ async fn drive(
         .enumerate()
         .map(|(d, desc)| (format!("descriptor/{d}").into_bytes(), desc.limit()))
         .collect();
-    let check = |key: &[u8], limit: Limit| {
-        let item = [CheckItem {
-            key,
-            limit,
-            cost: 1,
-        }];
-        limiter
-            .check(
-                &CheckRequest {
-                    items: &item,
-                    dry_run: false,
-                },
-                clock.now_ms(),
-            )
-            .map(|d| d.allowed)
-            .unwrap_or(false)
+    // Records what a request was decided at `t`: admitted or refused.
+    let record = |traffic: Traffic, admitted: bool, t: u64| {
+        if !admitted {
+            return;
+        }
+        let mut rec = lock(&recorder);
+        match traffic {
+            Traffic::Main => rec.main.admitted(i, t),
+            Traffic::Descriptor(d) => rec.descriptors[d].admitted(i, t),
+            Traffic::Probe => rec.probes.push(t),
+            Traffic::Unrecorded => {}
+        }
     };
+    let mut decided = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     let mut next_probe = 0;
     let mut probes_sent = 0u64;
@@ -199,12 +203,25 @@ async fn drive(
         if t >= cfg.duration_ms {
             return;
         }
+        requests.retry(t, &mut decided);
+        for (traffic, admitted) in decided.drain(..) {
+            record(traffic, admitted, t);
+        }
+        let mut offer = |traffic: Traffic, key: &[u8], limit: Limit| {
+            match traffic {
+                Traffic::Main => lock(&recorder).main.offered(t),
+                Traffic::Descriptor(d) => lock(&recorder).descriptors[d].offered(t),
+                Traffic::Probe | Traffic::Unrecorded => {}
+            }
+            if let Some(admitted) = requests.check(traffic, key, limit, t) {
+                record(traffic, admitted, t);
+            }
+        };
         let lambda = cfg
             .workload
             .rate_per_ms(i, cfg.nodes, t, f64::from(cfg.limit), cfg.window_ms);
         for _ in 0..poisson(lambda, &mut rng) {
-            let allowed = check(MAIN_KEY, main);
-            lock(&recorder).main.record(i, t, allowed);
+            offer(Traffic::Main, MAIN_KEY, main);
         }
         // After the main key's draws, so that a run without more descriptors draws as before.
         for (d, (desc, (key, limit))) in cfg.descriptors.iter().zip(&extra).enumerate() {
@@ -212,24 +229,21 @@ async fn drive(
                 desc.workload
                     .rate_per_ms(i, cfg.nodes, t, f64::from(desc.limit), desc.window_ms);
             for _ in 0..poisson(lambda, &mut rng) {
-                let allowed = check(key, *limit);
-                lock(&recorder).descriptors[d].record(i, t, allowed);
+                offer(Traffic::Descriptor(d), key, *limit);
             }
         }
         for _ in 0..poisson(background_lambda, &mut rng) {
             let k = rng.random_range(0..background_keys.len());
-            check(&background_keys[k], background_limit);
+            offer(Traffic::Unrecorded, &background_keys[k], background_limit);
         }
         if cfg.converge_at_ms.is_some_and(|c| t < c) {
             for _ in 0..poisson(0.05, &mut rng) {
-                check(CONVERGENCE_KEY, conv);
+                offer(Traffic::Unrecorded, CONVERGENCE_KEY, conv);
             }
         }
         if cfg.probe_staleness && i == 0 && t >= next_probe {
             // Only an admitted probe is counted anywhere (a node warming up admits nothing).
-            if check(PROBE_KEY, probe) {
-                lock(&recorder).probes.push(t);
-            }
+            offer(Traffic::Probe, PROBE_KEY, probe);
             // Every 100 ms on average, at phases spread over the gossip round (37 is prime
             // to 100): probes all in phase with the round would measure the order in which
             // tasks run within one millisecond rather than staleness.

@@ -11,6 +11,7 @@ mod config;
 mod faults;
 mod host;
 mod probes;
+mod waits;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
