@@ -5,17 +5,25 @@
 //! peers estimated the offset, or the wall clock was seen to step). A failure names its seed;
 //! rerun it with `cargo run --release -p limitmesh-sim -- <scenario> --seed <seed>`.
 
+use limitmesh::limiter::{PartitionPolicy, Policy};
 use limitmesh_sim::cluster::{Outcome, SimConfig};
 use limitmesh_sim::scenario::scenario;
 use limitmesh_sim::{Report, run};
 
 const SEED: u64 = 3;
 
-fn simulate(name: &str) -> (SimConfig, Outcome, Report) {
+/// Both admissions: the demand share and the ledger.
+const POLICIES: [Policy; 2] = [
+    Policy::DemandShare(PartitionPolicy::Strict),
+    Policy::Ledger(PartitionPolicy::Strict),
+];
+
+fn simulate(name: &str, policy: Policy) -> (SimConfig, Outcome, Report) {
     let mut cfg = scenario(name, SEED, 5).expect("known scenario");
     cfg.duration_ms = 14_000;
-    let outcome =
-        run(&cfg).unwrap_or_else(|e| panic!("{name} seed {SEED}: simulation failed: {e}"));
+    cfg.policy = policy;
+    let outcome = run(&cfg)
+        .unwrap_or_else(|e| panic!("{name} {policy:?} seed {SEED}: simulation failed: {e}"));
     let report = Report::new(&cfg, &outcome);
     (cfg, outcome, report)
 }
@@ -34,62 +42,73 @@ fn within_the_bars(name: &str, r: &Report, out: &Outcome) {
 
 #[test]
 fn one_node_8_s_ahead_and_one_4_s_behind() {
-    let (_, out, r) = simulate("skew8-4");
-    assert!(
-        out.faults.max_estimated_offset_ms >= 7_900,
-        "seed {SEED}: skew not seen: {:?}",
-        out.faults
-    );
-    within_the_bars("skew8-4", &r, &out);
-    // Every node's registers stay acceptable to every other: none refused as from the future
-    // (a register whose newest bucket is more than a window ahead of the receiver's time).
-    let future: u64 = out.wire.iter().map(|w| w.merges.future).sum();
-    let merged: u64 = out
-        .wire
-        .iter()
-        .map(|w| w.merges.inserted + w.merges.replaced)
-        .sum();
-    assert_eq!(
-        future, 0,
-        "seed {SEED}: {future} registers refused as future"
-    );
-    assert!(
-        merged > 1_000,
-        "seed {SEED}: only {merged} registers merged"
-    );
+    for policy in POLICIES {
+        let (_, out, r) = simulate("skew8-4", policy);
+        let name = format!("skew8-4 {policy:?}");
+        assert!(
+            out.faults.max_estimated_offset_ms >= 7_900,
+            "{name} seed {SEED}: skew not seen: {:?}",
+            out.faults
+        );
+        within_the_bars(&name, &r, &out);
+        // Every node's registers stay acceptable to every other: none refused as from the future
+        // (a register whose newest bucket is more than a window ahead of the receiver's time).
+        let future: u64 = out.wire.iter().map(|w| w.merges.future).sum();
+        let merged: u64 = out
+            .wire
+            .iter()
+            .map(|w| w.merges.inserted + w.merges.replaced)
+            .sum();
+        assert_eq!(
+            future, 0,
+            "{name} seed {SEED}: {future} registers refused as future"
+        );
+        // Under the ledger a register goes to its window's owner, and to the others only at
+        // anti-entropy.
+        assert!(
+            merged > 100,
+            "{name} seed {SEED}: only {merged} registers merged"
+        );
+    }
 }
 
 #[test]
 fn two_nodes_6_s_either_way() {
-    let (_, out, r) = simulate("skew6x2");
-    assert!(
-        out.faults.max_estimated_offset_ms >= 5_900,
-        "seed {SEED}: skew not seen: {:?}",
-        out.faults
-    );
-    within_the_bars("skew6x2", &r, &out);
+    for policy in POLICIES {
+        let (_, out, r) = simulate("skew6x2", policy);
+        let name = format!("skew6x2 {policy:?}");
+        assert!(
+            out.faults.max_estimated_offset_ms >= 5_900,
+            "{name} seed {SEED}: skew not seen: {:?}",
+            out.faults
+        );
+        within_the_bars(&name, &r, &out);
+    }
 }
 
 #[test]
 fn a_clock_stepped_5_s_ahead_mid_run() {
-    let (_, out, r) = simulate("step5");
-    assert_eq!(
-        out.faults.clock_forward_steps, 1,
-        "seed {SEED}: step not seen: {:?}",
-        out.faults
-    );
-    assert!(
-        out.faults.max_estimated_offset_ms >= 4_900,
-        "seed {SEED}: peers did not see the stepped clock: {:?}",
-        out.faults
-    );
-    within_the_bars("step5", &r, &out);
-    // The stepped node kept admitting its share after the step.
-    let after: u32 = out.admitted_by_node[1][10_000..12_000].iter().sum();
-    assert!(
-        after > 200,
-        "seed {SEED}: node 1 admitted {after} after the step"
-    );
+    for policy in POLICIES {
+        let (_, out, r) = simulate("step5", policy);
+        let name = format!("step5 {policy:?}");
+        assert_eq!(
+            out.faults.clock_forward_steps, 1,
+            "{name} seed {SEED}: step not seen: {:?}",
+            out.faults
+        );
+        assert!(
+            out.faults.max_estimated_offset_ms >= 4_900,
+            "{name} seed {SEED}: peers did not see the stepped clock: {:?}",
+            out.faults
+        );
+        within_the_bars(&name, &r, &out);
+        // The stepped node kept admitting its share after the step.
+        let after: u32 = out.admitted_by_node[1][10_000..12_000].iter().sum();
+        assert!(
+            after > 200,
+            "{name} seed {SEED}: node 1 admitted {after} after the step"
+        );
+    }
 }
 
 #[test]
@@ -126,47 +145,53 @@ fn two_nodes_one_3_s_ahead_meet_halfway() {
 
 #[test]
 fn beyond_the_tolerance_the_node_is_cut_off() {
-    for (name, node, offset) in [("skew15", 1usize, 15_000i64), ("skew-12", 1, -12_000)] {
-        let (_, out, r) = simulate(name);
-        assert_eq!(
-            out.faults.clock_fenced.len(),
-            1,
-            "{name} seed {SEED}: {:?}",
-            out.faults
-        );
-        let (fenced, reported) = out.faults.clock_fenced[0];
-        assert_eq!(fenced, node, "{name} seed {SEED}: the wrong node cut off");
-        assert!(
-            (reported - offset).abs() <= 100,
-            "{name} seed {SEED}: reports {reported} ms, clock is {offset} ms off"
-        );
-        // Cut off on both sides, it and they share the limit as the strict policy does.
-        assert!(r.over_admission_max <= 0.05, "{name} seed {SEED}: {r:?}");
-        assert!(r.utilization >= 0.95, "{name} seed {SEED}: {r:?}");
+    for policy in POLICIES {
+        for (name, node, offset) in [("skew15", 1usize, 15_000i64), ("skew-12", 1, -12_000)] {
+            let (_, out, r) = simulate(name, policy);
+            let name = format!("{name} {policy:?}");
+            assert_eq!(
+                out.faults.clock_fenced.len(),
+                1,
+                "{name} seed {SEED}: {:?}",
+                out.faults
+            );
+            let (fenced, reported) = out.faults.clock_fenced[0];
+            assert_eq!(fenced, node, "{name} seed {SEED}: the wrong node cut off");
+            assert!(
+                (reported - offset).abs() <= 100,
+                "{name} seed {SEED}: reports {reported} ms, clock is {offset} ms off"
+            );
+            // Cut off on both sides, it and they share the limit as the strict policy does.
+            assert!(r.over_admission_max <= 0.05, "{name} seed {SEED}: {r:?}");
+            assert!(r.utilization >= 0.95, "{name} seed {SEED}: {r:?}");
+        }
     }
 }
 
 #[test]
 fn a_node_a_minute_and_a_half_off_cannot_join_and_is_cut_off() {
-    let (_, out, r) = simulate("skew90");
-    let stale: u64 = out
-        .wire
-        .iter()
-        .map(|w| w.dropped.get("stale").copied().unwrap_or(0))
-        .sum();
-    assert!(
-        stale > 0,
-        "skew90 seed {SEED}: no datagram was refused as stale"
-    );
-    assert_eq!(
-        out.faults
-            .clock_fenced
+    for policy in POLICIES {
+        let (_, out, r) = simulate("skew90", policy);
+        let name = format!("skew90 {policy:?}");
+        let stale: u64 = out
+            .wire
             .iter()
-            .map(|(n, _)| *n)
-            .collect::<Vec<_>>(),
-        [1],
-        "skew90 seed {SEED}: {:?}",
-        out.faults
-    );
-    assert!(r.over_admission_max <= 0.05, "skew90 seed {SEED}: {r:?}");
+            .map(|w| w.dropped.get("stale").copied().unwrap_or(0))
+            .sum();
+        assert!(
+            stale > 0,
+            "{name} seed {SEED}: no datagram was refused as stale"
+        );
+        assert_eq!(
+            out.faults
+                .clock_fenced
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>(),
+            [1],
+            "{name} seed {SEED}: {:?}",
+            out.faults
+        );
+        assert!(r.over_admission_max <= 0.05, "{name} seed {SEED}: {r:?}");
+    }
 }

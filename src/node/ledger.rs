@@ -55,18 +55,26 @@ impl<T: TimeSource> NodeCore<T> {
     /// side, itself included, over the members expected. Expected are the members now and those
     /// that went down without saying they were leaving, within `expected_hold_ms` (they may be
     /// admitting on the far side of a partition); a member that left gracefully is expected no
-    /// more, so the members staying keep the whole limit. On its side are the members SWIM does
+    /// more, so the members staying keep the whole limit. Senders whose clocks are a minute off
+    /// are expected too: they cannot join (each side refuses the other's datagrams as stale),
+    /// and each of them may be leasing a ring of its own. On its side are the members SWIM does
     /// not suspect that its side heard from within [`present_within_rounds`] (`relay.rs`), so
     /// that the part falls within that time of a cut, whenever SWIM suspects the far members.
     ///
     /// [`present_within_rounds`]: crate::ledger::tuning::present_within_rounds
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
+        // A node whose own clock is cut off leases nothing: its leases would end in a clock
+        // the cluster does not run on.
+        if self.clock_sync.fences().own {
+            return (0, 1);
+        }
         let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy else {
             return (1, 1);
         };
         let hold = std::time::Duration::from_millis(self.limiter.config().expected_hold_ms);
         let members = self.membership.num_members() + 1;
-        let expected = members + self.member_log.crashed_within(hold, now.at);
+        let expected =
+            members + self.member_log.crashed_within(hold, now.at) + self.liveness.far_members();
         let since = now.cluster_ms.saturating_sub(self.present_within_ms());
         let heard = |id: &u128| self.liveness.side_heard(*id).is_some_and(|t| t >= since);
         let seen = 1 + self

@@ -65,6 +65,7 @@ impl<T: TimeSource> NodeCore<T> {
     ) {
         let sender = OriginId(header.sender);
         let me = self.params.node_id.as_u128();
+        let cut_off = self.clock_sync.fences().peers.contains(&header.sender);
         let stamp = Stamp::for_header(header.compact, header.sent_ms);
         let Ok((batch, used, rejects)) = decode_leading_batch_stamped(rest, sender, stamp) else {
             self.view.wire.dropped(DropReason::Malformed);
@@ -90,8 +91,10 @@ impl<T: TimeSource> NodeCore<T> {
                     *slot = Some(report.clone());
                 }
             }
-            // Only the sender's own registers carry its reports.
-            if batch.origin == sender {
+            // Only the sender's own registers carry its reports. A member whose clock this
+            // node cuts off is leased nothing: a lease ends in cluster time, which its clock
+            // is beyond the tolerance from (its registers still count what it spent).
+            if batch.origin == sender && !cut_off {
                 self.limiter
                     .owner_heard(&batch, &reports, now.cluster_ms, |k| self.leases(k));
             }
@@ -161,6 +164,12 @@ impl<T: TimeSource> NodeCore<T> {
                 LedgerEntry::Handoff { .. } => {}
                 LedgerEntry::Heard { members } => {
                     self.heard_from_side(header.sender, from, &members, now);
+                }
+                LedgerEntry::Ask { key, window_ms, .. } if cut_off => {
+                    answers.push(LedgerEntry::Refused {
+                        key,
+                        retry_after_ms: u32::try_from(window_ms).unwrap_or(u32::MAX),
+                    })
                 }
                 LedgerEntry::Ask {
                     key,

@@ -78,6 +78,23 @@ impl LedgerNode {
     }
 }
 
+impl LedgerNode {
+    /// What began before the clock stepped back (a starting node's clock stepped to the
+    /// cluster's, seconds back; an NTP correction) began at the latest now: a lease part, a
+    /// ring and the floor each hold a quiet period from now, not from a reading the step made
+    /// seconds ahead (they would hold the windows that much longer, leasing them a small part
+    /// or nothing).
+    fn stepped_back(&mut self, now_ms: u64, quiet_ms: u64) {
+        for (at, _) in self.parts.iter_mut() {
+            *at = (*at).min(now_ms);
+        }
+        for (at, _) in self.before.iter_mut() {
+            *at = (*at).min(now_ms);
+        }
+        self.floor_quiet_until_ms = self.floor_quiet_until_ms.min(now_ms + quiet_ms);
+    }
+}
+
 /// The limiter's view of the owners: see the module documentation.
 #[derive(Debug)]
 pub(super) struct RingView {
@@ -178,13 +195,15 @@ impl LedgerNode {
         unsaid: &[(u128, Instant)],
         blind_after_ms: u64,
     ) -> Option<RingView> {
+        // Read before the step back can lower it: a floor lowered makes a new view.
+        let floor = self.floor_quiet_until_ms;
+        self.stepped_back(now_ms, quiet_ms);
         let part = self.part_at(now_ms, side, quiet_ms);
         let blinded = self.went_down(ring, unsaid, now_ms.saturating_add(blind_after_ms));
         // A node's first rings say nothing of who leased its windows before it: every owner
         // before it may still be leasing them until it knows of this node.
-        let floor = self.floor_quiet_until_ms;
         if starting || self.installed.is_none() {
-            self.floor_quiet_until_ms = floor.max(now_ms + quiet_ms);
+            self.floor_quiet_until_ms = self.floor_quiet_until_ms.max(now_ms + quiet_ms);
         }
         // A ring whose quiet period is over says nothing more (a quiet time in the past is
         // no wait): the view drops it, so that each owner lookup reads only the rings that

@@ -62,9 +62,11 @@ pub(super) fn section(
         "\n## Scenarios: five nodes on turmoil\n\n\
          Real nodes on a simulated network and clock (see [simulation](simulation.md)): a \
          limit of 1 000 per 1 s window of 10 buckets, 200 ms gossip, 1–20 ms latency, 2× \
-         overload unless the scenario says otherwise. Each scenario runs twice: `share` is \
-         limitmesh's admission, `naive` admits while the global estimate is under the limit \
-         (what sharing raw counts gives). Over-admission is measured on true time over every \
+         overload unless the scenario says otherwise. Each scenario runs three times: `share` \
+         and `ledger` are limitmesh's two admissions (a demand share of the limit; owners \
+         leasing tokens that nodes spend, where a request that finds none waits up to 15 ms \
+         for its owner), `naive` admits while the global estimate is under the limit (what \
+         sharing raw counts gives). Over-admission is measured on true time over every \
          sliding window after the warm-up: `max(0, admitted / L − 1)`; utilization is \
          admitted / min(L, offered). *Gossip* is the summary bytes per active key per peer \
          and round (in `steady`, 200 other keys share the datagrams, as in a real sidecar; the \

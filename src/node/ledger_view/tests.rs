@@ -77,6 +77,35 @@ fn a_starting_node_leases_nothing_until_a_quiet_period_past_its_warm_up() {
     assert!(quiet_at(&later, *kept) < 20_000);
 }
 
+/// A starting node whose clock is stepped back to the cluster's (seconds) holds its lease
+/// part, its floor and its rings a quiet period from the step, not from readings the step
+/// left seconds ahead: it leases its whole part a quiet period after the step.
+#[test]
+fn a_clock_stepped_back_holds_parts_and_floors_a_quiet_period_from_the_step() {
+    const QUIET: u64 = 1_800;
+    let mut node = LedgerNode::default();
+    let two = ring(&[1, 2]);
+    // Ahead by 8 s: alone, then a first peer seen but not heard from.
+    node.install(18_000, &ring(&[1]), 1, (1, 1), QUIET, true, &[], 0);
+    node.install(18_200, &two, 2, (1, 2), QUIET, true, &[], 0);
+    // Stepped back to the cluster's clock, warmed up, the peer heard.
+    let stepped = node
+        .install(10_400, &two, 2, (2, 2), QUIET, true, &[], 0)
+        .expect("a view after the step");
+    assert_eq!(stepped.lease_part(), (1, 2), "the part that fell holds");
+    let owned = (0..256u128)
+        .map(spread)
+        .find(|k| stepped.owner_of(*k).is_some_and(|o| o.owner == 1))
+        .expect("a window the node owns");
+    let quiet_at = |view: &RingView| view.owner_of(owned).expect("an owner").quiet_until_ms;
+    assert_eq!(quiet_at(&stepped), 10_400 + QUIET);
+    let after = node
+        .install(10_400 + QUIET, &two, 2, (2, 2), QUIET, false, &[], 0)
+        .expect("the part rises");
+    assert_eq!(after.lease_part(), (2, 2), "a quiet period after the step");
+    assert!(quiet_at(&after) <= 10_400 + QUIET);
+}
+
 /// A ring before a change stays in the view for the change's quiet period and no longer:
 /// its quiet time would be in the past, and every owner lookup would read it.
 #[test]
