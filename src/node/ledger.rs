@@ -64,8 +64,10 @@ impl<T: TimeSource> NodeCore<T> {
     /// [`present_within_rounds`]: crate::ledger::tuning::present_within_rounds
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
         // A node whose own clock is cut off leases nothing: its leases would end in a clock
-        // the cluster does not run on.
-        if self.clock_sync.fences().own {
+        // the cluster does not run on. So does one that hears more members a minute off its
+        // clock than it sees live (`update_live`): it cannot join them, and they may not hear
+        // it to count it expected.
+        if self.clock_sync.fences().own || self.far_fenced {
             return (0, 1);
         }
         let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy else {
