@@ -2,8 +2,8 @@
 //! changed registers, each with what it holds of the window, to the window's owner; an owner
 //! leases every user of its windows tokens for the coming round, and answers an ask at once.
 //!
-//! Who owns a window is the first owner on the ring of the members SWIM does not suspect
-//! (`placement.rs`), as in owner mode. The limiter sees the ring through [`RingView`]: a
+//! Who owns a window is the first owner on the ring of the members SWIM has not declared
+//! down, less those whose clocks this node cuts off (`placement.rs`, `refresh_ring`). The limiter sees the ring through [`RingView`]: a
 //! member that became a window's owner when the ring changed leases nothing for a quiet period
 //! (the previous owner's leases lapse, and their users report what they spent), and under
 //! `strict` a node leases only its side's part of each limit (the members it sees over the
@@ -57,9 +57,11 @@ impl<T: TimeSource> NodeCore<T> {
     /// admitting on the far side of a partition); a member that left gracefully is expected no
     /// more, so the members staying keep the whole limit. Senders whose clocks are a minute off
     /// are expected too: they cannot join (each side refuses the other's datagrams as stale),
-    /// and each of them may be leasing a ring of its own. On its side are the members SWIM does
-    /// not suspect that its side heard from within [`present_within_rounds`] (`relay.rs`), so
-    /// that the part falls within that time of a cut, whenever SWIM suspects the far members.
+    /// and each of them may be leasing a ring of its own. On its side are the members its side
+    /// heard from within [`present_within_rounds`] (`relay.rs`), so that the part falls within
+    /// that time of a cut. A SWIM suspicion does not take a member off the side: under loss
+    /// SWIM suspects members its side still hears (at 40 % loss the part held three members of
+    /// five most of the time), and the horizon alone bounds when the part falls.
     ///
     /// [`present_within_rounds`]: crate::ledger::tuning::present_within_rounds
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
@@ -83,7 +85,7 @@ impl<T: TimeSource> NodeCore<T> {
             .membership
             .member_ids()
             .iter()
-            .filter(|id| !self.suspects.contains(id) && heard(id))
+            .filter(|id| heard(id))
             .count();
         (seen as u64, expected as u64)
     }
