@@ -195,3 +195,34 @@ fn a_node_a_minute_and_a_half_off_cannot_join_and_is_cut_off() {
         assert!(r.over_admission_max <= 0.05, "{name} seed {SEED}: {r:?}");
     }
 }
+
+/// Under the ledger a node whose clock is cut off stays on every ring (the others cut it off
+/// each on their own estimates: leaving it off would give its windows two owners) and leases
+/// only itself. At seed 5 it owns the measured key: the limit holds, and the key serves the
+/// node cut off alone (its 40 % of the demand) rather than no one.
+#[test]
+fn under_the_ledger_a_key_whose_owner_is_cut_off_serves_that_owner_alone() {
+    let mut cfg = scenario("skew15", 5, 5).expect("known scenario");
+    cfg.duration_ms = 14_000;
+    cfg.policy = Policy::Ledger(PartitionPolicy::Strict);
+    let out = run(&cfg).unwrap_or_else(|e| panic!("skew15 ledger seed 5: {e}"));
+    let r = Report::new(&cfg, &out);
+    assert_eq!(
+        out.faults
+            .clock_fenced
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>(),
+        [1],
+        "skew15 ledger seed 5: {:?}",
+        out.faults
+    );
+    assert!(r.over_admission_max <= 0.001, "skew15 ledger seed 5: {r:?}");
+    let by = |node: usize| -> u32 { out.admitted_by_node[node][8_000..].iter().sum() };
+    assert!(by(1) > 1_000, "the owner admits its own demand: {}", by(1));
+    assert_eq!(
+        by(0) + by(2) + by(3) + by(4),
+        0,
+        "the others hold no lease of it"
+    );
+}

@@ -3,7 +3,7 @@
 //! leases every user of its windows tokens for the coming round, and answers an ask at once.
 //!
 //! Who owns a window is the first owner on the ring of the members SWIM has not declared
-//! down, less those whose clocks this node cuts off (`placement.rs`, `refresh_ring`). The limiter sees the ring through [`RingView`]: a
+//! down (`placement.rs`, `refresh_ring`). The limiter sees the ring through [`RingView`]: a
 //! member that became a window's owner when the ring changed leases nothing for a quiet period
 //! (the previous owner's leases lapse, and their users report what they spent), and under
 //! `strict` a node leases only its side's part of each limit (the members it sees over the
@@ -65,11 +65,10 @@ impl<T: TimeSource> NodeCore<T> {
     ///
     /// [`present_within_rounds`]: crate::ledger::tuning::present_within_rounds
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
-        // A node whose own clock is cut off leases nothing: its leases would end in a clock
-        // the cluster does not run on. So does one that hears more members a minute off its
-        // clock than it sees live (`update_live`): it cannot join them, and they may not hear
-        // it to count it expected.
-        if self.clock_sync.fences().own || self.far_fenced {
+        // A node that hears more members a minute off its clock than it sees live
+        // (`update_live`) leases nothing: it cannot join them, and they may not hear it to
+        // count it expected. (One whose clock is cut off leases only itself: `on_ledger`.)
+        if self.far_fenced {
             return (0, 1);
         }
         let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy else {

@@ -65,7 +65,12 @@ impl<T: TimeSource> NodeCore<T> {
     ) {
         let sender = OriginId(header.sender);
         let me = self.params.node_id.as_u128();
-        let cut_off = self.clock_sync.fences().peers.contains(&header.sender);
+        // A member whose clock this node cuts off is leased nothing, and a node whose own
+        // clock is cut off leases no one but itself: a lease ends on its owner's clock, which
+        // the other is beyond the tolerance from. The windows such a node owns stay its own
+        // (it stays on every ring: see `refresh_ring`), so it is their only user then.
+        let fences = self.clock_sync.fences();
+        let cut_off = fences.own || fences.peers.contains(&header.sender);
         let stamp = Stamp::for_header(header.compact, header.sent_ms);
         let Ok((batch, used, rejects)) = decode_leading_batch_stamped(rest, sender, stamp) else {
             self.view.wire.dropped(DropReason::Malformed);
@@ -91,9 +96,8 @@ impl<T: TimeSource> NodeCore<T> {
                     *slot = Some(report.clone());
                 }
             }
-            // Only the sender's own registers carry its reports. A member whose clock this
-            // node cuts off is leased nothing: a lease ends in cluster time, which its clock
-            // is beyond the tolerance from (its registers still count what it spent).
+            // Only the sender's own registers carry its reports; one cut off is leased
+            // nothing (its registers still count what it spent).
             if batch.origin == sender && !cut_off {
                 self.limiter
                     .owner_heard(&batch, &reports, now.cluster_ms, |k| self.leases(k));
@@ -165,12 +169,12 @@ impl<T: TimeSource> NodeCore<T> {
                 LedgerEntry::Heard { members } => {
                     self.heard_from_side(header.sender, from, &members, now);
                 }
-                LedgerEntry::Ask { key, window_ms, .. } if cut_off => {
-                    answers.push(LedgerEntry::Refused {
-                        key,
-                        retry_after_ms: u32::try_from(window_ms).unwrap_or(u32::MAX),
-                    })
-                }
+                // Refused for a round: a fence may lift at the next.
+                LedgerEntry::Ask { key, .. } if cut_off => answers.push(LedgerEntry::Refused {
+                    key,
+                    retry_after_ms: u32::try_from(self.params.gossip_interval.as_millis())
+                        .unwrap_or(u32::MAX),
+                }),
                 LedgerEntry::Ask {
                     key,
                     window_ms,

@@ -122,8 +122,8 @@ impl Liveness {
     /// minute from this node's clock. Returns whether to tell the sender so: a node whose own
     /// clock is off hears nothing from anyone otherwise (its datagrams are refused, so nobody
     /// answers them). At most once a second per sender, and the answer is no larger than
-    /// what came in. A datagram sent before the last one from the same sender renews
-    /// nothing. Unless `counted`, the sender is only answered, not counted.
+    /// what came in. A datagram sent before the last one from the same sender renews nothing,
+    /// nor does one sent at the same time that counts no more than it did. Unless `counted`, the sender is only answered, not counted.
     pub fn far_clock(&mut self, sender: u128, sent_ms: u64, counted: bool, at: Instant) -> bool {
         if self.far.len() >= MAX_FAR && !self.far.contains_key(&sender) {
             self.far
@@ -142,8 +142,12 @@ impl Liveness {
         if sent_ms < entry.sent_ms {
             return false;
         }
+        // A replay (the same send time) renews nothing: a sender a minute off counts only
+        // while it keeps sending. (Another datagram of the same millisecond may still count
+        // a sender one that was not addressed to this node did not.)
+        let newer = sent_ms > entry.sent_ms;
         entry.sent_ms = sent_ms;
-        if counted {
+        if counted && (newer || !entry.counted) {
             entry.heard = at;
             entry.counted = true;
         }

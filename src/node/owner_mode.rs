@@ -62,24 +62,19 @@ impl<T: TimeSource> NodeCore<T> {
     /// Members SWIM suspects are left off the ring: a window's owner across a partition would
     /// leave its users without sums until SWIM declares it down, seconds later, while both
     /// sides admit. So a change of the suspects rebuilds the ring too.
-    ///
-    /// Under the ledger a suspect stays on the ring until SWIM declares it down: a window
-    /// changes owner only once its owner is down (or gone), by which time an owner cut off
-    /// with a partition's minority has stopped leasing (`ledger.rs`). Members whose clocks this
-    /// node cuts off are left off instead: a lease states its end in its owner's clock, and
-    /// one from a clock beyond the tolerance is no use to the others (and they cannot tell
-    /// when it ends).
     pub(super) fn refresh_ring(&mut self) {
-        let left_off = if self.limiter.is_ledger() {
-            self.clock_sync.fences().peers.clone()
-        } else {
-            self.suspects.clone()
-        };
+        // Under the ledger a suspect stays on the ring until SWIM declares it down: a window
+        // changes owner only once its owner is down (or gone), by which time an owner cut off
+        // with a partition's minority has stopped leasing (`ledger.rs`). So does a member
+        // whose clock is cut off: nodes cut a member off each on their own estimates, at
+        // moments apart, and a ring that left it off here and not at the member itself would
+        // give its windows two owners (it leases only itself meanwhile: `on_ledger`).
+        let keep_suspects = self.limiter.is_ledger();
         let Some(ownership) = self.ownership.as_mut() else {
             return;
         };
-        if left_off != ownership.left_off {
-            ownership.left_off = left_off;
+        if !keep_suspects && self.suspects != ownership.suspects {
+            ownership.suspects = self.suspects.clone();
             ownership.stale = true;
         }
         if !ownership.stale {
@@ -89,7 +84,7 @@ impl<T: TimeSource> NodeCore<T> {
             .membership
             .members()
             .iter()
-            .filter(|m| !ownership.left_off.contains(&m.node.as_u128()))
+            .filter(|m| keep_suspects || !ownership.suspects.contains(&m.node.as_u128()))
             .map(|m| Member {
                 id: m.node.as_u128(),
                 addr: m.addr,

@@ -93,8 +93,8 @@ pub struct Ownership {
         std::collections::HashMap<KeyId, Option<[Member; 2]>, crate::limiter::KeyIdHashBuilder>,
     /// The members changed since the ring was built.
     pub(super) stale: bool,
-    /// The members left off the ring when it was built (see `NodeCore::refresh_ring`).
-    pub(super) left_off: BTreeSet<u128>,
+    /// The members SWIM suspected when the ring was built (left off it).
+    pub(super) suspects: BTreeSet<u128>,
     /// The members changed since the last round brought the member list up to date.
     pub(super) members_dirty: bool,
     /// Newcomers to push the windows they own to, once the ring includes them.
@@ -130,7 +130,7 @@ impl Ownership {
             ring: std::sync::Arc::new(Ring::new(ring_key)),
             cache: Default::default(),
             stale: true,
-            left_off: BTreeSet::new(),
+            suspects: BTreeSet::new(),
             members_dirty: true,
             bootstraps: Vec::new(),
             subscribers: BTreeMap::new(),

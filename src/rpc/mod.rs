@@ -45,7 +45,7 @@ pub use self::request::MAX_DESCRIPTORS;
 use self::tally::Tally;
 pub use self::token_wait::TokenWait;
 use crate::clock::Clock;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, TokenNeed};
 use crate::metrics::Metrics;
 use crate::proto::envoy_raw::server::rate_limit_service_server::RateLimitServiceServer;
 use crate::proto::limitmesh::v1::rate_limiter_server::RateLimiterServer;
@@ -109,12 +109,8 @@ impl RpcContext {
             // Until a token comes, the wait ends, or every window lacking one cannot get one:
             // its owner refused and it holds none that becomes valid, or the cost is above
             // the limit.
-            let in_vain = |o: &Outcome<'_, '_>| {
-                o.needs
-                    .iter()
-                    .filter(|n| !n.ahead)
-                    .all(|n| n.want > n.limit || (n.refused && n.valid_at_ms.is_none()))
-            };
+            let in_vain =
+                |o: &Outcome<'_, '_>| o.needs.iter().filter(|n| !n.ahead).all(TokenNeed::in_vain);
             while !outcome.allowed && !in_vain(&outcome) && !deadline.is_elapsed() {
                 tokens
                     .wait(&outcome.needs, now_ms, seen, deadline.as_mut())

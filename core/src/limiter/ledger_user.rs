@@ -34,6 +34,15 @@ pub struct TokenNeed {
     pub ahead: bool,
 }
 
+impl TokenNeed {
+    /// Waiting for this window is in vain: its cost is above its limit, or its owner refused
+    /// and no token this node holds becomes valid. A request all of whose lacking windows
+    /// (those not [`TokenNeed::ahead`]) are so is refused at once.
+    pub fn in_vain(&self) -> bool {
+        self.want > self.limit || (self.refused && self.valid_at_ms.is_none())
+    }
+}
+
 struct Item<'g> {
     id: KeyId,
     state: &'g WindowState,

@@ -1,13 +1,14 @@
 //! How a simulated host decides a request. Under the ledger a request that finds no token
 //! waits, as the node's gRPC service makes it wait (`limitmesh::rpc`'s token wait): the node
-//! asks the window's owner, and the request is decided again every millisecond until a token
-//! comes or its wait (`ask_wait_ms`) is over, refused then. An admitted request that left its
-//! window short asks ahead. Under the other policies a request is decided at once.
+//! asks the window's owner, and the request is decided again every millisecond (asking again
+//! where it may) until a token comes, its wait (`ask_wait_ms`) is over, or waiting is in vain
+//! (`TokenNeed::in_vain`); refused then, its windows ran dry. An admitted request that left
+//! its window short asks ahead. Under the other policies a request is decided at once.
 
 use std::sync::Arc;
 
 use limitmesh::clock::{Clock, ClusterClock};
-use limitmesh::limiter::{CheckItem, CheckRequest, Decision, Limit, Limiter, Policy};
+use limitmesh::limiter::{CheckItem, CheckRequest, Decision, Limit, Limiter, Policy, TokenNeed};
 use limitmesh::node::Command;
 use tokio::sync::mpsc;
 
@@ -105,9 +106,12 @@ impl Requests {
         let Some(decision) = self.decide(key, limit, false) else {
             return Some(false);
         };
-        self.ask(&decision);
-        if decision.allowed || self.asks.is_none() || decision.needs.is_empty() {
+        if self.asks.is_none() {
             return Some(decision.allowed);
+        }
+        self.ask(&decision);
+        if decision.allowed || self.in_vain(&decision) {
+            return Some(self.decided(&decision));
         }
         self.pending.push(Pending {
             traffic,
@@ -118,25 +122,38 @@ impl Requests {
         None
     }
 
-    /// Decides the waiting requests again at true time `t`: each one admitted now, or refused
-    /// if its wait is over, is in `decided`.
+    /// Whether waiting for `decision`'s tokens is in vain, as the gRPC service judges it.
+    fn in_vain(&self, decision: &Decision) -> bool {
+        decision
+            .needs
+            .iter()
+            .filter(|n| !n.ahead)
+            .all(TokenNeed::in_vain)
+    }
+
+    /// The end of a request's wait under the ledger: refused, its windows ran dry.
+    fn decided(&self, decision: &Decision) -> bool {
+        if !decision.allowed {
+            self.limiter.ran_dry(&decision.needs, self.clock.now_ms());
+        }
+        decision.allowed
+    }
+
+    /// Decides the waiting requests again at true time `t`: each one admitted now, refused if
+    /// its wait is over or waiting is in vain, is in `decided`.
     pub(super) fn retry(&mut self, t: u64, decided: &mut Vec<(Traffic, bool)>) {
         if self.pending.is_empty() {
             return;
         }
-        let now_ms = self.clock.now_ms();
         let mut still = Vec::with_capacity(self.pending.len());
         for p in std::mem::take(&mut self.pending) {
-            let decision = self.decide(&p.key, p.limit, true);
-            let admitted = decision.as_ref().is_some_and(|d| d.allowed);
-            let over = t >= p.until_t;
-            match &decision {
-                Some(d) if admitted => self.ask(d),
-                Some(d) if over => self.limiter.ran_dry(&d.needs, now_ms),
-                _ => {}
-            }
-            if admitted || over {
-                decided.push((p.traffic, admitted));
+            let Some(decision) = self.decide(&p.key, p.limit, true) else {
+                decided.push((p.traffic, false));
+                continue;
+            };
+            self.ask(&decision);
+            if decision.allowed || t >= p.until_t || self.in_vain(&decision) {
+                decided.push((p.traffic, self.decided(&decision)));
             } else {
                 still.push(p);
             }

@@ -193,3 +193,23 @@ fn relayed_times_land_on_the_one_member_with_the_short_id_and_never_in_the_futur
     live.heard_relayed(1, 9_000, 10_000);
     assert_eq!(live.side_heard_since(0), [(1, 9_000), (2, 10_000)]);
 }
+
+/// A sender a minute off counts while it keeps sending: a datagram replayed (the same send
+/// time) renews nothing, so a replay every few seconds cannot keep a long-gone sender counted
+/// (under the ledger, senders a minute off lower every part, and cut off the node that hears
+/// more of them than it sees live).
+#[test]
+fn a_replayed_datagram_a_minute_off_does_not_keep_its_sender_counted() {
+    let mut live = Liveness::new(Duration::from_millis(800), Duration::ZERO);
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    live.far_clock(9, 1_000, true, at(0));
+    assert_eq!(live.far_clocks(&[], at(1)), [OriginId(9)]);
+    // Replayed just before it would be forgotten: not renewed.
+    live.far_clock(9, 1_000, true, at(4_900));
+    assert!(live.far_clocks(&[], at(5_100)).is_empty(), "forgotten");
+    // A later datagram of the sender counts it again, and renews it.
+    live.far_clock(9, 7_000, true, at(5_200));
+    live.far_clock(9, 9_000, true, at(9_000));
+    assert_eq!(live.far_clocks(&[], at(12_000)), [OriginId(9)]);
+}
