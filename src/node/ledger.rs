@@ -65,10 +65,12 @@ impl<T: TimeSource> NodeCore<T> {
     ///
     /// [`present_within_rounds`]: crate::ledger::tuning::present_within_rounds
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
-        // A node that hears more members a minute off its clock than it sees live
-        // (`update_live`) leases nothing: it cannot join them, and they may not hear it to
-        // count it expected. (One whose clock is cut off leases only itself: `on_ledger`.)
-        if self.far_fenced {
+        // A node whose own clock is cut off leases nothing: its cluster time is its wall
+        // clock then (the calibrator does not steer past the tolerance), beyond the margin
+        // from every other member's, so its books would place their spends seconds off. So
+        // does one that hears more members a minute off its clock than it sees live
+        // (`update_live`): it cannot join them, and they may not hear it to count it expected.
+        if self.clock_sync.fences().own || self.far_fenced {
             return (0, 1);
         }
         let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy else {
@@ -251,13 +253,18 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// Adds leases to what goes to their users: this node's are taken at once.
+    /// Adds leases to what goes to their users: this node's are taken at once. A member whose
+    /// clock this node cuts off gets none (its reports stop at `on_ledger`; a renewal of what
+    /// it reported before stays in the books until it ends, unspent).
     fn route_grants(&mut self, now: Now, grants: Vec<LeaseGrant>, out: &mut Outgoing) {
         let me = self.params.node_id.as_u128();
         for g in grants {
             if g.user == me {
                 self.limiter.accept_lease(&g, now.cluster_ms);
                 self.view.leases_arrived();
+                continue;
+            }
+            if self.clock_sync.fences().peers.contains(&g.user) {
                 continue;
             }
             let Some(member) = self.membership.member_by_id(uuid::Uuid::from_u128(g.user)) else {

@@ -65,12 +65,14 @@ impl<T: TimeSource> NodeCore<T> {
     ) {
         let sender = OriginId(header.sender);
         let me = self.params.node_id.as_u128();
-        // A member whose clock this node cuts off is leased nothing, and a node whose own
-        // clock is cut off leases no one but itself: a lease ends on its owner's clock, which
-        // the other is beyond the tolerance from. The windows such a node owns stay its own
-        // (it stays on every ring: see `refresh_ring`), so it is their only user then.
+        // A member whose clock this node cuts off is leased nothing (`route_grants` too), and
+        // its leases are not taken: a lease ends on its owner's clock, which the other is
+        // beyond the tolerance from. It stays on every ring (`refresh_ring`).
         let fences = self.clock_sync.fences();
-        let cut_off = fences.own || fences.peers.contains(&header.sender);
+        let cut_off = fences.peers.contains(&header.sender);
+        // Nor does a node whose own clock is cut off take a lease: it would spend it on a clock
+        // beyond the margin from its owner's.
+        let take_leases = !cut_off && !fences.own;
         let stamp = Stamp::for_header(header.compact, header.sent_ms);
         let Ok((batch, used, rejects)) = decode_leading_batch_stamped(rest, sender, stamp) else {
             self.view.wire.dropped(DropReason::Malformed);
@@ -112,6 +114,7 @@ impl<T: TimeSource> NodeCore<T> {
         for e in entries {
             match e {
                 LedgerEntry::Report { .. } => {}
+                LedgerEntry::Lease { .. } | LedgerEntry::Handoff { .. } if !take_leases => {}
                 LedgerEntry::Lease {
                     key,
                     window_ms,

@@ -69,8 +69,13 @@ struct FarSender {
     count: usize,
     /// Its latest send time: a sender whose send times stop advancing is not heard again.
     sent_ms: u64,
-    /// It sent a datagram sealed for this boot, so it counts (see `far_clock`).
+    /// It sent a datagram sealed for this boot, so it counts (see `far_clock`), and was heard
+    /// within [`FAR_MEMORY`].
     counted: bool,
+    /// The send time of the datagram that last counted it: only a later one counts it again,
+    /// so a replay renews nothing, even once the sender was forgotten (the entry stays, not
+    /// counted, until the table is full).
+    counted_sent_ms: u64,
 }
 
 /// How often a sender a minute off is told so (with a heartbeat it will find just as stale).
@@ -123,7 +128,7 @@ impl Liveness {
     /// clock is off hears nothing from anyone otherwise (its datagrams are refused, so nobody
     /// answers them). At most once a second per sender, and the answer is no larger than
     /// what came in. A datagram sent before the last one from the same sender renews nothing,
-    /// nor does one sent at the same time that counts no more than it did. Unless `counted`, the sender is only answered, not counted.
+    /// nor counts it (see `FarSender::counted_sent_ms`). Unless `counted`, the sender is only answered, not counted.
     pub fn far_clock(&mut self, sender: u128, sent_ms: u64, counted: bool, at: Instant) -> bool {
         if self.far.len() >= MAX_FAR && !self.far.contains_key(&sender) {
             self.far
@@ -138,18 +143,17 @@ impl Liveness {
             count: 0,
             sent_ms: 0,
             counted: false,
+            counted_sent_ms: 0,
         });
         if sent_ms < entry.sent_ms {
             return false;
         }
-        // A replay (the same send time) renews nothing: a sender a minute off counts only
-        // while it keeps sending. (Another datagram of the same millisecond may still count
-        // a sender one that was not addressed to this node did not.)
-        let newer = sent_ms > entry.sent_ms;
         entry.sent_ms = sent_ms;
-        if counted && (newer || !entry.counted) {
+        // A sender a minute off counts only while it keeps sending: a replay renews nothing.
+        if counted && sent_ms > entry.counted_sent_ms {
             entry.heard = at;
             entry.counted = true;
+            entry.counted_sent_ms = sent_ms;
         }
         let due = entry
             .told
@@ -177,12 +181,15 @@ impl Liveness {
         }
     }
 
-    /// Senders heard lately with clocks a minute off that are not members, forgetting the
-    /// others.
+    /// Senders heard lately with clocks a minute off that are not members; the others stop
+    /// counting (their last counted send time stays: `FarSender::counted_sent_ms`).
     pub fn far_clocks(&mut self, members: &[NodeId], at: Instant) -> Vec<OriginId> {
-        self.far
-            .retain(|_, f| at.saturating_duration_since(f.heard) < FAR_MEMORY);
-        if self.far.is_empty() {
+        let mut any = false;
+        for f in self.far.values_mut() {
+            f.counted &= at.saturating_duration_since(f.heard) < FAR_MEMORY;
+            any |= f.counted;
+        }
+        if !any {
             self.far_members = 0;
             return Vec::new();
         }
@@ -255,7 +262,7 @@ impl Liveness {
     /// forgotten when a member leaves (`set_members`). This feeds `N_expected` and the strict
     /// scale's fence, where leaving out a member that only a peer hears would over-admit.
     pub fn largest_count(&self) -> usize {
-        let far = self.far.values().map(|f| f.count);
+        let far = self.far.values().filter(|f| f.counted).map(|f| f.count);
         self.members
             .values()
             .filter_map(|m| m.count.map(|(count, _)| count))

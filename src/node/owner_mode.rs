@@ -68,7 +68,7 @@ impl<T: TimeSource> NodeCore<T> {
         // with a partition's minority has stopped leasing (`ledger.rs`). So does a member
         // whose clock is cut off: nodes cut a member off each on their own estimates, at
         // moments apart, and a ring that left it off here and not at the member itself would
-        // give its windows two owners (it leases only itself meanwhile: `on_ledger`).
+        // give its windows two owners (it leases nothing meanwhile: `lease_part`).
         let keep_suspects = self.limiter.is_ledger();
         let Some(ownership) = self.ownership.as_mut() else {
             return;

@@ -208,6 +208,9 @@ fn a_replayed_datagram_a_minute_off_does_not_keep_its_sender_counted() {
     // Replayed just before it would be forgotten: not renewed.
     live.far_clock(9, 1_000, true, at(4_900));
     assert!(live.far_clocks(&[], at(5_100)).is_empty(), "forgotten");
+    // Nor once forgotten.
+    live.far_clock(9, 1_000, true, at(5_150));
+    assert!(live.far_clocks(&[], at(5_160)).is_empty(), "a replay after");
     // A later datagram of the sender counts it again, and renews it.
     live.far_clock(9, 7_000, true, at(5_200));
     live.far_clock(9, 9_000, true, at(9_000));
