@@ -198,9 +198,9 @@ fn a_node_a_minute_and_a_half_off_cannot_join_and_is_cut_off() {
 
 /// Under the ledger a node whose clock is cut off stays on every ring (the others cut it off
 /// each on their own estimates: leaving it off would give its windows two owners), and leases
-/// nothing: its cluster time is its wall clock then, seconds from everyone's. At seed 5 it owns
-/// the measured key: the limit holds, and no one is admitted on that key until its clock is
-/// back (ALGORITHM.md, L3, Clocks: the cost of this rule).
+/// nothing: its cluster time is its wall clock then, seconds from everyone's. On the seed
+/// below it owns the measured key: the limit holds, and no one is admitted on that key until
+/// its clock is back (ALGORITHM.md, L3, Clocks: the cost of this rule).
 #[test]
 fn under_the_ledger_a_key_whose_owner_is_cut_off_is_leased_by_no_one() {
     let mut cfg = scenario("skew15", 5, 5).expect("known scenario");

@@ -138,12 +138,12 @@ fn heavy_loss() {
 }
 
 /// Under the ledger, loss costs utilization and never the bound: no window past `L` (the
-/// clock error is the only slack, and the simulated clocks agree). The floors are what the
-/// ledger reaches here (seed 7: 91.8 %, 82.1 % and 77.6 %), below the demand share's: SWIM
+/// clock error is the only slack, and the simulated clocks agree). The floors sit a few points
+/// under what the ledger reaches here, and below the demand share's: SWIM
 /// declares members down at 40 % loss, and each such down holds the next owner's windows a
 /// quiet period. A SWIM suspicion alone does not cut a side's part (a suspected member its
-/// side still hears is on it): with it, the part held three members of five most of the time
-/// and 40 % loss used 56 %.
+/// side still hears is on it): under heavy loss SWIM suspects members falsely all the time, and
+/// a part cut at each suspicion would hold back a member's share of the limit most of the time.
 #[test]
 fn loss_under_the_ledger_costs_utilization_never_the_bound() {
     for (name, p, floor) in [

@@ -60,8 +60,9 @@ impl<T: TimeSource> NodeCore<T> {
     /// and each of them may be leasing a ring of its own. On its side are the members its side
     /// heard from within [`present_within_rounds`] (`relay.rs`), so that the part falls within
     /// that time of a cut. A SWIM suspicion does not take a member off the side: under loss
-    /// SWIM suspects members its side still hears (at 40 % loss the part held three members of
-    /// five most of the time), and the horizon alone bounds when the part falls.
+    /// SWIM suspects members its side still hears, often (`sim/tests/faults.rs`,
+    /// `loss_under_the_ledger_costs_utilization_never_the_bound`), and the horizon alone bounds
+    /// when the part falls.
     ///
     /// [`present_within_rounds`]: crate::ledger::tuning::present_within_rounds
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
@@ -258,13 +259,14 @@ impl<T: TimeSource> NodeCore<T> {
     /// it reported before stays in the books until it ends, unspent).
     fn route_grants(&mut self, now: Now, grants: Vec<LeaseGrant>, out: &mut Outgoing) {
         let me = self.params.node_id.as_u128();
+        let cut_off = self.clock_sync.fences().peers.clone();
         for g in grants {
             if g.user == me {
                 self.limiter.accept_lease(&g, now.cluster_ms);
                 self.view.leases_arrived();
                 continue;
             }
-            if self.clock_sync.fences().peers.contains(&g.user) {
+            if cut_off.contains(&g.user) {
                 continue;
             }
             let Some(member) = self.membership.member_by_id(uuid::Uuid::from_u128(g.user)) else {

@@ -23,9 +23,20 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         }
         let me = self.params.node_id.as_u128();
-        let Some(owner) = self.limiter.owner_of(need.key).filter(|o| o.owner != me) else {
+        let round = self.params.gossip_interval.as_millis() as u64;
+        let fences = self.clock_sync.fences();
+        let Some(owner) = self.limiter.owner_of(need.key) else {
             return;
         };
+        // No answer can come for a round: the window is this node's own and it may not lease
+        // it now (a quiet period, a part of 0, its clock cut off), or the owner's clock or this
+        // node's is cut off (a lease between them is not taken). Refused here, so that the
+        // requests waiting for it are decided at once rather than at the end of their wait.
+        if owner.owner == me || fences.own || fences.peers.contains(&owner.owner) {
+            self.limiter.ask_refused(need.key, round, now.cluster_ms);
+            self.view.leases_arrived();
+            return;
+        }
         let Some(member) = self
             .membership
             .member_by_id(uuid::Uuid::from_u128(owner.owner))
@@ -114,7 +125,13 @@ impl<T: TimeSource> NodeCore<T> {
         for e in entries {
             match e {
                 LedgerEntry::Report { .. } => {}
-                LedgerEntry::Lease { .. } | LedgerEntry::Handoff { .. } if !take_leases => {}
+                // Not taken: a refusal for a round, so that requests do not wait for it.
+                LedgerEntry::Lease { key, .. } if !take_leases => {
+                    let round = self.params.gossip_interval.as_millis() as u64;
+                    self.limiter.ask_refused(key, round, now.cluster_ms);
+                    woke = true;
+                }
+                LedgerEntry::Handoff { .. } if !take_leases => {}
                 LedgerEntry::Lease {
                     key,
                     window_ms,

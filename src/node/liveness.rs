@@ -73,8 +73,8 @@ struct FarSender {
     /// within [`FAR_MEMORY`].
     counted: bool,
     /// The send time of the datagram that last counted it: only a later one counts it again,
-    /// so a replay renews nothing, even once the sender was forgotten (the entry stays, not
-    /// counted, until the table is full).
+    /// so a replay renews nothing, even once the sender stopped counting (the entry stays, not
+    /// counted, for [`FAR_REPLAY_MEMORY`], or until the table is full).
     counted_sent_ms: u64,
 }
 
@@ -88,6 +88,9 @@ const TELLS_PER_SECOND: u32 = 64;
 /// How long a sender heard with a clock a minute off still counts (SWIM probes every second,
 /// so a sender still running is heard again well within it).
 const FAR_MEMORY: Duration = Duration::from_secs(5);
+/// How long a sender a minute off that stopped counting is remembered, with the send time that
+/// last counted it: a replay of its datagrams counts it again no more than once in this long.
+const FAR_REPLAY_MEMORY: Duration = Duration::from_secs(60);
 /// The least time a member's count stays fresh enough to say whether this node lacks members
 /// ([`Liveness::most_count_more_than`]). It is 5 calm rounds of registers and sums (a calm
 /// window's go every fifth round), so the members a node shares windows with are heard
@@ -184,6 +187,10 @@ impl Liveness {
     /// Senders heard lately with clocks a minute off that are not members; the others stop
     /// counting (their last counted send time stays: `FarSender::counted_sent_ms`).
     pub fn far_clocks(&mut self, members: &[NodeId], at: Instant) -> Vec<OriginId> {
+        // Not counted past FAR_MEMORY; forgotten past FAR_REPLAY_MEMORY (a sender whose clock
+        // stepped back counts again then, as does a replay: at most once a minute).
+        self.far
+            .retain(|_, f| at.saturating_duration_since(f.heard) < FAR_REPLAY_MEMORY);
         let mut any = false;
         for f in self.far.values_mut() {
             f.counted &= at.saturating_duration_since(f.heard) < FAR_MEMORY;

@@ -159,3 +159,56 @@ fn a_far_or_malformed_lease_is_dropped_alone_and_counted() {
     assert!(held(leased), "the good lease is held");
     assert!(!held(pinned) && !held(zero), "the bad ones are not");
 }
+
+/// A window a node owns but may not lease (its own clock is cut off: it leases nothing): its
+/// ask gets no answer from anyone, so the node refuses it itself, for a round, and the
+/// requests that would have waited for it find waiting in vain at once.
+#[test]
+fn an_ask_no_one_can_answer_is_refused_at_once() {
+    let mut net = ledger_nodes(3, |i| if i == 2 { 15_000 } else { 0 });
+    net.run_ms(7_000);
+    assert!(
+        net.node(2)
+            .view()
+            .clock
+            .fenced
+            .load(std::sync::atomic::Ordering::Relaxed),
+        "the fault took effect: node 2's clock is cut off"
+    );
+    let spec = limit().window;
+    let key = (0..1_000)
+        .map(|i| format!("own-{i}").into_bytes())
+        .find(|k| {
+            let id = net.node(2).limiter().key_id(k, &spec);
+            net.node(2).limiter().owner_of(id).map(|o| o.owner) == Some(3)
+        })
+        .expect("a window node 2 owns");
+    let item = [CheckItem {
+        key: &key,
+        limit: limit(),
+        cost: 1,
+    }];
+    let req = CheckRequest {
+        items: &item,
+        dry_run: false,
+    };
+    let now = net.now(2);
+    let first = net.node(2).limiter().check(&req, now.cluster_ms).unwrap();
+    assert!(!first.allowed, "a node cut off leases nothing");
+    let need = *first.needs.iter().find(|n| n.ask).expect("an ask to make");
+    assert!(!need.in_vain(), "waiting looks worthwhile before the ask");
+    net.nodes[2]
+        .as_mut()
+        .unwrap()
+        .on_command(now, Command::Ask(need));
+    let again = net
+        .node(2)
+        .limiter()
+        .check_again(&req, net.now(2).cluster_ms)
+        .unwrap();
+    assert!(
+        again.needs.iter().all(crate::limiter::TokenNeed::in_vain),
+        "refused at once: {:?}",
+        again.needs
+    );
+}
