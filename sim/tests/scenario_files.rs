@@ -57,7 +57,11 @@ fn run_file_prints_what_the_named_scenario_prints() {
     let by_file = sim(&["run", file.to_str().unwrap(), "--seed", "1", "--json"]);
     let by_name = sim(&["partition", "--seed", "1", "--json"]);
     assert_eq!(by_file, by_name, "seed 1");
-    assert_eq!(by_file.lines().count(), 2, "share and naive: {by_file}");
+    assert_eq!(
+        by_file.lines().count(),
+        3,
+        "share, ledger and naive: {by_file}"
+    );
 }
 
 fn refused(text: &str) -> String {
