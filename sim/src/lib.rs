@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod fleet;
 pub mod grpc;
 pub mod net;
+pub mod one_check;
 pub mod plot;
 pub mod report;
 pub mod results;

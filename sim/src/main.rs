@@ -172,7 +172,7 @@ fn main() -> anyhow::Result<()> {
             .as_deref()
             .and_then(|f| f.file_stem())
             .map_or_else(|| "file".to_owned(), |s| s.to_string_lossy().into_owned());
-        return run_both(&name, &base, args.json, args.report.as_deref());
+        return run_policies(&name, &base, args.json, args.report.as_deref());
     }
     for name in names {
         let Some(base) = scenario(name, args.seed, args.nodes.unwrap_or(5)) else {
@@ -182,14 +182,14 @@ fn main() -> anyhow::Result<()> {
             (Some(dir), true) => Some(dir.join(name)),
             (dir, _) => dir.clone(),
         };
-        run_both(name, &base, args.json, report.as_deref())?;
+        run_policies(name, &base, args.json, report.as_deref())?;
     }
     Ok(())
 }
 
 /// Runs `base` with limitmesh's two admissions (the scenario's own partition policy) and with
 /// the naive baseline, and prints a row (or a JSON line) for each.
-fn run_both(
+fn run_policies(
     name: &str,
     base: &limitmesh_sim::SimConfig,
     json: bool,

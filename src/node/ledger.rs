@@ -45,6 +45,11 @@ impl<T: TimeSource> NodeCore<T> {
         calm.max(asked).saturating_add(self.reports_ms())
     }
 
+    /// One gossip round (ms): how long a refusal this node makes holds.
+    pub(super) fn round_ms(&self) -> u64 {
+        self.params.gossip_interval.as_millis() as u64
+    }
+
     /// How long after a lease ends its users' reports of what they spent reach the window's
     /// owner: two rounds (the round its spends wait for, and one lost datagram).
     pub(super) fn reports_ms(&self) -> u64 {
@@ -259,7 +264,7 @@ impl<T: TimeSource> NodeCore<T> {
     /// it reported before stays in the books until it ends, unspent).
     fn route_grants(&mut self, now: Now, grants: Vec<LeaseGrant>, out: &mut Outgoing) {
         let me = self.params.node_id.as_u128();
-        let cut_off = self.clock_sync.fences().peers.clone();
+        let cut_off = &self.clock_sync.fences().peers;
         for g in grants {
             if g.user == me {
                 self.limiter.accept_lease(&g, now.cluster_ms);

@@ -23,7 +23,6 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         }
         let me = self.params.node_id.as_u128();
-        let round = self.params.gossip_interval.as_millis() as u64;
         let fences = self.clock_sync.fences();
         let Some(owner) = self.limiter.owner_of(need.key) else {
             return;
@@ -33,7 +32,8 @@ impl<T: TimeSource> NodeCore<T> {
         // node's is cut off (a lease between them is not taken). Refused here, so that the
         // requests waiting for it are decided at once rather than at the end of their wait.
         if owner.owner == me || fences.own || fences.peers.contains(&owner.owner) {
-            self.limiter.ask_refused(need.key, round, now.cluster_ms);
+            self.limiter
+                .ask_refused(need.key, self.round_ms(), now.cluster_ms);
             self.view.leases_arrived();
             return;
         }
@@ -127,8 +127,8 @@ impl<T: TimeSource> NodeCore<T> {
                 LedgerEntry::Report { .. } => {}
                 // Not taken: a refusal for a round, so that requests do not wait for it.
                 LedgerEntry::Lease { key, .. } if !take_leases => {
-                    let round = self.params.gossip_interval.as_millis() as u64;
-                    self.limiter.ask_refused(key, round, now.cluster_ms);
+                    self.limiter
+                        .ask_refused(key, self.round_ms(), now.cluster_ms);
                     woke = true;
                 }
                 LedgerEntry::Handoff { .. } if !take_leases => {}
@@ -192,8 +192,7 @@ impl<T: TimeSource> NodeCore<T> {
                 // Refused for a round: a fence may lift at the next.
                 LedgerEntry::Ask { key, .. } if cut_off => answers.push(LedgerEntry::Refused {
                     key,
-                    retry_after_ms: u32::try_from(self.params.gossip_interval.as_millis())
-                        .unwrap_or(u32::MAX),
+                    retry_after_ms: u32::try_from(self.round_ms()).unwrap_or(u32::MAX),
                 }),
                 LedgerEntry::Ask {
                     key,
@@ -237,7 +236,7 @@ impl<T: TimeSource> NodeCore<T> {
             key,
             retry_after_ms: u32::try_from(retry_after_ms.max(1)).unwrap_or(u32::MAX),
         };
-        let round = self.params.gossip_interval.as_millis() as u64;
+        let round = self.round_ms();
         let Ok(spec) = WindowSpec::new(window_ms, buckets, EstimateMode::Interpolated) else {
             return refused(round);
         };

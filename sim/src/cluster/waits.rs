@@ -8,11 +8,12 @@
 use std::sync::Arc;
 
 use limitmesh::clock::{Clock, ClusterClock};
-use limitmesh::limiter::{CheckItem, CheckRequest, Decision, Limit, Limiter, Policy, TokenNeed};
+use limitmesh::limiter::{Decision, Limit, Limiter, Policy, TokenNeed};
 use limitmesh::node::Command;
 use tokio::sync::mpsc;
 
 use crate::clock::SimClock;
+use crate::one_check::check_one;
 
 /// What a request was for, so that its decision is recorded where it belongs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,21 +65,7 @@ impl Requests {
     }
 
     fn decide(&self, key: &[u8], limit: Limit, again: bool) -> Option<Decision> {
-        let item = [CheckItem {
-            key,
-            limit,
-            cost: 1,
-        }];
-        let req = CheckRequest {
-            items: &item,
-            dry_run: false,
-        };
-        let now_ms = self.clock.now_ms();
-        if again {
-            self.limiter.check_again(&req, now_ms).ok()
-        } else {
-            self.limiter.check(&req, now_ms).ok()
-        }
+        check_one(&self.limiter, (key, limit, 1), self.clock.now_ms(), again).ok()
     }
 
     /// Sends the asks `decision` names: those ahead of an admitted request, or those of a

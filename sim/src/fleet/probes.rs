@@ -3,11 +3,12 @@
 //! one gone (failure detection).
 
 use limitmesh::clock::Now;
-use limitmesh::limiter::{CheckItem, CheckRequest, Limit};
+use limitmesh::limiter::Limit;
 
 use super::engine::{Engine, ms};
 use super::event::Event;
 use super::traffic::{self, PROBE_KEY};
+use crate::one_check::check_one;
 
 /// Node 0 admits a probe every this many ms on average, at phases spread over the round.
 const PROBE_EVERY_MS: u64 = 100;
@@ -49,17 +50,11 @@ impl Engine<'_> {
     fn check(&mut self, slot: usize, key: &[u8], limit: Limit) -> Option<bool> {
         let core = self.slots[slot].core.as_ref()?;
         let now_ms = Now::read_at(core.clock(), self.at()).cluster_ms;
-        let item = [CheckItem {
-            key,
-            limit,
-            cost: 1,
-        }];
-        let req = CheckRequest {
-            items: &item,
-            dry_run: false,
-        };
-        let allowed = core.limiter().check(&req, now_ms).ok()?.allowed;
-        Some(allowed)
+        Some(
+            check_one(core.limiter(), (key, limit, 1), now_ms, false)
+                .ok()?
+                .allowed,
+        )
     }
 
     pub(super) fn sample(&mut self) {

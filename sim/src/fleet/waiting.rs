@@ -4,11 +4,12 @@
 //! of its wait, refused), and counted then.
 
 use limitmesh::clock::Now;
-use limitmesh::limiter::{CheckItem, CheckRequest, Decision};
+use limitmesh::limiter::Decision;
 use limitmesh::node::Command;
 
 use super::engine::{Engine, Waiting, ms};
 use super::event::Event;
+use crate::one_check::check_one;
 
 impl Engine<'_> {
     /// Decides a request at `slot` now: `Some(decision)` unless no node runs there. `again`:
@@ -16,20 +17,8 @@ impl Engine<'_> {
     pub(super) fn decide(&mut self, slot: usize, key: usize, again: bool) -> Option<Decision> {
         let core = self.slots[slot].core.as_ref()?;
         let now_ms = Now::read_at(core.clock(), self.at()).cluster_ms;
-        let item = [CheckItem {
-            key: &self.keys[key].name,
-            limit: self.keys[key].limit,
-            cost: self.keys[key].cost,
-        }];
-        let req = CheckRequest {
-            items: &item,
-            dry_run: false,
-        };
-        if again {
-            core.limiter().check_again(&req, now_ms).ok()
-        } else {
-            core.limiter().check(&req, now_ms).ok()
-        }
+        let k = &self.keys[key];
+        check_one(core.limiter(), (&k.name, k.limit, k.cost), now_ms, again).ok()
     }
 
     /// An admitted request left windows short: the node asks their owners ahead, as the gRPC
