@@ -69,6 +69,10 @@ pub enum LedgerEntry {
     /// The sender, leaving gracefully, owned each window: its last lease there ends then
     /// (`limiter/ledger_handoff.rs`). Only to a member that reads it (`features.rs`).
     Handoff { ends: Vec<(KeyId, u64)> },
+    /// The sender leases nothing (its clock is cut off): members leave it off their rings while
+    /// the word holds (`node/not_leasing.rs`). `seq` rises with each word of the sender's boot,
+    /// so that a copy is not taken again. Sent in a datagram of its own, as `Leaving`.
+    NotLeasing { seq: u64 },
 }
 
 /// An owner id on the wire: `None` is the one the context says (the receiver of a report).
@@ -131,6 +135,9 @@ enum Wire {
     /// `[(key, end - sent)]`.
     Handoff {
         ends: Vec<([u8; 16], i64)>,
+    },
+    NotLeasing {
+        seq: u64,
     },
 }
 
@@ -228,6 +235,7 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
             LedgerEntry::Leaving => Wire::Leaving,
             LedgerEntry::Heard { members } => heard_out(members, sent_ms),
             LedgerEntry::Handoff { ends } => handoff_out(ends, sent_ms),
+            LedgerEntry::NotLeasing { seq } => Wire::NotLeasing { seq: *seq },
         })
         .collect();
     bincode::serde::encode_to_vec(&wire, WIRE).unwrap_or_default()
@@ -389,6 +397,7 @@ pub fn decode_ledger(
                 };
                 entry
             }
+            Wire::NotLeasing { seq } => LedgerEntry::NotLeasing { seq },
         };
         out.push(entry);
     }

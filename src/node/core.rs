@@ -73,6 +73,8 @@ pub struct NodeCore<T> {
     /// This node has cut itself off: senders whose clocks are a minute from its own outnumber
     /// its live members (see `liveness.rs`).
     pub(super) far_fenced: bool,
+    /// Under the ledger: who said it leases nothing for its clock, and this node's word.
+    pub(super) not_leasing: super::not_leasing::NotLeasing,
     /// Registers saved at the last stop, merged when the node is built and merged again (the
     /// merge is idempotent) once it runs on cluster time: a register refused then as stamped
     /// in the future by a clock that was behind gets its second look.
@@ -170,6 +172,7 @@ impl<T: TimeSource> NodeCore<T> {
             table_full_seen: 0,
             warmup,
             far_fenced: false,
+            not_leasing: Default::default(),
             saved,
             ownership: None,
             ledger: None,
@@ -347,6 +350,7 @@ impl<T: TimeSource> NodeCore<T> {
         let ids = self.liveness.set_members(&members, now.at);
         self.clock_sync.retain(|s| ids.contains(&s));
         self.features.retain(&ids);
+        self.not_leasing.retain(&ids);
         self.rules.retain(&ids, now.at);
         if let Some(route) = &mut self.return_route {
             let addrs = members.iter().map(|m| m.addr).collect();

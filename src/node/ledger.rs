@@ -76,7 +76,9 @@ impl<T: TimeSource> NodeCore<T> {
         // from every other member's, so its books would place their spends seconds off. So
         // does one that hears more members a minute off its clock than it sees live
         // (`update_live`): it cannot join them, and they may not hear it to count it expected.
-        if self.clock_sync.fences().own || self.far_fenced {
+        // It says so, and leases nothing until its word has lapsed everywhere
+        // (`not_leasing.rs`).
+        if self.far_fenced || self.not_leasing.holds_back(now.cluster_ms, self.round_ms()) {
             return (0, 1);
         }
         let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy else {
@@ -147,6 +149,7 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// One ledger round: registers with reports to their owners, leases to users.
     pub(super) fn ledger_round(&mut self, now: Now) {
+        let not_leasing = self.not_leasing_round(now);
         self.refresh_ring();
         self.install_owner_view(now);
         let me = self.params.node_id.as_u128();
@@ -191,6 +194,9 @@ impl<T: TimeSource> NodeCore<T> {
         let grants = self.limiter.owner_round(now.cluster_ms, |k| self.leases(k));
         self.route_grants(now, grants, &mut out);
         self.send_outgoing(now, out);
+        if let Some(seq) = not_leasing {
+            self.say_not_leasing(now, seq);
+        }
         if let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy {
             self.relay_heard(now);
         }

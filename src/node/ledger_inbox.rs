@@ -177,6 +177,13 @@ impl<T: TimeSource> NodeCore<T> {
                     }
                 }
                 LedgerEntry::Leaving => {}
+                // Its own word only, as `Leaving`; off the ring from the next round.
+                LedgerEntry::NotLeasing { seq }
+                    if self.liveness.address_of(header.sender) == Some(from) =>
+                {
+                    self.not_leasing.heard(header.sender, seq, now.at);
+                }
+                LedgerEntry::NotLeasing { .. } => {}
                 LedgerEntry::Handoff { ends }
                     if self.liveness.address_of(header.sender) == Some(from) =>
                 {

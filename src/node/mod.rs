@@ -12,7 +12,7 @@
 //!   `ownership.rs` (its state), `owner_mode.rs` (its rounds) and `placement.rs`: in large
 //!   clusters, registers through each window's owners; `unanswered.rs`: windows whose owner
 //!   does not answer; `liveness.rs`: whose demand counts; `member_log.rs`: membership changes
-//!   in the log; `warmup.rs`: when a starting node may admit; `status.rs`: who counts,
+//!   in the log; `not_leasing.rs`: members that lease nothing for their clocks, off the ring; `warmup.rs`: when a starting node may admit; `status.rs`: who counts,
 //!   readiness, the published member list; `clock_sync.rs`: cluster time; `return_route.rs`:
 //!   who may be sent registers in an insecure cluster; `rules_digest.rs`: whether the members
 //!   enforce the same rules; `timers.rs`: the periodic work; `outbox.rs`: sealing.
@@ -35,6 +35,7 @@ mod ledger_leave;
 mod ledger_view;
 mod liveness;
 mod member_log;
+mod not_leasing;
 mod outbox;
 mod owner_mode;
 mod ownership;

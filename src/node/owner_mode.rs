@@ -66,9 +66,10 @@ impl<T: TimeSource> NodeCore<T> {
         // Under the ledger a suspect stays on the ring until SWIM declares it down: a window
         // changes owner only once its owner is down (or gone), by which time an owner cut off
         // with a partition's minority has stopped leasing (`ledger.rs`). So does a member
-        // whose clock is cut off: nodes cut a member off each on their own estimates, at
-        // moments apart, and a ring that left it off here and not at the member itself would
-        // give its windows two owners (it leases nothing meanwhile: `lease_part`).
+        // whose clock this node cuts off: nodes cut a member off each on their own estimates,
+        // at moments apart, and a ring that left it off here while it still leased would give
+        // its windows two owners. A member's own word that it leases nothing does take it off
+        // (`not_leasing.rs`).
         let keep_suspects = self.limiter.is_ledger();
         let Some(ownership) = self.ownership.as_mut() else {
             return;
@@ -80,20 +81,29 @@ impl<T: TimeSource> NodeCore<T> {
         if !ownership.stale {
             return;
         }
+        // Under the ledger, the members that said they lease nothing for their clocks are
+        // left off (`not_leasing.rs`); `off_ring` is empty otherwise.
+        let on_ring = |id: u128| {
+            !ownership.off_ring.contains(&id)
+                && (keep_suspects || !ownership.suspects.contains(&id))
+        };
         let mut members: Vec<Member> = self
             .membership
             .members()
             .iter()
-            .filter(|m| keep_suspects || !ownership.suspects.contains(&m.node.as_u128()))
+            .filter(|m| on_ring(m.node.as_u128()))
             .map(|m| Member {
                 id: m.node.as_u128(),
                 addr: m.addr,
             })
             .collect();
-        members.push(Member {
-            id: self.params.node_id.as_u128(),
-            addr: self.params.advertise,
-        });
+        let me = self.params.node_id.as_u128();
+        if on_ring(me) {
+            members.push(Member {
+                id: me,
+                addr: self.params.advertise,
+            });
+        }
         ownership.stale = false;
         // The views of the ring the ledger holds keep the ring they were made of.
         if !ownership.ring.differs(&members) {

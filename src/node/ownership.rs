@@ -95,6 +95,9 @@ pub struct Ownership {
     pub(super) stale: bool,
     /// The members SWIM suspected when the ring was built (left off it).
     pub(super) suspects: BTreeSet<u128>,
+    /// Under the ledger: the members, this node among them, that said they lease nothing for
+    /// their clocks when the ring was built (left off it: `not_leasing.rs`).
+    pub(super) off_ring: BTreeSet<u128>,
     /// The members changed since the last round brought the member list up to date.
     pub(super) members_dirty: bool,
     /// Newcomers to push the windows they own to, once the ring includes them.
@@ -131,6 +134,7 @@ impl Ownership {
             cache: Default::default(),
             stale: true,
             suspects: BTreeSet::new(),
+            off_ring: BTreeSet::new(),
             members_dirty: true,
             bootstraps: Vec::new(),
             subscribers: BTreeMap::new(),

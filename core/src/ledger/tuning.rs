@@ -101,3 +101,13 @@ pub const fn present_within_rounds(members: usize) -> u64 {
 /// of the pushes on the way (a few ms each on a LAN; a round is 200 ms), and the round a push
 /// waits to be sent.
 pub const RELAY_SLACK_ROUNDS: u64 = 2;
+
+/// A member that leases nothing for its clock says so to every member once in this many rounds
+/// (`node/not_leasing.rs`), and its word holds for five sayings (four in a row may be lost):
+/// a saying a second at the default round, a word that holds five. A member whose clock is
+/// back leases again once its last word has lapsed, and a quiet period after (about seven
+/// seconds); its windows' next owners lease them until the word lapses. Each saying is a datagram to every member: once a round would be
+/// five a second from that member to each in a fleet of a thousand, for nothing that a word a
+/// second does not do. Tests: `node::not_leasing::tests`, `sim/tests/clocks.rs`
+/// (`under_the_ledger_a_key_whose_owner_is_cut_off_is_leased_by_the_next_owner`).
+pub const NOT_LEASING_SAID_EVERY_ROUNDS: u64 = 5;

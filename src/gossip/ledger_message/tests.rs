@@ -336,3 +336,15 @@ fn a_handoff_round_trips_and_one_too_long_is_dropped_alone() {
     assert_eq!(back, vec![LedgerEntry::Leaving]);
     assert_eq!(rejects.malformed, 1);
 }
+
+/// A member's word that it leases nothing round-trips with its number, whatever its size.
+#[test]
+fn a_word_that_the_sender_leases_nothing_round_trips() {
+    for seq in [1, 300, u64::MAX] {
+        let entries = vec![LedgerEntry::NotLeasing { seq }];
+        let body = encode_ledger(&entries, 2, SENT);
+        let (back, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
+        assert_eq!(back, entries);
+        assert_eq!(rejects, LedgerRejects::default());
+    }
+}

@@ -160,9 +160,10 @@ fn a_far_or_malformed_lease_is_dropped_alone_and_counted() {
     assert!(!held(pinned) && !held(zero), "the bad ones are not");
 }
 
-/// A window a node owns but may not lease (its own clock is cut off: it leases nothing): its
-/// ask gets no answer from anyone, so the node refuses it itself, for a round, and the
-/// requests that would have waited for it find waiting in vain at once.
+/// A node whose own clock is cut off leases nothing, says so, and is off every ring, its own
+/// included; and it takes no lease, so its ask gets no answer that counts: the node refuses it
+/// itself, for a round, and the requests that would have waited for it find waiting in vain at
+/// once.
 #[test]
 fn an_ask_no_one_can_answer_is_refused_at_once() {
     let mut net = ledger_nodes(3, |i| if i == 2 { 15_000 } else { 0 });
@@ -176,13 +177,19 @@ fn an_ask_no_one_can_answer_is_refused_at_once() {
         "the fault took effect: node 2's clock is cut off"
     );
     let spec = limit().window;
-    let key = (0..1_000)
-        .map(|i| format!("own-{i}").into_bytes())
-        .find(|k| {
-            let id = net.node(2).limiter().key_id(k, &spec);
-            net.node(2).limiter().owner_of(id).map(|o| o.owner) == Some(3)
-        })
-        .expect("a window node 2 owns");
+    let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("own-{i}").into_bytes()).collect();
+    let owner = |net: &Net, node: usize, k: &[u8]| {
+        let id = net.node(node).limiter().key_id(k, &spec);
+        net.node(node).limiter().owner_of(id).map(|o| o.owner)
+    };
+    for node in 0..3 {
+        assert!(
+            keys.iter()
+                .all(|k| owner(&net, node, k).is_some_and(|o| o != 3)),
+            "node 2 is off node {node}'s ring"
+        );
+    }
+    let key = keys[0].clone();
     let item = [CheckItem {
         key: &key,
         limit: limit(),
