@@ -49,6 +49,7 @@ impl<T: TimeSource> NodeCore<T> {
                 self.ownership = None;
                 // Every member hears every register again.
                 self.limiter.set_blind(Vec::new());
+                self.limiter.set_unconfirmed(Vec::new());
             }
             _ => {}
         }
@@ -170,10 +171,16 @@ impl<T: TimeSource> NodeCore<T> {
         let me = self.params.node_id.as_u128();
         let limiter = &self.limiter;
         if let Some(ownership) = self.ownership.as_mut() {
+            let mut confirmed = false;
             for update in &sums.updates {
                 let reg = &update.register;
                 let alone = reg.demand == 0 && reg.admitted.iter().all(|c| *c == 0);
                 ownership.unanswered.answered(update.key, alone, at);
+                confirmed |= ownership.unconfirmed.remove(&update.key);
+            }
+            if confirmed {
+                self.limiter
+                    .set_unconfirmed(ownership.unconfirmed.iter().copied().collect());
             }
             let keys = sums.updates.iter().map(|u| u.key);
             ownership.heard_sums((me, sender), to, keys, |k| limiter.holds(k), at);
@@ -247,7 +254,14 @@ impl<T: TimeSource> NodeCore<T> {
         }
         // Registers that get no sums back: no member counts itself the window's first owner
         // in this node's view, or they never reach it (`unanswered.rs`).
-        self.limiter.set_blind(ownership.unanswered.blind(now.at));
+        let blind = ownership.unanswered.blind(now.at);
+        // A window found blind is held to the onset share from now on, not to nothing: its
+        // owner does not answer.
+        if blind.iter().any(|k| ownership.unconfirmed.remove(k)) {
+            self.limiter
+                .set_unconfirmed(ownership.unconfirmed.iter().copied().collect());
+        }
+        self.limiter.set_blind(blind);
 
         // The sums of the owned windows that changed, one datagram (or a few) per subscriber:
         // the contended ones now, the others on a calm round, except to the users that count

@@ -112,6 +112,10 @@ pub struct Ownership {
     pub(super) changed: BTreeSet<KeyId>,
     /// Windows whose registers this node sends to an owner, and no sum came back since.
     pub(super) unanswered: UnansweredRegisters,
+    /// Windows another member owns that this node knew only from its state file when its
+    /// warm-up ended, until their owners' first sums (or until they are found blind): they
+    /// admit nothing here meanwhile (`Limiter::set_unconfirmed`).
+    pub(super) unconfirmed: BTreeSet<KeyId>,
     /// Send every live register of this node to both its owners next round (owners moved, or
     /// anti-entropy is due).
     pub(super) resend_all: bool,
@@ -141,6 +145,7 @@ impl Ownership {
             acting: BTreeMap::new(),
             changed: BTreeSet::new(),
             unanswered: UnansweredRegisters::default(),
+            unconfirmed: BTreeSet::new(),
             resend_all: true,
             resend_of: BTreeSet::new(),
             spread_every: 1,

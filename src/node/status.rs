@@ -113,6 +113,32 @@ impl<T: TimeSource> NodeCore<T> {
             .set_liveness(live, &silent, largest, now.cluster_ms);
     }
 
+    /// In owner mode, the windows another member owns of which this node holds registers of
+    /// departed origins, which only its state file can have given it (the bootstrap pushes
+    /// bring only the windows it owns): they admit nothing until their owners' first sums
+    /// (`Limiter::set_unconfirmed`).
+    fn hold_unconfirmed(&mut self, now: Now) {
+        // The ledger leases from owners, and sums play no part in it.
+        if self.ownership.is_none() || self.limiter.is_ledger() {
+            return;
+        }
+        let me = self.params.node_id.as_u128();
+        let keys: std::collections::BTreeSet<crate::limiter::KeyId> = self
+            .departed_registers(now)
+            .iter()
+            .flat_map(|b| b.updates.iter().map(|u| u.key))
+            .collect();
+        let Some(ownership) = self.ownership.as_mut() else {
+            return;
+        };
+        ownership.unconfirmed = keys
+            .into_iter()
+            .filter(|k| !ownership.owns(*k, me))
+            .collect();
+        self.limiter
+            .set_unconfirmed(ownership.unconfirmed.iter().copied().collect());
+    }
+
     /// Ends the warm-up once the node holds the cluster's state (see `warmup.rs`).
     pub(super) fn update_readiness(&mut self, now: Now) {
         let Some(w) = &self.warmup else {
@@ -145,6 +171,7 @@ impl<T: TimeSource> NodeCore<T> {
         self.warmup = None;
         if let Some(saved) = self.saved.take() {
             saved.restore_again(&self.limiter, now.cluster_ms);
+            self.hold_unconfirmed(now);
         }
         self.limiter.start_observing(now.cluster_ms);
         self.limiter.set_warming_until(0);

@@ -50,4 +50,38 @@ impl Limiter {
             .as_deref()
             .is_some_and(|b| b.binary_search(&id).is_ok())
     }
+
+    /// Says which windows this node knows of only from what it held at its last stop: in owner
+    /// mode a node holds other users' registers of a window only as its owner, and a restart
+    /// (new boot ids, a new ring) leaves it the registers of windows others own now, which
+    /// the new owners complete. Counting those alone, it would take the room of every spend
+    /// they lack. Until the next call, each admits nothing more here. The node layer lifts a
+    /// window once its owner's first sum comes (`node::owner_mode`). Pinned by
+    /// `a_window_known_only_from_the_last_stop_admits_nothing_until_confirmed`
+    /// (`limiter/tests/cluster.rs`) and `tests/restart_owners.rs`.
+    pub fn set_unconfirmed(&self, windows: Vec<KeyId>) {
+        let mut sorted = windows;
+        sorted.sort_unstable();
+        sorted.dedup();
+        let current = self.unconfirmed_windows.load();
+        if current
+            .as_deref()
+            .map_or(sorted.is_empty(), |c| *c == sorted)
+        {
+            return;
+        }
+        self.unconfirmed_windows
+            .store((!sorted.is_empty()).then(|| std::sync::Arc::new(sorted)));
+        // Shares change: cached bounds were computed with the hold, or without it.
+        self.liveness_generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Whether window `id` admits nothing until its owner confirms it (see
+    /// [`Limiter::set_unconfirmed`]).
+    pub fn is_unconfirmed(&self, id: KeyId) -> bool {
+        self.unconfirmed_windows
+            .load()
+            .as_deref()
+            .is_some_and(|b| b.binary_search(&id).is_ok())
+    }
 }

@@ -57,7 +57,7 @@ impl Limiter {
         decision::validate(req)?;
         let warming_until = self.warming_until_ms.load(Ordering::Acquire);
         if now_ms < warming_until {
-            return Ok(refused_whole(
+            return Ok(decision::refused_whole(
                 req,
                 (warming_until - now_ms).min(WARMING_RETRY_MS),
             ));
@@ -73,7 +73,7 @@ impl Limiter {
                 if self.config.when_full == TableFullPolicy::Deny =>
             {
                 let room_at = self.table.room_expected_at(now_ms);
-                Ok(refused_whole(req, room_at.saturating_sub(now_ms)))
+                Ok(decision::refused_whole(req, room_at.saturating_sub(now_ms)))
             }
             other => other,
         }
@@ -354,6 +354,11 @@ impl Limiter {
             let refused = local.current_offered - u64::from(local.current);
             lasting = lasting.min(room - refused as f64);
         }
+        let mut allowance = admission::allowance(self.config.policy, &inputs);
+        // Known only from the last stop: nothing more until its owner confirms it (`blind.rs`).
+        if self.is_unconfirmed(id) {
+            (allowance, lasting) = (allowance.min(local.admitted), 0.0);
+        }
         let newest_age = match (local.newest_admitted_age, remote.newest_admitted_age) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -366,7 +371,7 @@ impl Limiter {
             epoch: local.epoch,
             local_admitted: local.admitted,
             others,
-            allowance: admission::allowance(self.config.policy, &inputs),
+            allowance,
             reset_before_ms: newest_age.map_or(0, |age| {
                 spec.expiry_ms(local.epoch - age).saturating_sub(now_ms)
             }),
@@ -422,28 +427,5 @@ impl Limiter {
             .drain_time_ms(spec, now_ms, global_target)
             .unwrap_or(never);
         local_wait.max(global_wait).max(1)
-    }
-}
-
-/// A request refused whole without being evaluated (a full table under
-/// [`TableFullPolicy::Deny`], or a node still warming up): nothing consumed or counted, every
-/// item told to retry after `retry_after_ms`.
-fn refused_whole(req: &CheckRequest<'_>, retry_after_ms: u64) -> Decision {
-    let retry_after_ms = retry_after_ms.max(1);
-    let limits = req
-        .items
-        .iter()
-        .map(|item| LimitStatus {
-            allowed: false,
-            limit: item.limit.max,
-            remaining: 0,
-            reset_after_ms: retry_after_ms,
-            retry_after_ms,
-        })
-        .collect();
-    Decision {
-        allowed: false,
-        limits,
-        needs: SmallVec::new(),
     }
 }

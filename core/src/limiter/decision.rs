@@ -124,3 +124,26 @@ pub(crate) fn validate(req: &CheckRequest<'_>) -> Result<(), CheckError> {
     }
     Ok(())
 }
+
+/// A request refused whole without being evaluated (a full table under
+/// [`TableFullPolicy::Deny`](super::TableFullPolicy::Deny), or a node still warming up): nothing consumed or counted, every
+/// item told to retry after `retry_after_ms`.
+pub(super) fn refused_whole(req: &CheckRequest<'_>, retry_after_ms: u64) -> Decision {
+    let retry_after_ms = retry_after_ms.max(1);
+    let limits = req
+        .items
+        .iter()
+        .map(|item| LimitStatus {
+            allowed: false,
+            limit: item.limit.max,
+            remaining: 0,
+            reset_after_ms: retry_after_ms,
+            retry_after_ms,
+        })
+        .collect();
+    Decision {
+        allowed: false,
+        limits,
+        needs: SmallVec::new(),
+    }
+}

@@ -95,6 +95,8 @@ pub struct Limiter {
     clock_fenced: AtomicBool,
     /// Windows this node uses and hears nothing of (sorted; see [`Limiter::set_blind`]).
     blind_windows: arc_swap::ArcSwapOption<Vec<KeyId>>,
+    /// Windows known only from the last stop, sorted: see [`Limiter::set_unconfirmed`].
+    unconfirmed_windows: arc_swap::ArcSwapOption<Vec<KeyId>>,
     /// Bumped after every change of the liveness; part of every cached bound.
     liveness_generation: AtomicU32,
     /// When members last came back in sight (ms; 0: never out of sight): a heal. For a window
@@ -143,6 +145,7 @@ impl Limiter {
             held_origins: arc_swap::ArcSwapOption::empty(),
             clock_fenced: AtomicBool::new(false),
             blind_windows: arc_swap::ArcSwapOption::empty(),
+            unconfirmed_windows: arc_swap::ArcSwapOption::empty(),
             liveness_generation: AtomicU32::new(0),
             back_in_sight_ms: AtomicU64::new(0),
             whole_expected: AtomicUsize::new(1),

@@ -144,6 +144,44 @@ fn a_blind_window_takes_the_onset_share_until_it_is_not_and_a_cached_bound_follo
     assert!(!l.is_blind(id));
 }
 
+/// A window known only from the last stop admits nothing more, in every path (one item, the
+/// cached bound, several items), until its owner's first sum lifts the hold; then it shares
+/// the limit as before. Another window is not held.
+#[test]
+fn a_window_known_only_from_the_last_stop_admits_nothing_until_confirmed() {
+    let l = limiter();
+    l.set_members(5, T0);
+    let lim = [second(100)];
+    let id = l.key_id(b"k", &lim[0].window);
+    let steady = |from: u64, to: u64| every_20_ms(&l, &lim, from, to);
+    steady(0, 1_000);
+    assert_eq!(steady(1_000, 2_000), 50, "past its onset, all of its load");
+    l.set_unconfirmed(vec![id]);
+    assert!(l.is_unconfirmed(id));
+    assert_eq!(
+        steady(2_000, 3_000),
+        0,
+        "held: nothing, the cached bound included"
+    );
+    let per_minute = Limit {
+        max: 1_000,
+        window: WindowSpec::with_default_buckets(60_000).unwrap(),
+    };
+    let d = check(&l, "k", &[per_minute, lim[0]], 1, T0 + 3_000);
+    assert!(
+        !d.allowed && d.limits[0].allowed,
+        "several items: the held one refuses"
+    );
+    assert!(
+        check(&l, "other", &lim, 1, T0 + 3_000).allowed,
+        "another window"
+    );
+    l.set_unconfirmed(Vec::new());
+    assert!(!l.is_unconfirmed(id));
+    steady(3_000, 4_000);
+    assert_eq!(steady(4_000, 5_000), 50, "confirmed: all of its load again");
+}
+
 #[test]
 fn a_blind_window_whose_other_users_are_known_keeps_its_demand_share() {
     let (a, b) = (
