@@ -272,3 +272,41 @@ fn under_the_ledger_an_owner_cut_off_and_back_hands_its_windows_over_and_takes_t
         );
     }
 }
+
+/// A node whose clock is cut off from the start, the measured key's owner (the seed above), has
+/// its clock mended at 8 s: 12 s behind and stepped forward (its cluster time jumps), or 15 s
+/// ahead and stepped back (its cluster time stands still until real time catches up). No
+/// window passes the limit while its windows come back to it, and the key is leased at the
+/// end.
+#[test]
+fn under_the_ledger_an_owner_whose_clock_is_mended_takes_its_windows_back_within_the_limit() {
+    use limitmesh_sim::cluster::Fault;
+    for (name, by_ms) in [("skew-12", 12_000), ("skew15", -15_000)] {
+        let mut cfg = scenario(name, 5, 5).expect("known scenario");
+        cfg.duration_ms = 34_000;
+        cfg.policy = Policy::Ledger(PartitionPolicy::Strict);
+        cfg.faults.push(Fault::ClockStep {
+            node: 1,
+            at_ms: 8_000,
+            by_ms,
+        });
+        let out = run(&cfg).unwrap_or_else(|e| panic!("{name} mended, seed 5: {e}"));
+        let r = Report::new(&cfg, &out);
+        assert!(
+            out.faults.clock_fence_events > 0 && out.faults.clock_fenced.is_empty(),
+            "{name} mended, seed 5: cut off, then not: {:?}",
+            out.faults
+        );
+        assert!(
+            r.over_admission_max <= 0.001,
+            "{name} mended, seed 5: {r:?}"
+        );
+        let offered: u32 = out.offered_per_ms[30_000..].iter().sum();
+        let admitted: u32 = out.admitted_per_ms[30_000..].iter().sum();
+        let room = u64::from(cfg.limit) * 4_000 / cfg.window_ms;
+        assert!(
+            f64::from(admitted) >= 0.85 * (u64::from(offered).min(room)) as f64,
+            "{name} mended, seed 5: {admitted} admitted of {offered} in the last 4 s: {r:?}"
+        );
+    }
+}

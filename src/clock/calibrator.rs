@@ -109,6 +109,18 @@ impl Calibrator {
         self.samples.get(&peer).map(|p| p.max)
     }
 
+    /// How much longer than the peer's quickest datagram of late a datagram it sent at
+    /// `sent_wall_ms` (its wall clock) took to arrive at `mono_ms`, if it has sent anything.
+    pub fn lateness_ms(&self, peer: u128, sent_wall_ms: u64, mono_ms: u64) -> Option<u64> {
+        let sample = signed_diff(sent_wall_ms, mono_ms);
+        Some(
+            self.estimate(peer)?
+                .saturating_sub(sample)
+                .max(0)
+                .unsigned_abs(),
+        )
+    }
+
     /// Forgets peers that are no longer members.
     pub fn retain(&mut self, keep: impl Fn(u128) -> bool) {
         self.samples.retain(|p, _| keep(*p));

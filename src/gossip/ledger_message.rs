@@ -69,10 +69,11 @@ pub enum LedgerEntry {
     /// The sender, leaving gracefully, owned each window: its last lease there ends then
     /// (`limiter/ledger_handoff.rs`). Only to a member that reads it (`features.rs`).
     Handoff { ends: Vec<(KeyId, u64)> },
-    /// The sender leases nothing (its clock is cut off): members leave it off their rings while
-    /// the word holds (`node/not_leasing.rs`). `seq` rises with each word of the sender's boot,
-    /// so that a copy is not taken again. Sent in a datagram of its own, as `Leaving`.
-    NotLeasing { seq: u64 },
+    /// The sender leases nothing (its clock is cut off): members leave it off their rings for
+    /// `holds_ms` from its sending (`node/not_leasing.rs`). `seq` rises with each word of the
+    /// sender's boot, so that a copy is not taken again. Sent in a datagram of its own, as
+    /// `Leaving`.
+    NotLeasing { seq: u64, holds_ms: u32 },
 }
 
 /// An owner id on the wire: `None` is the one the context says (the receiver of a report).
@@ -138,6 +139,7 @@ enum Wire {
     },
     NotLeasing {
         seq: u64,
+        holds_ms: u32,
     },
 }
 
@@ -235,7 +237,10 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
             LedgerEntry::Leaving => Wire::Leaving,
             LedgerEntry::Heard { members } => heard_out(members, sent_ms),
             LedgerEntry::Handoff { ends } => handoff_out(ends, sent_ms),
-            LedgerEntry::NotLeasing { seq } => Wire::NotLeasing { seq: *seq },
+            LedgerEntry::NotLeasing { seq, holds_ms } => Wire::NotLeasing {
+                seq: *seq,
+                holds_ms: *holds_ms,
+            },
         })
         .collect();
     bincode::serde::encode_to_vec(&wire, WIRE).unwrap_or_default()
@@ -397,7 +402,7 @@ pub fn decode_ledger(
                 };
                 entry
             }
-            Wire::NotLeasing { seq } => LedgerEntry::NotLeasing { seq },
+            Wire::NotLeasing { seq, holds_ms } => LedgerEntry::NotLeasing { seq, holds_ms },
         };
         out.push(entry);
     }

@@ -350,7 +350,6 @@ impl<T: TimeSource> NodeCore<T> {
         let ids = self.liveness.set_members(&members, now.at);
         self.clock_sync.retain(|s| ids.contains(&s));
         self.features.retain(&ids);
-        self.not_leasing.retain(&ids);
         self.rules.retain(&ids, now.at);
         if let Some(route) = &mut self.return_route {
             let addrs = members.iter().map(|m| m.addr).collect();

@@ -76,9 +76,9 @@ impl<T: TimeSource> NodeCore<T> {
         // from every other member's, so its books would place their spends seconds off. So
         // does one that hears more members a minute off its clock than it sees live
         // (`update_live`): it cannot join them, and they may not hear it to count it expected.
-        // It says so, and leases nothing until its word has lapsed everywhere
+        // The first says so, and leases nothing until its word has lapsed everywhere
         // (`not_leasing.rs`).
-        if self.far_fenced || self.not_leasing.holds_back(now.cluster_ms, self.round_ms()) {
+        if self.far_fenced || self.not_leasing_holds_back(now) {
             return (0, 1);
         }
         let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy else {
@@ -194,8 +194,8 @@ impl<T: TimeSource> NodeCore<T> {
         let grants = self.limiter.owner_round(now.cluster_ms, |k| self.leases(k));
         self.route_grants(now, grants, &mut out);
         self.send_outgoing(now, out);
-        if let Some(seq) = not_leasing {
-            self.say_not_leasing(now, seq);
+        if let Some(word) = not_leasing {
+            self.say_not_leasing(now, word);
         }
         if let Policy::Ledger(PartitionPolicy::Strict) = self.limiter.config().policy {
             self.relay_heard(now);

@@ -178,10 +178,10 @@ impl<T: TimeSource> NodeCore<T> {
                 }
                 LedgerEntry::Leaving => {}
                 // Its own word only, as `Leaving`; off the ring from the next round.
-                LedgerEntry::NotLeasing { seq }
+                LedgerEntry::NotLeasing { seq, holds_ms }
                     if self.liveness.address_of(header.sender) == Some(from) =>
                 {
-                    self.not_leasing.heard(header.sender, seq, now.at);
+                    self.heard_not_leasing(now, header.sender, (seq, holds_ms), header.sent_ms);
                 }
                 LedgerEntry::NotLeasing { .. } => {}
                 LedgerEntry::Handoff { ends }

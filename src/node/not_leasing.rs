@@ -32,12 +32,16 @@ use tokio::time::Instant;
 use super::core::NodeCore;
 use crate::clock::{Now, TimeSource};
 use crate::gossip::ledger_message::LedgerEntry;
+use crate::gossip::wire::MAX_CLOCK_DISTANCE_MS;
 use crate::ledger::tuning::NOT_LEASING_SAID_EVERY_ROUNDS;
 
 /// A word is said this many times before it lapses: four in a row may be lost.
 const SAYINGS_HELD: u64 = 5;
 
-/// How long a member's word that it leases nothing holds, at a summary round of `round_ms`.
+/// The most a member's word may say it holds: a word cannot keep a member off a ring for long.
+const LONGEST_HOLD_MS: u64 = 60_000;
+
+/// How long a member's word that it leases nothing holds, at its summary round of `round_ms`.
 pub fn holds_ms(round_ms: u64) -> u64 {
     SAYINGS_HELD * NOT_LEASING_SAID_EVERY_ROUNDS * round_ms
 }
@@ -45,74 +49,83 @@ pub fn holds_ms(round_ms: u64) -> u64 {
 /// What members said of leasing nothing, and what this node says.
 #[derive(Debug, Default)]
 pub struct NotLeasing {
-    /// Per member, the last word taken from it (`seq`) and when it came.
+    /// Per member, the last word taken from it (`seq`), and until when it holds here.
     heard: BTreeMap<u128, (u64, Instant)>,
     /// This node's words so far (the last one's `seq`).
     said: u64,
     /// This node leases nothing for its clock.
     saying: bool,
-    /// When this node last said it (cluster ms), while it says it and after.
-    last_said_ms: Option<u64>,
-    /// Rounds since this node last said it, while it says it.
-    rounds_since: u64,
+    /// When this node last said it, while it says it and after.
+    last_said: Option<Instant>,
+    /// Rounds since this node began saying it, while it says it.
+    rounds_saying: u64,
 }
 
 impl NotLeasing {
-    /// `member` said, in its word `seq`, that it leases nothing. Returns whether the word was
-    /// taken: a word no newer than the last one taken from the member is a copy.
-    pub fn heard(&mut self, member: u128, seq: u64, at: Instant) -> bool {
+    /// `member` said, in its word `seq`, that it leases nothing; the word holds here until
+    /// `until`. Returns whether the word was taken: a word no newer than the last one taken
+    /// from the member is a copy.
+    pub fn heard(&mut self, member: u128, seq: u64, until: Instant) -> bool {
         match self.heard.get(&member) {
             Some((last, _)) if *last >= seq => false,
             _ => {
-                self.heard.insert(member, (seq, at));
+                self.heard.insert(member, (seq, until));
                 true
             }
         }
     }
 
     /// The members whose word holds at `at` (they lease nothing): off the ledger's ring.
-    pub fn off_ring(&self, at: Instant, holds: Duration) -> BTreeSet<u128> {
+    pub fn off_ring(&self, at: Instant) -> BTreeSet<u128> {
         self.heard
             .iter()
-            .filter(|(_, (_, t))| at.saturating_duration_since(*t) < holds)
+            .filter(|(_, (_, until))| *until > at)
             .map(|(m, _)| *m)
             .collect()
     }
 
-    /// Forgets whoever is no longer a member (a member back under the same id is not: ids
-    /// are per boot).
-    pub fn retain(&mut self, members: &BTreeSet<u128>) {
-        self.heard.retain(|m, _| members.contains(m));
+    /// Forgets the words that lapsed long enough ago that no copy of them can come: a
+    /// datagram sent further back than [`MAX_CLOCK_DISTANCE_MS`] is refused as stale, and a
+    /// word's hold is at most [`LONGEST_HOLD_MS`]. Until then the last `seq` stays, whether or
+    /// not the member does (SWIM may declare it down and see it back under the same id).
+    pub fn forget_lapsed(&mut self, at: Instant) {
+        let keep = Duration::from_millis(MAX_CLOCK_DISTANCE_MS + LONGEST_HOLD_MS);
+        self.heard
+            .retain(|_, (_, until)| at.saturating_duration_since(*until) < keep);
     }
 
-    /// Whether this node leases nothing for its clock now (`saying`), at `now_ms`. Returns the
-    /// word to say this round, if one is due: the first round, and every
-    /// [`NOT_LEASING_SAID_EVERY_ROUNDS`] after.
-    pub fn round(&mut self, saying: bool, now_ms: u64) -> Option<u64> {
+    /// Whether this node leases nothing for its clock now (`saying`), at `at`. Returns the word
+    /// to say this round, if one is due, and how many copies: the first round (twice, so that
+    /// one lost datagram does not leave a member routing to this node for a whole turn), and
+    /// every [`NOT_LEASING_SAID_EVERY_ROUNDS`] after.
+    pub fn round(&mut self, saying: bool, at: Instant) -> Option<(u64, usize)> {
         self.saying = saying;
         if !saying {
             // Said again at once when it next leases nothing.
-            self.rounds_since = 0;
+            self.rounds_saying = 0;
             return None;
         }
-        let due = self.rounds_since == 0;
-        self.rounds_since = (self.rounds_since + 1) % NOT_LEASING_SAID_EVERY_ROUNDS;
+        let first = self.rounds_saying == 0;
+        let due = self
+            .rounds_saying
+            .is_multiple_of(NOT_LEASING_SAID_EVERY_ROUNDS);
+        self.rounds_saying += 1;
         if !due {
             return None;
         }
         self.said += 1;
-        self.last_said_ms = Some(now_ms);
-        Some(self.said)
+        self.last_said = Some(at);
+        Some((self.said, if first { 2 } else { 1 }))
     }
 
-    /// Whether this node must still lease nothing at `now_ms`: it says so, or a word it said
-    /// may still hold somewhere (`holds_ms` and two rounds after the last).
-    pub fn holds_back(&self, now_ms: u64, round_ms: u64) -> bool {
-        if self.saying {
-            return true;
-        }
-        self.last_said_ms
-            .is_some_and(|t| now_ms < t.saturating_add(holds_ms(round_ms) + 2 * round_ms))
+    /// Whether this node must still lease nothing at `at`: it says so, or a word it said may
+    /// still hold somewhere. Each member rebuilds its ring with this node back by `holds`
+    /// after the word was said (it takes the word's hold less its own round and the word's
+    /// lateness); `round` more covers the error of that lateness and of the timers. On the
+    /// monotonic clock, as the members time the word: cluster time may jump forward when a
+    /// clock is mended.
+    pub fn holds_back(&self, at: Instant, holds: Duration, round: Duration) -> bool {
+        self.saying || self.last_said.is_some_and(|t| at < t + holds + round)
     }
 }
 
@@ -127,11 +140,11 @@ impl<T: TimeSource> NodeCore<T> {
     /// members it joins count live, and a word would hold its windows from it for as long as
     /// the word holds; while a member a minute off that the others cannot hear says nothing
     /// that reaches them.
-    pub(super) fn not_leasing_round(&mut self, now: Now) -> Option<u64> {
+    pub(super) fn not_leasing_round(&mut self, now: Now) -> Option<(u64, usize)> {
         let saying = self.clock_sync.fences().own;
-        let word = self.not_leasing.round(saying, now.cluster_ms);
-        let holds = Duration::from_millis(holds_ms(self.round_ms()));
-        let mut off = self.not_leasing.off_ring(now.at, holds);
+        let word = self.not_leasing.round(saying, now.at);
+        self.not_leasing.forget_lapsed(now.at);
+        let mut off = self.not_leasing.off_ring(now.at);
         if saying {
             off.insert(self.params.node_id.as_u128());
         }
@@ -144,13 +157,49 @@ impl<T: TimeSource> NodeCore<T> {
         word
     }
 
-    /// Says to every member, in a datagram of its own, that this node leases nothing.
-    pub(super) fn say_not_leasing(&mut self, now: Now, seq: u64) {
+    /// Whether this node leases nothing for its clock, or a word it said of it may still hold
+    /// (`NotLeasing::holds_back`).
+    pub(super) fn not_leasing_holds_back(&self, now: Now) -> bool {
+        let round = self.params.gossip_interval;
+        let holds = Duration::from_millis(holds_ms(self.round_ms()));
+        self.not_leasing.holds_back(now.at, holds, round)
+    }
+
+    /// Says to every member, in datagrams of their own, that this node leases nothing.
+    pub(super) fn say_not_leasing(&mut self, now: Now, (seq, copies): (u64, usize)) {
+        let holds_ms = u32::try_from(holds_ms(self.round_ms())).unwrap_or(u32::MAX);
         for member in self.membership.members() {
             let to = super::core::destination(&member);
             if self.may_send_state(now, to) {
-                self.send_ledger(now, to, Vec::new(), vec![LedgerEntry::NotLeasing { seq }]);
+                for _ in 0..copies {
+                    let word = LedgerEntry::NotLeasing { seq, holds_ms };
+                    self.send_ledger(now, to, Vec::new(), vec![word]);
+                }
             }
+        }
+    }
+
+    /// `sender` said, in its word `seq` sent at `sent_ms` (its wall clock), that it leases
+    /// nothing for `holds_ms`. Each ring here has it back `holds_ms` after it said so, at the
+    /// latest: the word holds that long from its sending, less this node's round (a ring is
+    /// rebuilt at the next one). Its sending is told by how late it came against the sender's
+    /// quickest datagram; a sender whose clock this node has no estimate of is not taken.
+    pub(super) fn heard_not_leasing(
+        &mut self,
+        now: Now,
+        sender: u128,
+        word: (u64, u32),
+        sent_ms: u64,
+    ) {
+        let (seq, holds_ms) = word;
+        let Some(late_ms) = self.clock_sync.lateness_ms(sender, sent_ms, now.mono_ms) else {
+            return;
+        };
+        let holds_ms = u64::from(holds_ms).min(LONGEST_HOLD_MS);
+        let left_ms = holds_ms.saturating_sub(late_ms + self.round_ms());
+        if left_ms > 0 {
+            let until = now.at + Duration::from_millis(left_ms);
+            self.not_leasing.heard(sender, seq, until);
         }
     }
 }
@@ -159,57 +208,63 @@ impl<T: TimeSource> NodeCore<T> {
 mod tests {
     use super::*;
 
-    const ROUND: u64 = 200;
+    const ROUND: Duration = Duration::from_millis(200);
 
-    #[test]
-    fn a_word_holds_for_five_sayings_and_a_copy_is_never_taken_again() {
-        let t0 = crate::clock::monotonic_now();
-        let holds = Duration::from_millis(holds_ms(ROUND));
-        let mut n = NotLeasing::default();
-        assert!(n.heard(7, 3, t0));
-        assert_eq!(n.off_ring(t0, holds), BTreeSet::from([7]));
-        assert_eq!(
-            n.off_ring(t0 + holds - Duration::from_millis(1), holds)
-                .len(),
-            1
-        );
-        assert!(n.off_ring(t0 + holds, holds).is_empty(), "lapsed");
-        // A copy of the same word, or an older one, does not bring it back.
-        assert!(!n.heard(7, 3, t0 + holds));
-        assert!(!n.heard(7, 2, t0 + holds));
-        assert!(n.off_ring(t0 + holds, holds).is_empty());
-        // A newer word does.
-        assert!(n.heard(7, 4, t0 + holds));
-        assert_eq!(n.off_ring(t0 + holds, holds), BTreeSet::from([7]));
-        n.retain(&BTreeSet::from([8]));
-        assert!(
-            n.off_ring(t0 + holds, holds).is_empty(),
-            "gone with the member"
-        );
+    fn ms(t: u64) -> Duration {
+        Duration::from_millis(t)
     }
 
     #[test]
-    fn a_node_says_it_every_few_rounds_and_holds_back_until_its_last_word_lapsed_everywhere() {
+    fn a_word_holds_until_its_time_and_a_copy_is_never_taken_again() {
+        let t0 = crate::clock::monotonic_now();
         let mut n = NotLeasing::default();
-        assert!(!n.holds_back(0, ROUND), "never said");
+        assert!(n.heard(7, 3, t0 + ms(4_000)));
+        assert_eq!(n.off_ring(t0), BTreeSet::from([7]));
+        assert_eq!(n.off_ring(t0 + ms(3_999)).len(), 1);
+        assert!(n.off_ring(t0 + ms(4_000)).is_empty(), "lapsed");
+        // A copy of the same word, or an older one, does not bring it back.
+        assert!(!n.heard(7, 3, t0 + ms(9_000)));
+        assert!(!n.heard(7, 2, t0 + ms(9_000)));
+        assert!(n.off_ring(t0 + ms(4_000)).is_empty());
+        // Nor once the member's word is long forgotten by the ring: the number stays until no
+        // copy can come (the transport refuses one sent a minute before).
+        n.forget_lapsed(t0 + ms(4_000 + 119_999));
+        assert!(!n.heard(7, 3, t0 + ms(200_000)), "still remembered");
+        n.forget_lapsed(t0 + ms(4_000 + 120_000));
+        assert!(n.heard.is_empty(), "forgotten");
+        // A newer word is taken.
+        assert!(n.heard(7, 4, t0 + ms(200_000)));
+        assert_eq!(n.off_ring(t0 + ms(199_999)), BTreeSet::from([7]));
+    }
+
+    #[test]
+    fn a_node_says_it_twice_at_once_then_every_few_rounds_and_holds_back_until_its_last_word_lapsed()
+     {
+        let t0 = crate::clock::monotonic_now();
+        let holds = ms(holds_ms(200));
+        let mut n = NotLeasing::default();
+        assert!(!n.holds_back(t0, holds, ROUND), "never said");
         let mut words = Vec::new();
         for r in 0..11 {
-            if let Some(seq) = n.round(true, r * ROUND) {
-                words.push((r, seq));
+            if let Some((seq, copies)) = n.round(true, t0 + ROUND * r) {
+                words.push((r, seq, copies));
             }
-            assert!(n.holds_back(r * ROUND, ROUND));
+            assert!(n.holds_back(t0 + ROUND * r, holds, ROUND));
         }
-        let every = NOT_LEASING_SAID_EVERY_ROUNDS;
-        let expected: Vec<(u64, u64)> = (0..11).step_by(every as usize).zip(1..).collect();
+        let every = NOT_LEASING_SAID_EVERY_ROUNDS as u32;
         assert_eq!(
-            words, expected,
-            "said at once and every {every} rounds, seq rising"
+            words,
+            [(0, 1, 2), (every, 2, 1), (2 * every, 3, 1)],
+            "said at once (twice) and every {every} rounds, seq rising"
         );
-        let last = words.last().expect("said").0 * ROUND;
-        // Its clock is back: it says nothing more, and holds back until its last word lapsed.
-        assert_eq!(n.round(false, 11 * ROUND), None);
-        let lapsed = last + holds_ms(ROUND) + 2 * ROUND;
-        assert!(n.holds_back(lapsed - 1, ROUND));
-        assert!(!n.holds_back(lapsed, ROUND));
+        let last = t0 + ROUND * words.last().expect("said").0;
+        // Its clock is back: it says nothing more, and holds back until its last word lapsed
+        // everywhere, and a round more.
+        assert_eq!(n.round(false, t0 + ROUND * 11), None);
+        let lapsed = last + holds + ROUND;
+        assert!(n.holds_back(lapsed - ms(1), holds, ROUND));
+        assert!(!n.holds_back(lapsed, holds, ROUND));
+        // Cut off again: said at once, twice, with the next number.
+        assert_eq!(n.round(true, lapsed), Some((4, 2)));
     }
 }

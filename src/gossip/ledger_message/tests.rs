@@ -340,8 +340,8 @@ fn a_handoff_round_trips_and_one_too_long_is_dropped_alone() {
 /// A member's word that it leases nothing round-trips with its number, whatever its size.
 #[test]
 fn a_word_that_the_sender_leases_nothing_round_trips() {
-    for seq in [1, 300, u64::MAX] {
-        let entries = vec![LedgerEntry::NotLeasing { seq }];
+    for (seq, holds_ms) in [(1, 5_000), (300, 0), (u64::MAX, u32::MAX)] {
+        let entries = vec![LedgerEntry::NotLeasing { seq, holds_ms }];
         let body = encode_ledger(&entries, 2, SENT);
         let (back, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
         assert_eq!(back, entries);

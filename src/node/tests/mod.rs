@@ -533,5 +533,6 @@ mod far_clock;
 mod forged;
 mod ledger_ask;
 mod ledger_leave;
+mod not_leasing;
 mod owners;
 mod rules;
