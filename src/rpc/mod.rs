@@ -109,9 +109,10 @@ impl RpcContext {
             // Until a token comes, the wait ends, or every window lacking one cannot get one:
             // its owner refused and it holds none that becomes valid, or the cost is above
             // the limit.
-            let in_vain =
-                |o: &Outcome<'_, '_>| o.needs.iter().filter(|n| !n.ahead).all(TokenNeed::in_vain);
-            while !outcome.allowed && !in_vain(&outcome) && !deadline.is_elapsed() {
+            while !outcome.allowed
+                && !TokenNeed::waiting_in_vain(&outcome.needs)
+                && !deadline.is_elapsed()
+            {
                 tokens
                     .wait(&outcome.needs, now_ms, seen, deadline.as_mut())
                     .await;

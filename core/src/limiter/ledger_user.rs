@@ -41,6 +41,12 @@ impl TokenNeed {
     pub fn in_vain(&self) -> bool {
         self.want > self.limit || (self.refused && self.valid_at_ms.is_none())
     }
+
+    /// Waiting is in vain for a refused request with `needs`: every window it lacks is (those
+    /// not [`TokenNeed::ahead`]).
+    pub fn waiting_in_vain(needs: &[TokenNeed]) -> bool {
+        needs.iter().filter(|n| !n.ahead).all(TokenNeed::in_vain)
+    }
 }
 
 struct Item<'g> {

@@ -111,11 +111,7 @@ impl Requests {
 
     /// Whether waiting for `decision`'s tokens is in vain, as the gRPC service judges it.
     fn in_vain(&self, decision: &Decision) -> bool {
-        decision
-            .needs
-            .iter()
-            .filter(|n| !n.ahead)
-            .all(TokenNeed::in_vain)
+        TokenNeed::waiting_in_vain(&decision.needs)
     }
 
     /// The end of a request's wait under the ledger: refused, its windows ran dry.

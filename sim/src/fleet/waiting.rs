@@ -1,10 +1,11 @@
 //! Under the ledger, a request that finds no token at its node waits, as the node's gRPC
 //! service makes it wait: for the owner's answer to the node's ask, or for a token it holds
-//! that becomes valid, at most the ask's wait. It is decided when a token comes (or at the end
-//! of its wait, refused), and counted then.
+//! that becomes valid, at most the ask's wait. It is decided again whenever something arrives,
+//! asking again where it may, and counted when a token comes, or refused when its wait is over
+//! or waiting is in vain (`TokenNeed::waiting_in_vain`).
 
 use limitmesh::clock::Now;
-use limitmesh::limiter::Decision;
+use limitmesh::limiter::{Decision, TokenNeed};
 use limitmesh::node::Command;
 
 use super::engine::{Engine, Waiting, ms};
@@ -49,16 +50,31 @@ impl Engine<'_> {
         }
     }
 
-    /// A request refused for want of a token: the node asks the owner where it may, and the
-    /// request waits, for its whole wait if nothing comes (the gRPC service refuses at once a
-    /// request with nothing to wait for).
+    /// A request refused for want of a token: refused at once if waiting is in vain, as the
+    /// gRPC service does; otherwise it waits, for its whole wait if nothing comes.
     pub(super) fn wait_for_token(&mut self, slot: usize, key: usize, decision: &Decision) {
+        if TokenNeed::waiting_in_vain(&decision.needs) {
+            self.ran_dry(slot, decision);
+            self.rec.request(key, slot, ms(self.now_us), false);
+            return;
+        }
+        let Some(core) = self.slots[slot].core.as_ref() else {
+            return;
+        };
+        let until_us = self.now_us + core.limiter().config().ledger.ask_wait_ms * 1_000;
+        self.slots[slot].waiting.push(Waiting { key, until_us });
+        self.push(until_us, Event::Waiting { slot });
+        self.ask_and_wake(slot, decision, until_us);
+    }
+
+    /// A waiting request's windows that may ask their owners do, and it wakes when a token it
+    /// holds becomes valid (before `until_us`).
+    fn ask_and_wake(&mut self, slot: usize, decision: &Decision, until_us: u64) {
         let at = self.at();
         let Some(core) = self.slots[slot].core.as_mut() else {
             return;
         };
         let now = Now::read_at(core.clock(), at);
-        let wait_ms = core.limiter().config().ledger.ask_wait_ms;
         let mut wake_ms = None;
         for need in &decision.needs {
             if need.ask {
@@ -69,12 +85,11 @@ impl Engine<'_> {
             }
         }
         self.after_input(slot);
-        let until_us = self.now_us + wait_ms * 1_000;
-        self.slots[slot].waiting.push(Waiting { key, until_us });
-        let wake_us = wake_ms.map_or(until_us, |ms| (self.now_us + ms * 1_000).min(until_us));
-        self.push(wake_us, Event::Waiting { slot });
-        if wake_us < until_us {
-            self.push(until_us, Event::Waiting { slot });
+        if let Some(wake_ms) = wake_ms {
+            let wake_us = self.now_us + wake_ms.max(1) * 1_000;
+            if wake_us < until_us {
+                self.push(wake_us, Event::Waiting { slot });
+            }
         }
     }
 
@@ -96,7 +111,7 @@ impl Engine<'_> {
     }
 
     /// The requests waiting at `slot` look again: admitted now if a token came, refused if
-    /// their wait is over.
+    /// their wait is over or waiting is in vain; the others ask again where they may.
     pub(super) fn retry_waiting(&mut self, slot: usize) {
         if self.slots[slot].waiting.is_empty() {
             return;
@@ -104,18 +119,29 @@ impl Engine<'_> {
         let waiting = std::mem::take(&mut self.slots[slot].waiting);
         let mut still = Vec::new();
         for w in waiting {
+            let over = self.now_us >= w.until_us;
             let decision = self.decide(slot, w.key, true);
-            let admitted = decision.as_ref().is_some_and(|d| d.allowed);
-            match &decision {
-                Some(d) if admitted => self.ask_ahead(slot, d),
-                Some(d) if self.now_us >= w.until_us => self.ran_dry(slot, d),
-                _ => {}
-            }
-            if admitted || self.now_us >= w.until_us {
-                self.rec.request(w.key, slot, ms(self.now_us), admitted);
-            } else {
-                still.push(w);
-            }
+            let admitted = match &decision {
+                Some(d) if d.allowed => {
+                    self.ask_ahead(slot, d);
+                    true
+                }
+                Some(d) if over || TokenNeed::waiting_in_vain(&d.needs) => {
+                    self.ran_dry(slot, d);
+                    false
+                }
+                Some(d) => {
+                    self.ask_and_wake(slot, d, w.until_us);
+                    still.push(w);
+                    continue;
+                }
+                None if over => false,
+                None => {
+                    still.push(w);
+                    continue;
+                }
+            };
+            self.rec.request(w.key, slot, ms(self.now_us), admitted);
         }
         self.slots[slot].waiting = still;
     }
