@@ -121,9 +121,11 @@ impl<T: TimeSource> NodeCore<T> {
         } else {
             Vec::new()
         };
+        let before = ledger.installed_ring();
+        let ring = std::sync::Arc::clone(ring);
         let installed = ledger.install(
             now.cluster_ms,
-            ring,
+            &ring,
             generation,
             side,
             quiet_ms,
@@ -133,6 +135,9 @@ impl<T: TimeSource> NodeCore<T> {
         );
         if let Some(view) = installed {
             self.limiter.set_owner_view(Box::new(view));
+            if let Some(before) = before.filter(|b| !std::sync::Arc::ptr_eq(b, &ring)) {
+                self.hand_to_joiners(now, &before, &ring);
+            }
         }
     }
 

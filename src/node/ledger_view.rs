@@ -31,8 +31,13 @@ type Handed = BTreeMap<KeyId, (u128, u64, u64)>;
 pub(super) struct LedgerNode {
     /// `(when the ring changed, the ring before it)`, newest last.
     before: VecDeque<(u64, Arc<Ring>)>,
-    /// No window leases before this: a change fell out of `before`.
+    /// No window leases before this, but for a window handed over (see [`RingView::floor_of`]):
+    /// a quiet period past this node's warm-up (L2's floor).
     floor_quiet_until_ms: u64,
+    /// No window leases before this: a ring change fell out of `before`.
+    dropped_quiet_until_ms: u64,
+    /// When the first view past this node's warm-up was installed.
+    warmed_ms: Option<u64>,
     /// The ring generation and lease part the limiter's view was made from.
     installed: Option<(u64, (u64, u64))>,
     /// The ring of the installed view.
@@ -92,6 +97,10 @@ impl LedgerNode {
             *at = (*at).min(now_ms);
         }
         self.floor_quiet_until_ms = self.floor_quiet_until_ms.min(now_ms + quiet_ms);
+        self.dropped_quiet_until_ms = self.dropped_quiet_until_ms.min(now_ms + quiet_ms);
+        if let Some(warmed) = &mut self.warmed_ms {
+            *warmed = (*warmed).min(now_ms);
+        }
     }
 }
 
@@ -101,11 +110,33 @@ pub(super) struct RingView {
     ring: Arc<Ring>,
     before: Vec<(u64, Arc<Ring>)>,
     floor_quiet_until_ms: u64,
+    dropped_quiet_until_ms: u64,
+    warmed_ms: Option<u64>,
     quiet_ms: u64,
     part: (u64, u64),
     blind: Arc<BlindArcs>,
     handed: Arc<Handed>,
     reports_ms: u64,
+}
+
+impl RingView {
+    /// A starting node's floor (L2) for window `key`. A window handed over by the member that
+    /// owns it on this node's ring without this node (its second owner here), which leased it
+    /// until its ring had this node: once its last lease there has ended and this node's
+    /// warm-up is over (every member it knew then had it on its ring, and had sent it their
+    /// registers), and both were reported. No later than the floor.
+    fn floor_of(&self, key: KeyId, handed: Option<&(u128, u64, u64)>) -> u64 {
+        let floor = self.floor_quiet_until_ms;
+        let (Some((from, end, _)), Some(warmed)) = (handed, self.warmed_ms) else {
+            return floor;
+        };
+        match self.ring.owners(key) {
+            Some([first, second]) if second.id == *from && first.id != *from => {
+                floor.min((*end).max(warmed).saturating_add(self.reports_ms))
+            }
+            _ => floor,
+        }
+    }
 }
 
 impl OwnerView for RingView {
@@ -132,7 +163,9 @@ impl OwnerView for RingView {
             .unwrap_or(0);
         Some(OwnerOf {
             owner: owner.id,
-            quiet_until_ms: moved.max(self.floor_quiet_until_ms),
+            quiet_until_ms: moved
+                .max(self.dropped_quiet_until_ms)
+                .max(self.floor_of(key, handed)),
             blind_since_ms: self.blind.blind_since(point_of_key(key)),
         })
     }
@@ -173,6 +206,11 @@ impl LedgerNode {
         }
     }
 
+    /// The ring of the view installed last, if any.
+    pub(super) fn installed_ring(&self) -> Option<Arc<Ring>> {
+        self.ring.clone()
+    }
+
     /// Whether the installed view lets this node lease at all.
     pub(super) fn may_lease(&self) -> bool {
         self.installed.is_some_and(|(_, (seen, _))| seen > 0)
@@ -195,15 +233,19 @@ impl LedgerNode {
         unsaid: &[(u128, Instant)],
         blind_after_ms: u64,
     ) -> Option<RingView> {
-        // Read before the step back can lower it: a floor lowered makes a new view.
-        let floor = self.floor_quiet_until_ms;
+        // Read before the step back can lower them: a floor lowered makes a new view.
+        let floors = (self.floor_quiet_until_ms, self.dropped_quiet_until_ms);
         self.stepped_back(now_ms, quiet_ms);
         let part = self.part_at(now_ms, side, quiet_ms);
         let blinded = self.went_down(ring, unsaid, now_ms.saturating_add(blind_after_ms));
         // A node's first rings say nothing of who leased its windows before it: every owner
         // before it may still be leasing them until it knows of this node.
+        // The first view past the warm-up makes a new view: handed windows may lease sooner.
+        let warmed_now = !starting && self.installed.is_some() && self.warmed_ms.is_none();
         if starting || self.installed.is_none() {
             self.floor_quiet_until_ms = self.floor_quiet_until_ms.max(now_ms + quiet_ms);
+        } else if warmed_now {
+            self.warmed_ms = Some(now_ms);
         }
         // A ring whose quiet period is over says nothing more (a quiet time in the past is
         // no wait): the view drops it, so that each owner lookup reads only the rings that
@@ -219,10 +261,11 @@ impl LedgerNode {
             self.handed_changed = true;
         }
         if self.installed == Some((generation, part))
-            && self.floor_quiet_until_ms == floor
+            && (self.floor_quiet_until_ms, self.dropped_quiet_until_ms) == floors
             && !blinded
             && !quiet_over
             && !self.handed_changed
+            && !warmed_now
         {
             return None;
         }
@@ -238,7 +281,7 @@ impl LedgerNode {
         self.before.retain(|(at, _)| at + quiet_ms > now_ms);
         while self.before.len() > RINGS_KEPT {
             if let Some((at, _)) = self.before.pop_front() {
-                self.floor_quiet_until_ms = self.floor_quiet_until_ms.max(at + quiet_ms);
+                self.dropped_quiet_until_ms = self.dropped_quiet_until_ms.max(at + quiet_ms);
             }
         }
         self.installed = Some((generation, part));
@@ -246,6 +289,8 @@ impl LedgerNode {
             ring: Arc::clone(ring),
             before: self.before.iter().cloned().collect(),
             floor_quiet_until_ms: self.floor_quiet_until_ms,
+            dropped_quiet_until_ms: self.dropped_quiet_until_ms,
+            warmed_ms: self.warmed_ms,
             quiet_ms,
             part,
             blind: Arc::clone(&self.blind),

@@ -31,6 +31,7 @@ mod driver;
 mod features;
 mod ledger;
 mod ledger_inbox;
+mod ledger_join;
 mod ledger_leave;
 mod ledger_view;
 mod liveness;
