@@ -73,6 +73,16 @@ impl PeerSamples {
         }
     }
 
+    /// The largest sample but the newest, if there is one.
+    fn max_before_newest(&self) -> Option<i64> {
+        let len = usize::from(self.len);
+        let newest = (usize::from(self.next) + SAMPLES - 1) % SAMPLES;
+        (0..len)
+            .filter(|i| *i != newest)
+            .map(|i| self.ring[i])
+            .max()
+    }
+
     fn push(&mut self, sample: i64) {
         let at = usize::from(self.next);
         let dropped = (usize::from(self.len) == SAMPLES).then_some(self.ring[at]);
@@ -109,16 +119,26 @@ impl Calibrator {
         self.samples.get(&peer).map(|p| p.max)
     }
 
-    /// How much longer than the peer's quickest datagram of late a datagram it sent at
-    /// `sent_wall_ms` (its wall clock) took to arrive at `mono_ms`, if it has sent anything.
-    pub fn lateness_ms(&self, peer: u128, sent_wall_ms: u64, mono_ms: u64) -> Option<u64> {
+    /// How much longer than the peer's quickest datagram of late its newest one, sent at
+    /// `sent_wall_ms` (its wall clock) and arrived at `mono_ms`, took: measured against the
+    /// samples before it, so that a datagram cannot vouch for itself. `None` if there are none,
+    /// or if the datagram came more than `within_ms` sooner than any of them did (its sender's
+    /// clock stepped forward, or its send time is not what it says): its lateness cannot be
+    /// told.
+    pub fn lateness_ms(
+        &self,
+        peer: u128,
+        sent_wall_ms: u64,
+        mono_ms: u64,
+        within_ms: u64,
+    ) -> Option<u64> {
         let sample = signed_diff(sent_wall_ms, mono_ms);
-        Some(
-            self.estimate(peer)?
-                .saturating_sub(sample)
-                .max(0)
-                .unsigned_abs(),
-        )
+        let before = self.samples.get(&peer)?.max_before_newest()?;
+        let within = i64::try_from(within_ms).unwrap_or(i64::MAX);
+        if sample > before.saturating_add(within) {
+            return None;
+        }
+        Some(before.saturating_sub(sample).max(0).unsigned_abs())
     }
 
     /// Forgets peers that are no longer members.

@@ -81,10 +81,17 @@ impl ClockSync {
         )
     }
 
-    /// How late a datagram `peer` sent at `sent_wall_ms` arrived at `mono_ms`, against its
-    /// quickest of late (see [`Calibrator::lateness_ms`]).
-    pub fn lateness_ms(&self, peer: u128, sent_wall_ms: u64, mono_ms: u64) -> Option<u64> {
-        self.calibrator.lateness_ms(peer, sent_wall_ms, mono_ms)
+    /// How late `peer`'s newest datagram, sent at `sent_wall_ms`, arrived at `mono_ms`, against
+    /// its quickest of late (see [`Calibrator::lateness_ms`]).
+    pub fn lateness_ms(
+        &self,
+        peer: u128,
+        sent_wall_ms: u64,
+        mono_ms: u64,
+        within_ms: u64,
+    ) -> Option<u64> {
+        self.calibrator
+            .lateness_ms(peer, sent_wall_ms, mono_ms, within_ms)
     }
 
     /// Whether every one of `peers` has sent this node something to estimate its clock by.

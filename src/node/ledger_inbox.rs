@@ -67,12 +67,15 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// A ledger datagram from `header.sender` at `from`: its registers merged, its reports
     /// taken where this node leases their windows, its leases taken, its asks answered.
+    /// `timed`: the datagram is the sender's own, bound here, and its send time was taken as
+    /// the newest sample of the sender's clock (`receive.rs`).
     pub(super) fn on_ledger(
         &mut self,
         now: Now,
         header: &Header,
         from: std::net::SocketAddr,
         rest: &[u8],
+        timed: bool,
     ) {
         let sender = OriginId(header.sender);
         let me = self.params.node_id.as_u128();
@@ -177,10 +180,9 @@ impl<T: TimeSource> NodeCore<T> {
                     }
                 }
                 LedgerEntry::Leaving => {}
-                // Its own word only, as `Leaving`; off the ring from the next round.
-                LedgerEntry::NotLeasing { seq, holds_ms }
-                    if self.liveness.address_of(header.sender) == Some(from) =>
-                {
+                // Its own word only, timed as a sample of its clock; off the ring from the
+                // next round.
+                LedgerEntry::NotLeasing { seq, holds_ms } if timed => {
                     self.heard_not_leasing(now, header.sender, (seq, holds_ms), header.sent_ms);
                 }
                 LedgerEntry::NotLeasing { .. } => {}

@@ -25,9 +25,6 @@
 //! everyone else's do.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
-
-use tokio::time::Instant;
 
 use super::core::NodeCore;
 use crate::clock::{Now, TimeSource};
@@ -46,17 +43,20 @@ pub fn holds_ms(round_ms: u64) -> u64 {
     SAYINGS_HELD * NOT_LEASING_SAID_EVERY_ROUNDS * round_ms
 }
 
-/// What members said of leasing nothing, and what this node says.
+/// What members said of leasing nothing, and what this node says. Times are the monotonic
+/// clock's, suspends included (`Now::mono_ms`), at both ends: cluster time may jump forward when
+/// a clock is mended, and a machine suspended must not find a word still holding that lapsed
+/// everywhere else while it slept.
 #[derive(Debug, Default)]
 pub struct NotLeasing {
     /// Per member, the last word taken from it (`seq`), and until when it holds here.
-    heard: BTreeMap<u128, (u64, Instant)>,
+    heard: BTreeMap<u128, (u64, u64)>,
     /// This node's words so far (the last one's `seq`).
     said: u64,
     /// This node leases nothing for its clock.
     saying: bool,
     /// When this node last said it, while it says it and after.
-    last_said: Option<Instant>,
+    last_said_ms: Option<u64>,
     /// Rounds since this node began saying it, while it says it.
     rounds_saying: u64,
 }
@@ -65,21 +65,21 @@ impl NotLeasing {
     /// `member` said, in its word `seq`, that it leases nothing; the word holds here until
     /// `until`. Returns whether the word was taken: a word no newer than the last one taken
     /// from the member is a copy.
-    pub fn heard(&mut self, member: u128, seq: u64, until: Instant) -> bool {
+    pub fn heard(&mut self, member: u128, seq: u64, until_ms: u64) -> bool {
         match self.heard.get(&member) {
             Some((last, _)) if *last >= seq => false,
             _ => {
-                self.heard.insert(member, (seq, until));
+                self.heard.insert(member, (seq, until_ms));
                 true
             }
         }
     }
 
-    /// The members whose word holds at `at` (they lease nothing): off the ledger's ring.
-    pub fn off_ring(&self, at: Instant) -> BTreeSet<u128> {
+    /// The members whose word holds at `at_ms` (they lease nothing): off the ledger's ring.
+    pub fn off_ring(&self, at_ms: u64) -> BTreeSet<u128> {
         self.heard
             .iter()
-            .filter(|(_, (_, until))| *until > at)
+            .filter(|(_, (_, until))| *until > at_ms)
             .map(|(m, _)| *m)
             .collect()
     }
@@ -88,17 +88,17 @@ impl NotLeasing {
     /// datagram sent further back than [`MAX_CLOCK_DISTANCE_MS`] is refused as stale, and a
     /// word's hold is at most [`LONGEST_HOLD_MS`]. Until then the last `seq` stays, whether or
     /// not the member does (SWIM may declare it down and see it back under the same id).
-    pub fn forget_lapsed(&mut self, at: Instant) {
-        let keep = Duration::from_millis(MAX_CLOCK_DISTANCE_MS + LONGEST_HOLD_MS);
+    pub fn forget_lapsed(&mut self, at_ms: u64) {
+        let keep = MAX_CLOCK_DISTANCE_MS + LONGEST_HOLD_MS;
         self.heard
-            .retain(|_, (_, until)| at.saturating_duration_since(*until) < keep);
+            .retain(|_, (_, until)| at_ms.saturating_sub(*until) < keep);
     }
 
     /// Whether this node leases nothing for its clock now (`saying`), at `at`. Returns the word
     /// to say this round, if one is due, and how many copies: the first round (twice, so that
     /// one lost datagram does not leave a member routing to this node for a whole turn), and
     /// every [`NOT_LEASING_SAID_EVERY_ROUNDS`] after.
-    pub fn round(&mut self, saying: bool, at: Instant) -> Option<(u64, usize)> {
+    pub fn round(&mut self, saying: bool, at_ms: u64) -> Option<(u64, usize)> {
         self.saying = saying;
         if !saying {
             // Said again at once when it next leases nothing.
@@ -114,18 +114,19 @@ impl NotLeasing {
             return None;
         }
         self.said += 1;
-        self.last_said = Some(at);
+        self.last_said_ms = Some(at_ms);
         Some((self.said, if first { 2 } else { 1 }))
     }
 
-    /// Whether this node must still lease nothing at `at`: it says so, or a word it said may
-    /// still hold somewhere. Each member rebuilds its ring with this node back by `holds`
-    /// after the word was said (it takes the word's hold less its own round and the word's
-    /// lateness); `round` more covers the error of that lateness and of the timers. On the
-    /// monotonic clock, as the members time the word: cluster time may jump forward when a
-    /// clock is mended.
-    pub fn holds_back(&self, at: Instant, holds: Duration, round: Duration) -> bool {
-        self.saying || self.last_said.is_some_and(|t| at < t + holds + round)
+    /// Whether this node must still lease nothing at `at_ms`: it says so, or a word it said
+    /// may still hold somewhere. Each member rebuilds its ring with this node back by
+    /// `holds_ms` after the word was said (it takes the word's hold less its own round and the
+    /// word's lateness); `round_ms` more covers the error of that lateness and of the timers.
+    pub fn holds_back(&self, at_ms: u64, holds_ms: u64, round_ms: u64) -> bool {
+        self.saying
+            || self
+                .last_said_ms
+                .is_some_and(|t| at_ms < t.saturating_add(holds_ms + round_ms))
     }
 }
 
@@ -142,9 +143,9 @@ impl<T: TimeSource> NodeCore<T> {
     /// that reaches them.
     pub(super) fn not_leasing_round(&mut self, now: Now) -> Option<(u64, usize)> {
         let saying = self.clock_sync.fences().own;
-        let word = self.not_leasing.round(saying, now.at);
-        self.not_leasing.forget_lapsed(now.at);
-        let mut off = self.not_leasing.off_ring(now.at);
+        let word = self.not_leasing.round(saying, now.mono_ms);
+        self.not_leasing.forget_lapsed(now.mono_ms);
+        let mut off = self.not_leasing.off_ring(now.mono_ms);
         if saying {
             off.insert(self.params.node_id.as_u128());
         }
@@ -160,9 +161,9 @@ impl<T: TimeSource> NodeCore<T> {
     /// Whether this node leases nothing for its clock, or a word it said of it may still hold
     /// (`NotLeasing::holds_back`).
     pub(super) fn not_leasing_holds_back(&self, now: Now) -> bool {
-        let round = self.params.gossip_interval;
-        let holds = Duration::from_millis(holds_ms(self.round_ms()));
-        self.not_leasing.holds_back(now.at, holds, round)
+        let round_ms = self.round_ms();
+        self.not_leasing
+            .holds_back(now.mono_ms, holds_ms(round_ms), round_ms)
     }
 
     /// Says to every member, in datagrams of their own, that this node leases nothing.
@@ -183,7 +184,8 @@ impl<T: TimeSource> NodeCore<T> {
     /// nothing for `holds_ms`. Each ring here has it back `holds_ms` after it said so, at the
     /// latest: the word holds that long from its sending, less this node's round (a ring is
     /// rebuilt at the next one). Its sending is told by how late it came against the sender's
-    /// quickest datagram; a sender whose clock this node has no estimate of is not taken.
+    /// quickest datagram before it; a word whose lateness cannot be told (no datagram before
+    /// it, or one that came a round sooner than any) is not taken.
     pub(super) fn heard_not_leasing(
         &mut self,
         now: Now,
@@ -192,14 +194,18 @@ impl<T: TimeSource> NodeCore<T> {
         sent_ms: u64,
     ) {
         let (seq, holds_ms) = word;
-        let Some(late_ms) = self.clock_sync.lateness_ms(sender, sent_ms, now.mono_ms) else {
+        let round_ms = self.round_ms();
+        let Some(late_ms) = self
+            .clock_sync
+            .lateness_ms(sender, sent_ms, now.mono_ms, round_ms)
+        else {
             return;
         };
         let holds_ms = u64::from(holds_ms).min(LONGEST_HOLD_MS);
-        let left_ms = holds_ms.saturating_sub(late_ms + self.round_ms());
+        let left_ms = holds_ms.saturating_sub(late_ms + round_ms);
         if left_ms > 0 {
-            let until = now.at + Duration::from_millis(left_ms);
-            self.not_leasing.heard(sender, seq, until);
+            self.not_leasing
+                .heard(sender, seq, now.mono_ms.saturating_add(left_ms));
         }
     }
 }
@@ -208,40 +214,36 @@ impl<T: TimeSource> NodeCore<T> {
 mod tests {
     use super::*;
 
-    const ROUND: Duration = Duration::from_millis(200);
-
-    fn ms(t: u64) -> Duration {
-        Duration::from_millis(t)
-    }
+    const ROUND: u64 = 200;
 
     #[test]
     fn a_word_holds_until_its_time_and_a_copy_is_never_taken_again() {
-        let t0 = crate::clock::monotonic_now();
+        let t0 = 1_000_000;
         let mut n = NotLeasing::default();
-        assert!(n.heard(7, 3, t0 + ms(4_000)));
+        assert!(n.heard(7, 3, t0 + 4_000));
         assert_eq!(n.off_ring(t0), BTreeSet::from([7]));
-        assert_eq!(n.off_ring(t0 + ms(3_999)).len(), 1);
-        assert!(n.off_ring(t0 + ms(4_000)).is_empty(), "lapsed");
+        assert_eq!(n.off_ring(t0 + 3_999).len(), 1);
+        assert!(n.off_ring(t0 + 4_000).is_empty(), "lapsed");
         // A copy of the same word, or an older one, does not bring it back.
-        assert!(!n.heard(7, 3, t0 + ms(9_000)));
-        assert!(!n.heard(7, 2, t0 + ms(9_000)));
-        assert!(n.off_ring(t0 + ms(4_000)).is_empty());
+        assert!(!n.heard(7, 3, t0 + 9_000));
+        assert!(!n.heard(7, 2, t0 + 9_000));
+        assert!(n.off_ring(t0 + 4_000).is_empty());
         // Nor once the member's word is long forgotten by the ring: the number stays until no
         // copy can come (the transport refuses one sent a minute before).
-        n.forget_lapsed(t0 + ms(4_000 + 119_999));
-        assert!(!n.heard(7, 3, t0 + ms(200_000)), "still remembered");
-        n.forget_lapsed(t0 + ms(4_000 + 120_000));
+        n.forget_lapsed(t0 + 4_000 + 119_999);
+        assert!(!n.heard(7, 3, t0 + 200_000), "still remembered");
+        n.forget_lapsed(t0 + 4_000 + 120_000);
         assert!(n.heard.is_empty(), "forgotten");
         // A newer word is taken.
-        assert!(n.heard(7, 4, t0 + ms(200_000)));
-        assert_eq!(n.off_ring(t0 + ms(199_999)), BTreeSet::from([7]));
+        assert!(n.heard(7, 4, t0 + 200_000));
+        assert_eq!(n.off_ring(t0 + 199_999), BTreeSet::from([7]));
     }
 
     #[test]
     fn a_node_says_it_twice_at_once_then_every_few_rounds_and_holds_back_until_its_last_word_lapsed()
      {
-        let t0 = crate::clock::monotonic_now();
-        let holds = ms(holds_ms(200));
+        let t0 = 1_000_000;
+        let holds = holds_ms(ROUND);
         let mut n = NotLeasing::default();
         assert!(!n.holds_back(t0, holds, ROUND), "never said");
         let mut words = Vec::new();
@@ -251,7 +253,7 @@ mod tests {
             }
             assert!(n.holds_back(t0 + ROUND * r, holds, ROUND));
         }
-        let every = NOT_LEASING_SAID_EVERY_ROUNDS as u32;
+        let every = NOT_LEASING_SAID_EVERY_ROUNDS;
         assert_eq!(
             words,
             [(0, 1, 2), (every, 2, 1), (2 * every, 3, 1)],
@@ -262,7 +264,7 @@ mod tests {
         // everywhere, and a round more.
         assert_eq!(n.round(false, t0 + ROUND * 11), None);
         let lapsed = last + holds + ROUND;
-        assert!(n.holds_back(lapsed - ms(1), holds, ROUND));
+        assert!(n.holds_back(lapsed - 1, holds, ROUND));
         assert!(!n.holds_back(lapsed, holds, ROUND));
         // Cut off again: said at once, twice, with the next number.
         assert_eq!(n.round(true, lapsed), Some((4, 2)));

@@ -113,6 +113,18 @@ impl<T: TimeSource> NodeCore<T> {
         std::sync::Arc::make_mut(&mut ownership.ring).update(&members);
         ownership.cache.clear();
         ownership.generation += 1;
+        // A window held until its owner's first sum that this node owns now gets no sum: it
+        // gets every user's registers instead, with this change's resend.
+        if !ownership.unconfirmed.is_empty() {
+            let held = std::mem::take(&mut ownership.unconfirmed);
+            let (owned, still): (BTreeSet<KeyId>, BTreeSet<KeyId>) =
+                held.into_iter().partition(|k| ownership.owns(*k, me));
+            ownership.unconfirmed = still;
+            if !owned.is_empty() {
+                self.limiter
+                    .set_unconfirmed(ownership.unconfirmed.iter().copied().collect());
+            }
+        }
         // Owners may have moved: every register goes to both owners next round. Not only those
         // of the windows whose owners moved: a second owner takes over with the registers it
         // holds, and otherwise they are only as fresh as the last anti-entropy (5 s), which

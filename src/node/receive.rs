@@ -209,7 +209,7 @@ impl<T: TimeSource> NodeCore<T> {
             return;
         }
         if header.kind == Kind::Ledger {
-            self.on_ledger(now, &header, from, rest);
+            self.on_ledger(now, &header, from, rest, steers);
             return;
         }
         let sender = OriginId(header.sender);

@@ -122,6 +122,8 @@ impl<T: TimeSource> NodeCore<T> {
         if self.ownership.is_none() || self.limiter.is_ledger() {
             return;
         }
+        // Owned, as of the members now.
+        self.refresh_ring();
         let me = self.params.node_id.as_u128();
         let keys: std::collections::BTreeSet<crate::limiter::KeyId> = self
             .departed_registers(now)

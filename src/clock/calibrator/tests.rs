@@ -293,3 +293,34 @@ proptest::proptest! {
         proptest::prop_assert_eq!(cal.estimate(8), None);
     }
 }
+
+/// A datagram's lateness is told against the peer's datagrams before it: one that came the
+/// quickest is 0 late, one that waited is late by the wait; one that came more than `within`
+/// sooner than any before it (its sender's clock stepped forward) cannot be told, nor can the
+/// first.
+#[test]
+fn a_datagrams_lateness_is_told_against_the_quickest_before_it() {
+    let mut c = Calibrator::default();
+    // The peer's wall clock is 5 000 ahead of this node's monotonic clock; latencies 3, 1, 4.
+    c.observe(9, 105_000 - 3, 100_000);
+    assert_eq!(
+        c.lateness_ms(9, 105_000 - 3, 100_000, 200),
+        None,
+        "the first"
+    );
+    c.observe(9, 105_100 - 1, 100_100);
+    assert_eq!(
+        c.lateness_ms(9, 105_100 - 1, 100_100, 200),
+        Some(0),
+        "quicker than before"
+    );
+    c.observe(9, 105_200 - 4, 100_200);
+    assert_eq!(c.lateness_ms(9, 105_200 - 4, 100_200, 200), Some(3));
+    // Held back 900 ms on the way.
+    c.observe(9, 105_300 - 901, 100_300);
+    assert_eq!(c.lateness_ms(9, 105_300 - 901, 100_300, 200), Some(900));
+    // The peer's clock stepped 1 s forward: its next datagram looks 1 s early.
+    c.observe(9, 106_400 - 1, 100_400);
+    assert_eq!(c.lateness_ms(9, 106_400 - 1, 100_400, 200), None);
+    assert_eq!(c.lateness_ms(7, 1, 1, 200), None, "a peer never heard");
+}
