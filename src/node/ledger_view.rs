@@ -36,7 +36,10 @@ pub(super) struct LedgerNode {
     floor_quiet_until_ms: u64,
     /// No window leases before this: a ring change fell out of `before`.
     dropped_quiet_until_ms: u64,
-    /// When the first view past this node's warm-up was installed.
+    /// The warm-up ended holding the cluster's state (every member it knew had pushed it theirs),
+    /// not on its timeout (`warmup.rs`).
+    held_state: bool,
+    /// When the first view past such a warm-up was installed.
     warmed_ms: Option<u64>,
     /// The ring generation and lease part the limiter's view was made from.
     installed: Option<(u64, (u64, u64))>,
@@ -197,13 +200,30 @@ impl LedgerNode {
         self.reports_ms = reports_ms;
         let latest_end_ms = now_ms.saturating_add(quiet_ms);
         let handed = &mut self.handed;
-        for (key, end) in ends.iter().filter(|(_, end)| *end <= latest_end_ms) {
+        for (key, end) in ends {
+            // An end no owner's lease reaches is not taken, and drops what the window was
+            // handed before: the word on it is not to be trusted.
+            if *end > latest_end_ms {
+                self.handed_changed |= handed.remove(key).is_some();
+                continue;
+            }
+            // A word of the same member that came out of order does not move its end back.
+            let end = match handed.get(key) {
+                Some((was, earlier, _)) if *was == from => (*end).max(*earlier),
+                _ => *end,
+            };
             if handed.len() < HANDED_KEPT || handed.contains_key(key) {
-                let kept_until = (*end).max(now_ms) + quiet_ms + reports_ms;
-                handed.insert(*key, (from, *end, kept_until));
+                let kept_until = end.max(now_ms) + quiet_ms + reports_ms;
+                handed.insert(*key, (from, end, kept_until));
                 self.handed_changed = true;
             }
         }
+    }
+
+    /// The warm-up ended holding the cluster's state: handed windows may lease before the floor
+    /// ([`RingView::floor_of`]) from the next view on.
+    pub(super) fn held_state(&mut self) {
+        self.held_state = true;
     }
 
     /// The ring of the view installed last, if any.
@@ -241,7 +261,8 @@ impl LedgerNode {
         // A node's first rings say nothing of who leased its windows before it: every owner
         // before it may still be leasing them until it knows of this node.
         // The first view past the warm-up makes a new view: handed windows may lease sooner.
-        let warmed_now = !starting && self.installed.is_some() && self.warmed_ms.is_none();
+        let warmed_now =
+            !starting && self.held_state && self.installed.is_some() && self.warmed_ms.is_none();
         if starting || self.installed.is_none() {
             self.floor_quiet_until_ms = self.floor_quiet_until_ms.max(now_ms + quiet_ms);
         } else if warmed_now {

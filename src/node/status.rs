@@ -159,11 +159,16 @@ impl<T: TimeSource> NodeCore<T> {
         };
         match w.end(now.at, &members, clocks, settle, self.params.warmup_timeout) {
             None => return,
-            Some(WarmupEnd::HoldsState { waited }) => tracing::info!(
-                members = members.len(),
-                waited_ms = waited.as_millis() as u64,
-                "ready: holds the cluster's state"
-            ),
+            Some(WarmupEnd::HoldsState { waited }) => {
+                tracing::info!(
+                    members = members.len(),
+                    waited_ms = waited.as_millis() as u64,
+                    "ready: holds the cluster's state"
+                );
+                if let Some(ledger) = self.ledger.as_mut() {
+                    ledger.held_state();
+                }
+            }
             Some(WarmupEnd::TimedOut { waited }) => tracing::warn!(
                 members = members.len(),
                 waited_ms = waited.as_millis() as u64,

@@ -364,7 +364,10 @@ impl Limiter {
     /// `user` asks, sent at `sent_ms` (cluster time), for `want` tokens of window `key` (shape
     /// `spec`, limit `limit` by its rules), to be spendable before `deadline_ms`; `held` is what it
     /// says of this owner's lease. `owner`: this node as the window's owner in its view,
-    /// [`OwnerOf`].
+    /// [`OwnerOf`], as the caller found it; looked up again under the books' lock, and refused
+    /// if the view since installed says otherwise: a ring change hands the window over with
+    /// the books' last lease end ([`Limiter::lease_ends`], under the same lock), and no lease
+    /// may come after it.
     #[allow(clippy::too_many_arguments)]
     pub fn owner_ask(
         &self,
@@ -390,6 +393,17 @@ impl Limiter {
             };
         }
         let mut owned = self.lock_owned();
+        let fresh = match self.owner_view.load().as_ref() {
+            // The caller's own view stands where the limiter has none (no ring: alone).
+            None => Some(*owner),
+            Some(_) => self.leases_here(key),
+        };
+        let Some(owner) = fresh else {
+            return AskAnswer::Refused {
+                retry_after_ms: self.config.gossip_interval_ms,
+            };
+        };
+        let owner = &owner;
         let entry = owned
             .windows
             .entry(key)

@@ -54,6 +54,7 @@ fn a_starting_node_leases_nothing_until_a_quiet_period_past_its_warm_up() {
     );
     // Warmed up: the floor stays where the warm-up left it (the first view past the warm-up
     // is a new one, for the windows handed over: see the joiner's test below).
+    node.held_state();
     let warmed = node
         .install(10_600, &all, 2, (8, 8), QUIET, false, &[], 0)
         .expect("the first view past the warm-up");
@@ -296,16 +297,13 @@ fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
 /// A starting node's window handed over by the member that leased it until it knew of the node
 /// (its second owner on the node's ring): leased once the last lease there has ended and the
 /// node's warm-up is over, and both were reported, if that is before the floor. Handed by any
-/// other member, or not handed, the window waits for the floor.
+/// other member, not handed, or handed to a node whose warm-up timed out (it may not hold every
+/// member's registers), the window waits for the floor.
 #[test]
 fn a_joiners_window_handed_over_by_its_previous_owner_is_leased_before_the_floor() {
     const QUIET: u64 = 1_800;
     const REPORTS: u64 = 400;
     let all = ring(&[1, 2, 3, 4, 5]);
-    let mut node = LedgerNode::default();
-    // Node 1 starts: warming up at 10 000 and 10 200 (floor 12 000), warmed at 10 400.
-    node.install(10_000, &ring(&[1]), 1, (1, 1), QUIET, true, &[], 0);
-    node.install(10_200, &all, 2, (5, 5), QUIET, true, &[], 0);
     let owned: Vec<(KeyId, u128)> = (0..512u128)
         .map(spread)
         .filter_map(|k| match all.owners(k) {
@@ -313,33 +311,44 @@ fn a_joiners_window_handed_over_by_its_previous_owner_is_leased_before_the_floor
             _ => None,
         })
         .collect();
-    let (k, previous) = owned[0];
-    let other = owned
-        .iter()
-        .find(|(_, s)| *s != previous)
-        .map(|(k, _)| *k)
-        .expect("windows of two previous owners");
-    let stranger = (2..=5).find(|id| *id != previous).expect("another member");
-    // The previous owner's last lease there ends at 10 300; a stranger's word for `other`.
-    node.handed(previous, &[(k, 10_300)], 10_250, (QUIET, REPORTS));
-    node.handed(stranger, &[(other, 10_300)], 10_250, (QUIET, REPORTS));
-    let view = node
-        .install(10_400, &all, 2, (5, 5), QUIET, false, &[], 0)
-        .expect("the handoffs make a new view");
-    let quiet_at = |k: KeyId| view.owner_of(k).expect("an owner").quiet_until_ms;
+    assert!(owned.len() >= 3, "node 1 owns windows");
+    let [(early, early_from), (late, late_from), (other, other_from)] =
+        [owned[0], owned[1], owned[2]];
+    let stranger = (2..=5)
+        .find(|id| *id != other_from)
+        .expect("a member that is not the window's second owner");
     let floor = 10_200 + QUIET;
+    // Node 1 starts: warming up at 10 000 and 10 200 (floor 12 000), warmed at 10 400. The
+    // words come while it warms up: lease ends before and after its warm-up's end, and a
+    // stranger's word for `other`.
+    let start = |held_state: bool| {
+        let mut node = LedgerNode::default();
+        node.install(10_000, &ring(&[1]), 1, (1, 1), QUIET, true, &[], 0);
+        node.install(10_200, &all, 2, (5, 5), QUIET, true, &[], 0);
+        node.handed(early_from, &[(early, 10_300)], 10_250, (QUIET, REPORTS));
+        node.handed(late_from, &[(late, 10_900)], 10_250, (QUIET, REPORTS));
+        node.handed(stranger, &[(other, 10_300)], 10_250, (QUIET, REPORTS));
+        if held_state {
+            node.held_state();
+        }
+        node.install(10_400, &all, 2, (5, 5), QUIET, false, &[], 0)
+            .expect("the handoffs make a new view")
+    };
+    let view = start(true);
+    let quiet_at = |view: &RingView, k: KeyId| view.owner_of(k).expect("an owner").quiet_until_ms;
     // The later of the lease's end and the warm-up's end (the first view past it), reported.
-    assert_eq!(quiet_at(k), 10_400 + REPORTS);
+    assert_eq!(quiet_at(&view, early), 10_400 + REPORTS);
+    assert_eq!(quiet_at(&view, late), 10_900 + REPORTS);
     assert_eq!(
-        quiet_at(other),
+        quiet_at(&view, other),
         floor,
         "handed by a member that did not lease it"
     );
     assert!(
-        owned
-            .iter()
-            .filter(|(w, _)| *w != k)
-            .all(|(w, _)| quiet_at(*w) >= floor),
+        owned[3..].iter().all(|(w, _)| quiet_at(&view, *w) == floor),
         "the windows not handed wait for the floor"
     );
+    // A warm-up that timed out: every window waits for the floor.
+    let timed_out = start(false);
+    assert!(owned.iter().all(|(w, _)| quiet_at(&timed_out, *w) == floor));
 }
