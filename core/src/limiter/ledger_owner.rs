@@ -14,9 +14,8 @@ use super::state::{WindowState, is_aggregate};
 use super::{KeyId, Limiter, OwnerOf};
 use crate::ledger::tuning::LEASE_QUANTILE;
 use crate::ledger::{
-    Ask, AskAnswer, Books, Cover, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal,
-    Span, SpendMarks, SpendTally, cover_targets, cut_near_cushions, poisson_quantile,
-    spend_tail_ms,
+    Books, Cover, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal, Span, SpendMarks,
+    SpendTally, cover_targets, cut_near_cushions, poisson_quantile, spend_tail_ms,
 };
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -53,11 +52,11 @@ pub(super) struct Owned {
     pub(super) books: Books,
     spec: WindowSpec,
     /// The buckets the users sealed, by fine slot.
-    marks: SpendMarks,
+    pub(super) marks: SpendMarks,
 }
 
 impl Owned {
-    fn new(me: u128, spec: WindowSpec) -> Self {
+    pub(super) fn new(me: u128, spec: WindowSpec) -> Self {
         Self {
             books: Books::new(me),
             spec,
@@ -359,67 +358,6 @@ impl Limiter {
             true
         });
         out
-    }
-
-    /// `user` asks, sent at `sent_ms` (cluster time), for `want` tokens of window `key` (shape
-    /// `spec`, limit `limit` by its rules), to be spendable before `deadline_ms`; `held` is what it
-    /// says of this owner's lease. `owner`: this node as the window's owner in its view,
-    /// [`OwnerOf`], as the caller found it; looked up again under the books' lock, and refused
-    /// if the view since installed says otherwise: a ring change hands the window over with
-    /// the books' last lease end ([`Limiter::lease_ends`], under the same lock), and no lease
-    /// may come after it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn owner_ask(
-        &self,
-        user: u128,
-        key: KeyId,
-        spec: &WindowSpec,
-        limit: u32,
-        want: u32,
-        held: Option<HeldLease>,
-        (sent_ms, deadline_ms): (u64, u64),
-        now_ms: u64,
-        owner: &OwnerOf,
-    ) -> AskAnswer {
-        let guard = self.table.guard();
-        let Ok(state) = self.table.get_or_insert(key, spec, now_ms, &guard) else {
-            return AskAnswer::Refused {
-                retry_after_ms: self.config.gossip_interval_ms,
-            };
-        };
-        if !state.has_shape(spec) {
-            return AskAnswer::Refused {
-                retry_after_ms: spec.window_ms(),
-            };
-        }
-        let mut owned = self.lock_owned();
-        let fresh = match self.owner_view.load().as_ref() {
-            // The caller's own view stands where the limiter has none (no ring: alone).
-            None => Some(*owner),
-            Some(_) => self.leases_here(key),
-        };
-        let Some(owner) = fresh else {
-            return AskAnswer::Refused {
-                retry_after_ms: self.config.gossip_interval_ms,
-            };
-        };
-        let owner = &owner;
-        let entry = owned
-            .windows
-            .entry(key)
-            .or_insert_with(|| Owned::new(self.origin.0, *spec));
-        let since = now_ms.saturating_sub(2 * self.config.ledger.lease_ms);
-        let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
-        let params = self.ledger_params(spec, limit, owner);
-        let spends = self.spends_of(state, spec, &entry.marks, now_ms);
-        let ask = Ask {
-            user,
-            want: u64::from(want),
-            held,
-            sent_ms,
-            deadline_ms,
-        };
-        entry.books.ask(ask, &spends, now_ms, &params)
     }
 
     /// A lease from a window's owner: this node may spend it. `false` if it was refused (an

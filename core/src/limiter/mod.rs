@@ -25,6 +25,7 @@ mod dirty;
 mod expected_size;
 mod inspection;
 mod key;
+mod ledger_answer;
 mod ledger_asks;
 mod ledger_emission;
 mod ledger_handoff;
