@@ -20,6 +20,8 @@
 
 use std::sync::atomic::Ordering;
 
+use arc_swap::ArcSwapOption;
+
 use super::{KeyId, Limiter};
 
 impl Limiter {
@@ -27,28 +29,12 @@ impl Limiter {
     /// Until the next call, their shares are at most the onset share while this node knows of
     /// no other user's demand for them.
     pub fn set_blind(&self, windows: Vec<KeyId>) {
-        let mut sorted = windows;
-        sorted.sort_unstable();
-        sorted.dedup();
-        let current = self.blind_windows.load();
-        if current
-            .as_deref()
-            .map_or(sorted.is_empty(), |c| *c == sorted)
-        {
-            return;
-        }
-        self.blind_windows
-            .store((!sorted.is_empty()).then(|| std::sync::Arc::new(sorted)));
-        // Shares change: cached bounds were computed without the cap, or with it.
-        self.liveness_generation.fetch_add(1, Ordering::Release);
+        self.set_windows(&self.blind_windows, windows);
     }
 
     /// Whether window `id` is blind (see [`Limiter::set_blind`]).
     pub fn is_blind(&self, id: KeyId) -> bool {
-        self.blind_windows
-            .load()
-            .as_deref()
-            .is_some_and(|b| b.binary_search(&id).is_ok())
+        listed(&self.blind_windows, id)
     }
 
     /// Says which windows this node knows of only from what it held at its last stop: in owner
@@ -60,28 +46,36 @@ impl Limiter {
     /// `a_window_known_only_from_the_last_stop_admits_nothing_until_confirmed`
     /// (`limiter/tests/cluster.rs`) and `tests/restart_owners.rs`.
     pub fn set_unconfirmed(&self, windows: Vec<KeyId>) {
-        let mut sorted = windows;
-        sorted.sort_unstable();
-        sorted.dedup();
-        let current = self.unconfirmed_windows.load();
-        if current
-            .as_deref()
-            .map_or(sorted.is_empty(), |c| *c == sorted)
-        {
-            return;
-        }
-        self.unconfirmed_windows
-            .store((!sorted.is_empty()).then(|| std::sync::Arc::new(sorted)));
-        // Shares change: cached bounds were computed with the hold, or without it.
-        self.liveness_generation.fetch_add(1, Ordering::Release);
+        self.set_windows(&self.unconfirmed_windows, windows);
     }
 
     /// Whether window `id` admits nothing until its owner confirms it (see
     /// [`Limiter::set_unconfirmed`]).
     pub fn is_unconfirmed(&self, id: KeyId) -> bool {
-        self.unconfirmed_windows
+        listed(&self.unconfirmed_windows, id)
+    }
+
+    /// Stores `windows` (sorted) in `list`. A change changes shares: every cached bound was
+    /// computed with the old list, so the liveness generation moves on.
+    fn set_windows(&self, list: &ArcSwapOption<Vec<KeyId>>, windows: Vec<KeyId>) {
+        let mut sorted = windows;
+        sorted.sort_unstable();
+        sorted.dedup();
+        if list
             .load()
             .as_deref()
-            .is_some_and(|b| b.binary_search(&id).is_ok())
+            .map_or(sorted.is_empty(), |c| *c == sorted)
+        {
+            return;
+        }
+        list.store((!sorted.is_empty()).then(|| std::sync::Arc::new(sorted)));
+        self.liveness_generation.fetch_add(1, Ordering::Release);
     }
+}
+
+/// Whether `id` is in `list` (sorted).
+fn listed(list: &ArcSwapOption<Vec<KeyId>>, id: KeyId) -> bool {
+    list.load()
+        .as_deref()
+        .is_some_and(|l| l.binary_search(&id).is_ok())
 }
