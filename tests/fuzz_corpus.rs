@@ -11,7 +11,9 @@ use limitmesh::crdt::HlcTimestamp;
 use limitmesh::crdt::Register;
 use limitmesh::fuzz_targets::{FUZZ_CLUSTER, FUZZ_KEY, FUZZ_NOW_MS, FUZZ_RECEIVER, TARGETS};
 use limitmesh::gossip::message::{Stamp, encode_batch, encode_batch_stamped, members_count};
-use limitmesh::gossip::wire::{Destination, Keyring, Kind, Sealer, cluster_tag};
+use limitmesh::gossip::wire::{
+    Destination, Keyring, Kind, Layout, Sealer, SenderCluster, cluster_tag,
+};
 use limitmesh::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
 use limitmesh::membership::{Membership, NodeId};
 
@@ -122,8 +124,13 @@ fn write_seed_corpus() {
     {
         let mut out = Vec::new();
         let node = (i % 2 == 0).then_some(FUZZ_RECEIVER);
-        // Inputs 3 and 4 (from 0) under the compact header (`gossip/wire/envelope.rs`).
-        let compact = i == 3 || i == 4;
+        // Input 3 (from 0) under the compact header, 4 under the timed one
+        // (`gossip/wire/envelope.rs`).
+        let layout = match i {
+            3 => Layout::Compact,
+            4 => Layout::Timed(SenderCluster::At(FUZZ_NOW_MS - 5_000)),
+            _ => Layout::Full,
+        };
         sealer
             .seal(
                 &keyring,
@@ -131,7 +138,7 @@ fn write_seed_corpus() {
                 FUZZ_NOW_MS,
                 &body,
                 to(node),
-                compact,
+                layout,
                 &mut out,
             )
             .expect("seals");

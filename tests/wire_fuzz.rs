@@ -6,7 +6,7 @@ use limitmesh::crdt::HlcTimestamp;
 use limitmesh::crdt::Register;
 use limitmesh::gossip::message::{decode_batch, decode_batch_pair, encode_batch};
 use limitmesh::gossip::wire::{
-    Destination, DropReason, Keyring, Kind, Opener, Sealer, cluster_tag,
+    Destination, DropReason, Keyring, Kind, Layout, Opener, Sealer, SenderCluster, cluster_tag,
 };
 use limitmesh::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
 use limitmesh::membership::{Membership, NodeId};
@@ -111,8 +111,12 @@ fn random_and_mutated_datagrams_never_panic() {
                     addr: "10.0.0.1:7946".parse().unwrap(),
                     node: Some(RECEIVER),
                 },
-                // Both header layouts.
-                i % 3 == 0,
+                // Every header layout.
+                match i % 3 {
+                    0 => Layout::Compact,
+                    1 => Layout::Timed(SenderCluster::At(NOW - 5_000)),
+                    _ => Layout::Full,
+                },
                 &mut d,
             )
             .unwrap();

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use limitmesh::clock::Clock;
-use limitmesh::gossip::wire::{Destination, Keyring, Kind, Sealer, cluster_tag};
+use limitmesh::gossip::wire::{Destination, Keyring, Kind, Layout, Sealer, cluster_tag};
 use limitmesh::limiter::{CheckItem, CheckRequest, KeyHasher, Limit, Limiter, LimiterConfig};
 use limitmesh::membership::{Membership, NodeId};
 use limitmesh::node::{Node, NodeBuilder, NodeKeys, NodeParams};
@@ -163,7 +163,7 @@ fn attack(verify: bool) -> (Arc<Seen>, Vec<Arc<Limiter>>) {
                 now,
                 &packet,
                 to,
-                false,
+                Layout::Full,
                 &mut out,
             )?;
             attacker_seen

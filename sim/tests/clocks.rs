@@ -297,3 +297,54 @@ fn under_the_ledger_an_owner_whose_clock_is_mended_takes_its_windows_back_within
         );
     }
 }
+
+/// Three of five wall clocks step 5 s ahead: the median moves, and the serving nodes slew
+/// towards it together, for a thousand seconds. A node that restarts meanwhile (the measured
+/// key's owner, the seed above, or a user of it) takes the cluster time the serving members
+/// keep, which their datagrams say, not the moved reference: taking the reference, it was 5 s
+/// from every other member, and the key's use fell to nothing (ALGORITHM.md §1, Jumps).
+#[test]
+fn a_node_restarted_while_the_cluster_slews_takes_the_cluster_time_it_keeps() {
+    use limitmesh_sim::cluster::Fault;
+    for policy in POLICIES {
+        for restarted in [1usize, 0] {
+            let name = format!("node {restarted} restarted while slewing, {policy:?}, seed 5");
+            let mut cfg = scenario("steady", 5, 5).expect("known scenario");
+            cfg.duration_ms = 24_000;
+            cfg.policy = policy;
+            for node in [2, 3, 4] {
+                cfg.faults.push(Fault::ClockStep {
+                    node,
+                    at_ms: 6_000,
+                    by_ms: 5_000,
+                });
+            }
+            cfg.faults.push(Fault::Crash {
+                node: restarted,
+                at_ms: 9_000,
+                restart_ms: Some(10_000),
+            });
+            let out = run(&cfg).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let r = Report::new(&cfg, &out);
+            assert!(
+                out.faults.clock_forward_steps == 3 && out.faults.restarts == 1,
+                "{name}: the steps and the restart: {:?}",
+                out.faults
+            );
+            // The ledger's bound; the demand share's bars.
+            let (max, mean) = match policy {
+                Policy::Ledger(_) => (0.001, 0.0),
+                _ => (0.10, 0.01),
+            };
+            assert!(
+                r.over_admission_max <= max && r.over_admission_mean <= mean,
+                "{name}: {r:?}"
+            );
+            let used = used_between(&cfg, &out, 14, 24);
+            assert!(
+                used >= 0.9,
+                "{name}: {used:.3} used from 14 s to 24 s: {r:?}"
+            );
+        }
+    }
+}

@@ -188,6 +188,10 @@ pub enum Steer {
     /// At once: the node admits nothing yet (warm-up), or it is the first time it has peers to
     /// steer by (it served alone, on its own clock, until now).
     Jump,
+    /// At once, as [`Steer::Jump`], but to this base: the cluster time the members that serve
+    /// keep, which may not have reached the reference yet (they slew towards it). A node that
+    /// took the reference instead would be seconds from them while they slew.
+    JumpTo(i64),
     /// By at most [`SLEW_FORWARD_PER_MILLE`] (or [`SLEW_BACK_PER_MILLE`]) of the monotonic
     /// time since the last steer.
     Slew { elapsed_ms: u64 },
@@ -238,12 +242,16 @@ pub fn steer(
             uncorrected: true,
         };
     }
-    let wanted = reference.saturating_sub(base);
+    let target = match how {
+        Steer::JumpTo(to) => to,
+        Steer::Jump | Steer::Slew { .. } => reference,
+    };
+    let wanted = target.saturating_sub(base);
     let step = if wanted.abs() <= DEAD_BAND_MS {
         0
     } else {
         match how {
-            Steer::Jump => wanted,
+            Steer::Jump | Steer::JumpTo(_) => wanted,
             Steer::Slew { elapsed_ms } => {
                 let elapsed = i64::try_from(elapsed_ms).unwrap_or(i64::MAX);
                 let forward = elapsed.saturating_mul(SLEW_FORWARD_PER_MILLE) / 1_000;

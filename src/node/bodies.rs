@@ -6,7 +6,7 @@ use super::core::NodeCore;
 use super::return_route;
 use crate::clock::{Now, TimeSource};
 use crate::gossip::message::{Stamp, encode_batch_stamped, members_count};
-use crate::gossip::wire::{Destination, Kind};
+use crate::gossip::wire::{Destination, Kind, Layout, SenderCluster};
 use crate::limiter::Batch;
 
 impl<T: TimeSource> NodeCore<T> {
@@ -53,7 +53,40 @@ impl<T: TimeSource> NodeCore<T> {
     /// Seals `body` (one that carries no batch) for `to`, under the header `to` reads.
     pub(super) fn seal(&mut self, now: Now, kind: Kind, body: &[u8], to: Destination) {
         let compact = self.compact_to(now, to);
-        self.outbox.seal(kind, now.wall_ms, body, to, compact);
+        self.seal_as(now, kind, body, to, compact);
+    }
+
+    /// Seals `body` for `to` under the full header, or (`compact`, see [`Self::compact_to`])
+    /// the compact one: the timed one where `to` said it reads this node's cluster time.
+    pub(super) fn seal_as(
+        &mut self,
+        now: Now,
+        kind: Kind,
+        body: &[u8],
+        to: Destination,
+        compact: bool,
+    ) {
+        let layout = if !compact {
+            Layout::Full
+        } else if to
+            .node
+            .is_some_and(|n| self.features.reads_cluster_time(n, now.at))
+        {
+            Layout::Timed(self.cluster_word(now))
+        } else {
+            Layout::Compact
+        };
+        self.outbox.seal(kind, now.wall_ms, body, to, layout);
+    }
+
+    /// What this node says of its cluster time: it vouches for it once it serves, unless its
+    /// clock is cut off (its cluster time is then its wall clock, not the cluster's).
+    fn cluster_word(&self, now: Now) -> SenderCluster {
+        if self.warmup.is_none() && !self.clock_sync.fences().own && !self.far_fenced {
+            SenderCluster::At(now.cluster_ms)
+        } else {
+            SenderCluster::Unvouched
+        }
     }
 
     /// Tells `to` what this build reads, unless it was told lately (`features.rs`).
@@ -70,7 +103,6 @@ impl<T: TimeSource> NodeCore<T> {
             .filter(|m| self.liveness.is_member(*m))
             .is_some_and(|m| self.features.announce_due(m, now.at))
     }
-
     /// Sends `to` this node's `registers` of windows it owns and this node's `sums` of windows
     /// it uses: in one datagram (`Kind::Exchange`) when both fit and `to` reads one, as a
     /// summary and an aggregate otherwise. A datagram costs its envelope (64 bytes) and prefix
@@ -98,8 +130,7 @@ impl<T: TimeSource> NodeCore<T> {
             let mut body = self.body_prefix(to);
             body.extend_from_slice(r);
             body.extend_from_slice(s);
-            self.outbox
-                .seal(Kind::Exchange, now.wall_ms, &body, to, compact);
+            self.seal_as(now, Kind::Exchange, &body, to, compact);
             return;
         }
         self.seal_bodies(now, Kind::Summary, &r, to, compact);
@@ -158,7 +189,7 @@ impl<T: TimeSource> NodeCore<T> {
         for batch_body in bodies {
             let mut body = self.body_prefix(to);
             body.extend_from_slice(batch_body);
-            self.outbox.seal(kind, now.wall_ms, &body, to, compact);
+            self.seal_as(now, kind, &body, to, compact);
         }
     }
 }

@@ -2,11 +2,13 @@
 //! datagrams, steers the [`ClusterClock`] once per round, and decides who is cut off for a
 //! clock too far from the cluster's (this node, or a peer).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
-use crate::clock::calibrator::{self, Calibrator, Steer};
+use crate::clock::calibrator::{self, Calibrator, Steer, median};
 use crate::clock::{ClusterClock, Now, TimeSource};
+use crate::gossip::wire::SenderCluster;
+use crate::limiter::IdHashBuilder;
 
 /// What the node publishes about its clock (metrics, `members`, `inspect`).
 #[derive(Debug, Default)]
@@ -49,6 +51,9 @@ pub struct ClockSync {
     steered_by_peers: bool,
     fences: Fences,
     start_gap: i64,
+    /// Per peer, its newest word on its cluster time (by send time, on its wall clock) and
+    /// what it said: cluster time minus its wall clock, or `None` if it did not vouch for it.
+    cluster_words: HashMap<u128, (u64, Option<i64>), IdHashBuilder>,
 }
 
 impl ClockSync {
@@ -61,7 +66,50 @@ impl ClockSync {
             steered_by_peers: false,
             fences: Fences::default(),
             start_gap,
+            cluster_words: HashMap::default(),
         }
+    }
+
+    /// `peer`'s datagram sent at `sent_ms` (its wall clock) said `word` of its cluster time.
+    /// The newest word holds: a late datagram does not take an older one back.
+    pub fn heard_cluster(&mut self, peer: u128, sent_ms: u64, word: SenderCluster) {
+        let gap = match word {
+            SenderCluster::At(t) => {
+                Some(i64::try_from(i128::from(t) - i128::from(sent_ms)).unwrap_or(0))
+            }
+            SenderCluster::Unvouched => None,
+        };
+        let entry = self.cluster_words.entry(peer).or_insert((sent_ms, gap));
+        if sent_ms >= entry.0 {
+            *entry = (sent_ms, gap);
+        }
+    }
+
+    /// How many of `peers` said anything of their cluster time.
+    pub fn cluster_words_of(&self, peers: impl IntoIterator<Item = u128>) -> usize {
+        peers
+            .into_iter()
+            .filter(|p| self.cluster_words.contains_key(p))
+            .count()
+    }
+
+    /// The base (cluster time minus this node's monotonic clock) that the members of `peers`
+    /// that serve keep: the median of their estimates (a peer's wall clock as estimated, plus
+    /// the gap it said between its cluster time and its wall clock), with `own` among them
+    /// when this node serves. `None` when no peer vouched for its cluster time.
+    fn served_base(&self, peers: &[u128], own: Option<i64>) -> Option<i64> {
+        let mut all: Vec<i64> = peers
+            .iter()
+            .filter_map(|p| {
+                let gap = self.cluster_words.get(p)?.1?;
+                Some(self.calibrator.estimate(*p)?.saturating_add(gap))
+            })
+            .collect();
+        if all.is_empty() {
+            return None;
+        }
+        all.extend(own);
+        Some(median(&mut all))
     }
 
     pub fn observe(&mut self, peer: u128, sent_wall_ms: u64, mono_ms: u64) {
@@ -69,6 +117,7 @@ impl ClockSync {
     }
 
     pub fn retain(&mut self, keep: impl Fn(u128) -> bool) {
+        self.cluster_words.retain(|p, _| keep(*p));
         self.calibrator.retain(keep);
     }
 
@@ -114,8 +163,9 @@ impl ClockSync {
     }
 
     /// Steers `clock` towards the median of this node's wall clock and those of `peers` (the
-    /// members SWIM holds up): at once while `warming` or at the first contact with peers, at
-    /// the slew bound otherwise. Publishes the outcome to `stats` and logs changes of who is
+    /// members SWIM holds up): at the slew bound while serving; at once while `warming` or at
+    /// the first contact with peers, and then to the cluster time the serving members keep
+    /// where they said it. Publishes the outcome to `stats` and logs changes of who is
     /// cut off.
     pub fn round<T: TimeSource>(
         &mut self,
@@ -130,8 +180,15 @@ impl ClockSync {
         let reference = self.calibrator.reference(own, peers.iter().copied());
         let heard_peers = peers.iter().any(|p| self.calibrator.estimate(*p).is_some());
         let first_contact = heard_peers && !self.steered_by_peers;
+        // A jump takes the cluster time the serving members keep where any vouches for it
+        // (they may be slewing towards a reference that moved), and the reference otherwise.
+        let jump = || {
+            let own = (!warming).then(|| clock.base());
+            self.served_base(peers, own)
+                .map_or(Steer::Jump, Steer::JumpTo)
+        };
         let how = match (warming || first_contact, self.last_steer_mono) {
-            (true, _) => Steer::Jump,
+            (true, _) => jump(),
             (false, None) => Steer::Slew { elapsed_ms: 0 },
             (false, Some(last)) => Steer::Slew {
                 elapsed_ms: mono.saturating_sub(last),
@@ -204,5 +261,58 @@ impl ClockSync {
         stats
             .forward_steps
             .store(clock.forward_steps(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::clock::calibrator::DEAD_BAND_MS;
+
+    const MONO: u64 = 100_000;
+
+    /// One warming round of a node whose wall clock reads its monotonic one, with peers 1 to 4
+    /// whose wall clocks are 5 s ahead (seen 1 ms late); returns how far cluster time moved.
+    fn warming_round(sync: &mut ClockSync) -> i64 {
+        let clock = ClusterClock::new(ManualClock::new(MONO));
+        let before = clock.base();
+        for peer in 1..=4u128 {
+            sync.observe(peer, MONO + 5_000 - 1, MONO);
+        }
+        let now = Now {
+            at: crate::clock::monotonic_now(),
+            cluster_ms: MONO,
+            wall_ms: MONO,
+            mono_ms: MONO,
+        };
+        sync.round(&clock, &now, &[1, 2, 3, 4], true, &ClockStats::default());
+        clock.base() - before
+    }
+
+    /// The wall clocks of most members stepped 5 s ahead: the reference moved, and the members
+    /// that serve slew towards it. A warming node jumps to the cluster time they keep, which
+    /// their words say, not to the reference; with no word vouched for, to the reference.
+    #[test]
+    fn a_warming_node_jumps_to_the_cluster_time_the_serving_members_keep() {
+        let mut sync = ClockSync::new(10_000, 0);
+        assert_eq!(
+            warming_round(&mut sync),
+            5_000 - 1,
+            "no word: the reference"
+        );
+
+        let mut sync = ClockSync::new(10_000, 0);
+        for peer in 1..=3u128 {
+            // Serving: cluster time where it was before their wall clocks stepped.
+            sync.heard_cluster(peer, MONO + 5_000 - 1, SenderCluster::At(MONO - 1));
+        }
+        // Warming: its cluster time is not the cluster's.
+        sync.heard_cluster(4, MONO + 5_000 - 1, SenderCluster::Unvouched);
+        // An older word of peer 1 that came late does not take the newer one back.
+        sync.heard_cluster(1, MONO + 5_000 - 100, SenderCluster::Unvouched);
+        assert_eq!(sync.cluster_words_of(1..=5), 4);
+        let moved = warming_round(&mut sync);
+        assert!(moved.abs() <= DEAD_BAND_MS, "moved {moved} ms");
     }
 }

@@ -246,8 +246,7 @@ impl<T: TimeSource> NodeCore<T> {
             let compact = self.compact_to(now, to);
             let mut body = self.body_prefix(to);
             body.extend_from_slice(&empty_batch_body(Stamp::for_header(compact, now.wall_ms)));
-            self.outbox
-                .seal(Kind::AntiEntropy, now.wall_ms, &body, to, compact);
+            self.seal_as(now, Kind::AntiEntropy, &body, to, compact);
             return;
         }
         self.send_batch(now, Kind::AntiEntropy, own, &[to]);

@@ -35,8 +35,14 @@ pub const SEALED: u8 = 8;
 /// Reads a leaving owner's `LedgerEntry::Handoff` (a build before it drops the whole
 /// section).
 pub const HANDOFF: u8 = 16;
+/// Reads the timed header, which says the sender's cluster time (`gossip/wire/envelope.rs`).
+pub const CLUSTER_TIME: u8 = 32;
+/// Not a feature but a request: the sender is warming up and waits for this node's word on
+/// its cluster time (`status.rs`, `update_readiness`), which a heartbeat back carries under
+/// the timed header.
+pub const ASKS_CLUSTER_TIME: u8 = 64;
 /// What this build reads: the flags it announces.
-pub const READS: u8 = EXCHANGE | COMPACT | SEALED | HANDOFF;
+pub const READS: u8 = EXCHANGE | COMPACT | SEALED | HANDOFF | CLUSTER_TIME;
 
 /// How often a member this node sends to hears its flags again: an announcement is one
 /// datagram, and may be lost like any other.
@@ -73,6 +79,11 @@ impl PeerFeatures {
     /// Whether `member` said, lately as of `at`, that it reads an exchange.
     pub fn reads_exchange(&self, member: u128, at: Instant) -> bool {
         self.reads(member, EXCHANGE, at)
+    }
+
+    /// Whether `member` said, lately as of `at`, that it reads the timed header.
+    pub fn reads_cluster_time(&self, member: u128, at: Instant) -> bool {
+        self.reads(member, CLUSTER_TIME, at)
     }
 
     /// Whether `member` said, lately as of `at`, that it reads the compact header.
@@ -140,6 +151,10 @@ mod tests {
         assert!(f.reads_sealed(7, t) && !f.reads_compact(7, t));
         f.heard(7, EXCHANGE, t);
         assert!(!f.reads_sealed(7, t), "the latest word holds");
+        f.heard(7, COMPACT | CLUSTER_TIME, t);
+        assert!(f.reads_cluster_time(7, t) && !f.reads_exchange(7, t));
+        f.heard(7, EXCHANGE, t);
+        assert!(!f.reads_cluster_time(7, t), "the latest word holds");
         // Said once and never again (lost, or forged for a member that cannot read one).
         assert!(f.reads_exchange(7, t + Duration::from_secs(74)));
         assert!(!f.reads_exchange(7, t + FLAGS_LAST));

@@ -406,8 +406,7 @@ impl<T: TimeSource> NodeCore<T> {
         for body in bodies {
             let mut full = self.body_prefix(to);
             full.extend_from_slice(&body);
-            self.outbox
-                .seal(Kind::Ledger, now.wall_ms, &full, to, compact);
+            self.seal_as(now, Kind::Ledger, &full, to, compact);
         }
     }
 }

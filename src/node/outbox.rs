@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::gossip::wire::{Destination, Keyring, Kind, OVERHEAD, Sealer};
+use crate::gossip::wire::{Destination, Keyring, Kind, Layout, OVERHEAD, Sealer};
 
 /// A sealed datagram, ready for the socket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,11 +40,11 @@ impl Outbox {
         self.sealer.max_body()
     }
 
-    /// Seals `body` for `to`, sent at `wall_ms`, and queues it; under the compact header if
-    /// `compact` (`to` said it reads one). A body too large for a datagram is not sent: every
+    /// Seals `body` for `to`, sent at `wall_ms`, and queues it, under `layout` (a compact one
+    /// only where `to` said it reads one). A body too large for a datagram is not sent: every
     /// caller sizes its bodies to [`Outbox::max_body`], so this is a bug guard, logged rather
     /// than a reason to stop the node.
-    pub fn seal(&mut self, kind: Kind, wall_ms: u64, body: &[u8], to: Destination, compact: bool) {
+    pub fn seal(&mut self, kind: Kind, wall_ms: u64, body: &[u8], to: Destination, layout: Layout) {
         let mut datagram = Vec::with_capacity(body.len() + OVERHEAD);
         match self.sealer.seal(
             &self.keyring,
@@ -52,7 +52,7 @@ impl Outbox {
             wall_ms,
             body,
             to,
-            compact,
+            layout,
             &mut datagram,
         ) {
             Ok(()) => self.queued.push(Outgoing {

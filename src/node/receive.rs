@@ -104,6 +104,10 @@ impl<T: TimeSource> NodeCore<T> {
         if steers {
             self.clock_sync
                 .observe(header.sender, header.sent_ms, now.mono_ms);
+            if let Some(word) = header.cluster {
+                self.clock_sync
+                    .heard_cluster(header.sender, header.sent_ms, word);
+            }
         }
         if let Some(offset) = self.clock_sync.offset_of(header.sender)
             && offset.unsigned_abs() > self.params.offset_warn_ms
@@ -190,6 +194,14 @@ impl<T: TimeSource> NodeCore<T> {
                 // of an older build datagrams it drops (compact headers, exchanges).
                 if from_receives {
                     self.features.heard(header.sender, *flags, now.at);
+                    if *flags & super::features::ASKS_CLUSTER_TIME != 0 {
+                        // One heartbeat, the request's size, to the member's own address.
+                        let to = Destination {
+                            addr: from,
+                            node: Some(header.sender),
+                        };
+                        self.send_flags(now, to, super::features::READS);
+                    }
                 }
                 if *flags & super::features::ASKS_ECHO != 0
                     && self

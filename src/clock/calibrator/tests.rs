@@ -324,3 +324,26 @@ fn a_datagrams_lateness_is_told_against_the_quickest_before_it() {
     assert_eq!(c.lateness_ms(9, 106_400 - 1, 100_400, 200), None);
     assert_eq!(c.lateness_ms(7, 1, 1, 200), None, "a peer never heard");
 }
+
+/// A jump to a target lands on it, whatever the reference; within the dead band of it, time
+/// is left alone. The fence is still judged against the reference.
+#[test]
+fn a_jump_to_a_target_lands_on_it() {
+    let s = steer(1_000, 6_000, 6_000, 10_000, false, Steer::JumpTo(1_500));
+    assert_eq!(s.base, 1_500);
+    assert!(!s.fenced);
+    let s = steer(
+        1_000,
+        6_000,
+        6_000,
+        10_000,
+        false,
+        Steer::JumpTo(1_000 + DEAD_BAND_MS),
+    );
+    assert_eq!(s.base, 1_000);
+    // The serving members are 9.5 s from the reference: so is the node that joins them, cut
+    // off as they are.
+    let s = steer(0, 9_500, 9_500, 10_000, false, Steer::JumpTo(0));
+    assert_eq!(s.base, 0);
+    assert!(s.fenced);
+}

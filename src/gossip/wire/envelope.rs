@@ -15,6 +15,15 @@
 //! | "LM" | v3 | kind | tag low16 | finger low16 | sent ms low40 | sender | counter low48 | stream |
 //! ```
 //!
+//! The timed one (version 4) is the compact layout followed by the sender's cluster time at
+//! sending, as `cluster − sent` in an `i32` ([`SenderCluster`]; `i32::MIN`: the sender does not
+//! vouch for it). It goes only to members that said they read it:
+//!
+//! ```text
+//! 0     39                 43
+//! | v3's | cluster − sent ms |
+//! ```
+//!
 //! - The cluster tag and key fingerprint only steer a datagram cheaply (to "another cluster", or
 //!   to the key to try); the AEAD decides. Sixteen bits of each do that: a neighbour's datagram
 //!   that shares them fails as forged instead of as foreign, one time in 65 536.
@@ -31,7 +40,7 @@ use chacha20poly1305::XNonce;
 
 use super::{
     ADDRESSED, COMPACT_HEADER_LEN, COMPACT_VERSION, DropReason, HEADER_LEN, Kind, MAGIC,
-    WIRE_VERSION,
+    TIMED_HEADER_LEN, TIMED_VERSION, WIRE_VERSION,
 };
 
 /// Where a datagram goes.
@@ -42,6 +51,35 @@ pub struct Destination {
     /// only for a seed known by its address alone.
     pub node: Option<u128>,
 }
+
+/// What a timed header says of its sender's cluster time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SenderCluster {
+    /// The sender does not vouch for its cluster time: it is warming up, or its clock is cut
+    /// off, so its cluster time is not the cluster's.
+    Unvouched,
+    /// The sender's cluster time when it sent the datagram.
+    At(u64),
+}
+
+/// The header a datagram goes under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    Full,
+    Compact,
+    /// The compact layout with the sender's cluster time.
+    Timed(SenderCluster),
+}
+
+impl Layout {
+    /// Whether the layout sends the compact fields (a batch's stamps are laid out for it).
+    pub fn is_compact(self) -> bool {
+        !matches!(self, Layout::Full)
+    }
+}
+
+/// `i32::MIN` on the wire: [`SenderCluster::Unvouched`].
+const UNVOUCHED: i32 = i32::MIN;
 
 /// The clear part of a datagram.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +93,8 @@ pub struct Header {
     pub key_fingerprint: u32,
     /// The sender's wall clock when it sent the datagram.
     pub sent_ms: u64,
+    /// In the timed layout: the sender's word on its cluster time.
+    pub cluster: Option<SenderCluster>,
     /// The sender's boot id (its origin).
     pub sender: u128,
     /// The sender's datagram counter, across destinations (the nonce).
@@ -96,10 +136,19 @@ fn widen_sent_ms(low: u64, now_ms: u64) -> u64 {
 impl Header {
     /// The header's length in its layout.
     pub fn encoded_len(&self) -> usize {
-        if self.compact {
-            COMPACT_HEADER_LEN
-        } else {
-            HEADER_LEN
+        match (self.compact, self.cluster) {
+            (true, Some(_)) => TIMED_HEADER_LEN,
+            (true, None) => COMPACT_HEADER_LEN,
+            (false, _) => HEADER_LEN,
+        }
+    }
+
+    /// The layout this header is written in.
+    pub fn layout(&self) -> Layout {
+        match (self.compact, self.cluster) {
+            (true, Some(c)) => Layout::Timed(c),
+            (true, None) => Layout::Compact,
+            (false, _) => Layout::Full,
         }
     }
 
@@ -107,7 +156,10 @@ impl Header {
         out.extend_from_slice(&MAGIC);
         let kind = self.kind as u8 | if self.addressed { ADDRESSED } else { 0 };
         if self.compact {
-            out.push(COMPACT_VERSION);
+            out.push(match self.cluster {
+                Some(_) => TIMED_VERSION,
+                None => COMPACT_VERSION,
+            });
             out.push(kind);
             out.extend_from_slice(&(self.cluster_tag as u16).to_le_bytes());
             out.extend_from_slice(&(self.key_fingerprint as u16).to_le_bytes());
@@ -115,6 +167,9 @@ impl Header {
             out.extend_from_slice(&self.sender.to_le_bytes());
             out.extend_from_slice(&low_bytes(self.counter, 6)[..6]);
             out.extend_from_slice(&self.stream.to_le_bytes());
+            if let Some(cluster) = self.cluster {
+                out.extend_from_slice(&cluster_gap(cluster, self.sent_ms).to_le_bytes());
+            }
             return;
         }
         out.push(WIRE_VERSION);
@@ -136,15 +191,16 @@ impl Header {
         if b[0..2] != MAGIC {
             return Err(DropReason::BadMagic);
         }
-        let compact = match b[2] {
-            WIRE_VERSION => false,
-            COMPACT_VERSION => true,
+        let (compact, timed) = match b[2] {
+            WIRE_VERSION => (false, false),
+            COMPACT_VERSION => (true, false),
+            TIMED_VERSION => (true, true),
             _ => return Err(DropReason::UnsupportedVersion),
         };
-        let len = if compact {
-            COMPACT_HEADER_LEN
-        } else {
-            HEADER_LEN
+        let len = match (compact, timed) {
+            (true, true) => TIMED_HEADER_LEN,
+            (true, false) => COMPACT_HEADER_LEN,
+            (false, _) => HEADER_LEN,
         };
         if b.len() < len {
             return Err(DropReason::TooShort);
@@ -161,17 +217,24 @@ impl Header {
         let mut sender = [0u8; 16];
         sender.copy_from_slice(&b[at[3]..at[3] + 16]);
         let sent = field(at[2], sent_w);
+        let sent_ms = if compact {
+            widen_sent_ms(sent, now_ms)
+        } else {
+            sent
+        };
+        let cluster = timed.then(|| {
+            let mut gap = [0u8; 4];
+            gap.copy_from_slice(&b[COMPACT_HEADER_LEN..TIMED_HEADER_LEN]);
+            sender_cluster(i32::from_le_bytes(gap), sent_ms)
+        });
         Ok(Header {
             kind,
             addressed: b[3] & ADDRESSED != 0,
             compact,
             cluster_tag: field(at[0], tag_w) as u32,
             key_fingerprint: field(at[1], tag_w) as u32,
-            sent_ms: if compact {
-                widen_sent_ms(sent, now_ms)
-            } else {
-                sent
-            },
+            sent_ms,
+            cluster,
             sender: u128::from_le_bytes(sender),
             counter: field(at[4], counter_w),
             stream: field(at[5], 4) as u32,
@@ -195,6 +258,29 @@ impl Header {
     }
 }
 
+/// `cluster − sent_ms` on the wire: [`UNVOUCHED`] for a cluster time not vouched for, or one
+/// too far from the send time to write (such a clock is cut off: it does not vouch).
+fn cluster_gap(cluster: SenderCluster, sent_ms: u64) -> i32 {
+    match cluster {
+        SenderCluster::Unvouched => UNVOUCHED,
+        SenderCluster::At(t) => i32::try_from(i128::from(t) - i128::from(sent_ms))
+            .ok()
+            .filter(|g| *g != UNVOUCHED)
+            .unwrap_or(UNVOUCHED),
+    }
+}
+
+/// The word a gap read from the wire gives; one that would put cluster time outside `u64` is
+/// not vouched for.
+fn sender_cluster(gap: i32, sent_ms: u64) -> SenderCluster {
+    if gap == UNVOUCHED {
+        return SenderCluster::Unvouched;
+    }
+    sent_ms
+        .checked_add_signed(i64::from(gap))
+        .map_or(SenderCluster::Unvouched, SenderCluster::At)
+}
+
 /// The associated data of a datagram: its header bytes (`header_len` of them), the
 /// receiver's id if addressed, and, under the compact header (which sends 16 bits of it), the
 /// whole cluster tag: two clusters that share a secret stay apart by all 32 bits.
@@ -212,7 +298,7 @@ pub(super) fn associated_data(
         len += 16;
     }
     if let Some(tag) = compact_cluster_tag {
-        // 39 + 16 + 4 fits the 64 bytes of a full header and a receiver.
+        // 43 + 16 + 4 fits the 64 bytes of a full header and a receiver.
         aad[len..len + 4].copy_from_slice(&tag.to_le_bytes());
         len += 4;
     }
@@ -243,5 +329,56 @@ mod tests {
         // the two are at least SPAN/2 apart.
         let far = now + SPAN / 2 + 1;
         assert!(widen_sent_ms(far & (SPAN - 1), now).abs_diff(now) >= SPAN / 2 - 1);
+    }
+
+    #[test]
+    fn a_timed_header_carries_its_senders_cluster_time_or_says_it_is_not_vouched_for() {
+        let now = 1_764_000_000_000u64;
+        let header = |cluster| Header {
+            kind: Kind::Summary,
+            addressed: true,
+            compact: true,
+            cluster_tag: 0xAB,
+            key_fingerprint: 0xCD,
+            sent_ms: now,
+            cluster,
+            sender: 7,
+            counter: 9,
+            stream: 3,
+        };
+        let far = now + 1 + i32::MAX as u64;
+        for (said, read) in [
+            (SenderCluster::At(now), SenderCluster::At(now)),
+            (
+                SenderCluster::At(now - 5_000),
+                SenderCluster::At(now - 5_000),
+            ),
+            (
+                SenderCluster::At(now + 5_000),
+                SenderCluster::At(now + 5_000),
+            ),
+            (SenderCluster::Unvouched, SenderCluster::Unvouched),
+            // Too far from the send time to write: not vouched for.
+            (SenderCluster::At(far), SenderCluster::Unvouched),
+            (SenderCluster::At(0), SenderCluster::Unvouched),
+        ] {
+            let mut out = Vec::new();
+            header(Some(said)).write(&mut out);
+            assert_eq!(out.len(), TIMED_HEADER_LEN);
+            assert_eq!(out[2], TIMED_VERSION);
+            let parsed = Header::parse(&out, now + 3).expect("parses");
+            assert_eq!(parsed.cluster, Some(read), "{said:?}");
+            assert_eq!(parsed.layout(), Layout::Timed(read));
+            assert_eq!(parsed.encoded_len(), TIMED_HEADER_LEN);
+            assert_eq!(
+                Header::parse(&out[..COMPACT_HEADER_LEN + 2], now),
+                Err(DropReason::TooShort)
+            );
+        }
+        // The compact layout says nothing of cluster time.
+        let mut out = Vec::new();
+        header(None).write(&mut out);
+        assert_eq!(out.len(), COMPACT_HEADER_LEN);
+        assert_eq!(Header::parse(&out, now).expect("parses").cluster, None);
     }
 }

@@ -37,7 +37,7 @@ mod tests;
 
 use thiserror::Error;
 
-pub use self::envelope::{Destination, Header};
+pub use self::envelope::{Destination, Header, Layout, SenderCluster};
 pub use self::keyring::Keyring;
 pub use self::seal::{Opened, Opener, Sealer, Stale, stale_body};
 
@@ -45,8 +45,12 @@ pub const MAGIC: [u8; 2] = *b"LM";
 pub const WIRE_VERSION: u8 = 2;
 /// The compact header's version (`envelope.rs`): sent only to members that read it.
 pub const COMPACT_VERSION: u8 = 3;
+/// The timed header's version: the compact layout and its sender's cluster time
+/// (`envelope.rs`), sent only to members that read it.
+pub const TIMED_VERSION: u8 = 4;
 pub const HEADER_LEN: usize = 48;
 pub const COMPACT_HEADER_LEN: usize = 39;
+pub const TIMED_HEADER_LEN: usize = COMPACT_HEADER_LEN + 4;
 pub const TAG_LEN: usize = 16;
 /// Bytes the envelope adds to a body: at most this (the full header).
 pub const OVERHEAD: usize = HEADER_LEN + TAG_LEN;

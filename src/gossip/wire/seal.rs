@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use chacha20poly1305::Tag;
 use chacha20poly1305::aead::AeadInPlace;
 
-use super::envelope::{Destination, Header, associated_data};
+use super::envelope::{Destination, Header, Layout, associated_data};
 use super::replay::ReplayTable;
 use super::{
     COMPACT_OVERHEAD, DropReason, Keyring, Kind, MAX_CLOCK_DISTANCE_MS, MAX_STREAMS, OVERHEAD,
@@ -52,9 +52,9 @@ impl Sealer {
         self.counter.saturating_add(1) < 1 << super::envelope::COUNTER_BITS
     }
 
-    /// Seals `body`, for `to`, into `out` (cleared first); under the compact header if
-    /// `compact` (the receiver reads it, and [`Sealer::compact_possible`]: a body may be laid
-    /// out for one header, so the header is never changed behind the caller's back).
+    /// Seals `body`, for `to`, into `out` (cleared first), under `layout`: a compact one only
+    /// where the receiver reads it and [`Sealer::compact_possible`] (a body may be laid out for
+    /// one header, so the header is never changed behind the caller's back).
     #[allow(clippy::too_many_arguments)]
     pub fn seal(
         &mut self,
@@ -63,9 +63,10 @@ impl Sealer {
         sent_ms: u64,
         body: &[u8],
         to: Destination,
-        compact: bool,
+        layout: Layout,
         out: &mut Vec<u8>,
     ) -> Result<(), WireError> {
+        let compact = layout.is_compact();
         if body.len() > self.max_body() {
             return Err(WireError::TooLarge {
                 len: body.len(),
@@ -85,6 +86,10 @@ impl Sealer {
             cluster_tag: self.cluster_tag,
             key_fingerprint: *fingerprint,
             sent_ms,
+            cluster: match layout {
+                Layout::Timed(c) => Some(c),
+                Layout::Full | Layout::Compact => None,
+            },
             sender: self.sender,
             counter: self.counter,
             stream,

@@ -24,7 +24,7 @@ const TO: Destination = Destination {
 fn sealed(kind: Kind, body: &[u8], keyring: &Keyring, sealer: &mut Sealer) -> Vec<u8> {
     let mut out = Vec::new();
     sealer
-        .seal(keyring, kind, NOW, body, TO, false, &mut out)
+        .seal(keyring, kind, NOW, body, TO, Layout::Full, &mut out)
         .unwrap();
     out
 }
@@ -32,7 +32,15 @@ fn sealed(kind: Kind, body: &[u8], keyring: &Keyring, sealer: &mut Sealer) -> Ve
 fn sealed_compact(sent_ms: u64, body: &[u8], keyring: &Keyring, sealer: &mut Sealer) -> Vec<u8> {
     let mut out = Vec::new();
     sealer
-        .seal(keyring, Kind::Summary, sent_ms, body, TO, true, &mut out)
+        .seal(
+            keyring,
+            Kind::Summary,
+            sent_ms,
+            body,
+            TO,
+            Layout::Compact,
+            &mut out,
+        )
         .unwrap();
     out
 }
@@ -170,7 +178,15 @@ fn bodies_that_do_not_fit_are_refused() {
     let mut out = Vec::new();
     let body = vec![0u8; 200 - OVERHEAD + 1];
     assert!(matches!(
-        sealer.seal(&ring(1), Kind::Summary, NOW, &body, TO, false, &mut out),
+        sealer.seal(
+            &ring(1),
+            Kind::Summary,
+            NOW,
+            &body,
+            TO,
+            Layout::Full,
+            &mut out
+        ),
         Err(WireError::TooLarge { .. })
     ));
 }
@@ -204,8 +220,16 @@ fn a_datagram_captured_on_its_way_elsewhere_opens_only_at_its_receiver() {
     let mut s = Sealer::new(tag, 7, 1400);
     let mut for_x = Vec::new();
     for _ in 0..500 {
-        s.seal(&k, Kind::Summary, NOW, b"to x", to(x, 1), false, &mut for_x)
-            .unwrap();
+        s.seal(
+            &k,
+            Kind::Summary,
+            NOW,
+            b"to x",
+            to(x, 1),
+            Layout::Full,
+            &mut for_x,
+        )
+        .unwrap();
     }
     let mut at_y = Opener::new(tag, 1400, y);
     assert_eq!(
@@ -213,8 +237,16 @@ fn a_datagram_captured_on_its_way_elsewhere_opens_only_at_its_receiver() {
         DropReason::Forged
     );
     let mut for_y = Vec::new();
-    s.seal(&k, Kind::Summary, NOW, b"to y", to(y, 2), false, &mut for_y)
-        .unwrap();
+    s.seal(
+        &k,
+        Kind::Summary,
+        NOW,
+        b"to y",
+        to(y, 2),
+        Layout::Full,
+        &mut for_y,
+    )
+    .unwrap();
     assert_eq!(at_y.open(&k, &mut for_y, NOW).unwrap().body, b"to y");
     // And X itself opens it once.
     let mut at_x = Opener::new(tag, 1400, x);
@@ -238,8 +270,16 @@ fn replayed_announcements_cannot_block_addressed_traffic() {
     let mut s = Sealer::new(tag, 7, 1400);
     let mut announce = Vec::new();
     for _ in 0..2_000 {
-        s.seal(&k, Kind::Membership, NOW, b"hi", seed, false, &mut announce)
-            .unwrap();
+        s.seal(
+            &k,
+            Kind::Membership,
+            NOW,
+            b"hi",
+            seed,
+            Layout::Full,
+            &mut announce,
+        )
+        .unwrap();
     }
     let mut opener = Opener::new(tag, 1400, RECEIVER);
     assert!(opener.open(&k, &mut announce.clone(), NOW).is_ok());
@@ -248,8 +288,16 @@ fn replayed_announcements_cannot_block_addressed_traffic() {
         DropReason::Replayed
     );
     let mut addressed = Vec::new();
-    s.seal(&k, Kind::Summary, NOW, b"x", TO, false, &mut addressed)
-        .unwrap();
+    s.seal(
+        &k,
+        Kind::Summary,
+        NOW,
+        b"x",
+        TO,
+        Layout::Full,
+        &mut addressed,
+    )
+    .unwrap();
     assert!(opener.open(&k, &mut addressed, NOW).is_ok());
 }
 
@@ -264,13 +312,37 @@ fn the_sealer_forgets_the_least_recently_used_destination() {
     };
     // Port 1 has the smallest address but is used last; port 2 is the least recent.
     for port in 1..=MAX_STREAMS as u16 {
-        s.seal(&k, Kind::Summary, NOW, b"x", dest(port), false, &mut out)
-            .unwrap();
+        s.seal(
+            &k,
+            Kind::Summary,
+            NOW,
+            b"x",
+            dest(port),
+            Layout::Full,
+            &mut out,
+        )
+        .unwrap();
     }
-    s.seal(&k, Kind::Summary, NOW, b"x", dest(1), false, &mut out)
-        .unwrap();
-    s.seal(&k, Kind::Summary, NOW, b"x", dest(60_000), false, &mut out)
-        .unwrap();
+    s.seal(
+        &k,
+        Kind::Summary,
+        NOW,
+        b"x",
+        dest(1),
+        Layout::Full,
+        &mut out,
+    )
+    .unwrap();
+    s.seal(
+        &k,
+        Kind::Summary,
+        NOW,
+        b"x",
+        dest(60_000),
+        Layout::Full,
+        &mut out,
+    )
+    .unwrap();
     assert!(s.streams.contains_key(&dest(1).addr));
     assert!(!s.streams.contains_key(&dest(2).addr));
     assert_eq!(s.streams[&dest(1).addr].number, 2);
@@ -443,7 +515,7 @@ fn a_sender_past_the_compact_counter_may_send_only_full_headers() {
     assert!(!sealer.compact_possible());
     let mut out = Vec::new();
     assert_eq!(
-        sealer.seal(&k, Kind::Summary, NOW, b"x", TO, true, &mut out),
+        sealer.seal(&k, Kind::Summary, NOW, b"x", TO, Layout::Compact, &mut out),
         Err(WireError::CompactCounter),
         "refused, not quietly sent under a header its body was not laid out for"
     );

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::crdt::{HlcTimestamp, Register};
-use crate::gossip::wire::Destination;
+use crate::gossip::wire::{Destination, Layout};
 use crate::limiter::{Batch, RegisterUpdate};
 
 /// `origin`'s register of `key`, stamped now on node `i`'s clock, `admitted` in the newest
@@ -92,8 +92,13 @@ fn impersonate(net: &mut Net, as_sender: u128) -> super::super::outbox::Outbox {
     let forger = super::super::outbox::Outbox::new(sealer, node.keyring.clone());
     let own = std::mem::replace(&mut node.outbox, forger);
     for _ in 0..4_096 {
-        node.outbox
-            .seal(Kind::Heartbeat, now.wall_ms, &[], unaddressed_to_0(), false);
+        node.outbox.seal(
+            Kind::Heartbeat,
+            now.wall_ms,
+            &[],
+            unaddressed_to_0(),
+            Layout::Full,
+        );
     }
     drop(node.outbox.take());
     own
@@ -166,7 +171,7 @@ fn a_member_sealing_in_a_live_members_name_cannot_move_its_replay_window() {
     let now = net.now(2);
     let node = net.nodes[2].as_mut().unwrap();
     node.outbox
-        .seal(Kind::Heartbeat, now.wall_ms, &[], to, false);
+        .seal(Kind::Heartbeat, now.wall_ms, &[], to, Layout::Full);
     let forged = node.outbox.take();
     node.outbox = own;
     for out in forged {

@@ -194,7 +194,8 @@ fn registers_and_sums_for_the_same_node_share_a_datagram() {
         to_1.contains(&Kind::Exchange),
         "node 0 sent node 1 {to_1:?}"
     );
-    // Node 1 said it reads the compact header too: what node 0 sent it lately has one.
+    // Node 1 said it reads the compact header and the timed one, which says the sender's
+    // cluster time: what node 0 sent it lately has the timed one.
     let versions: Vec<u8> = net.sent[0][from..]
         .iter()
         .filter(|o| o.to == addr(1))
@@ -202,7 +203,7 @@ fn registers_and_sums_for_the_same_node_share_a_datagram() {
         .collect();
     assert_eq!(
         versions.last(),
-        Some(&crate::gossip::wire::COMPACT_VERSION),
+        Some(&crate::gossip::wire::TIMED_VERSION),
         "{versions:?}"
     );
     net.admit(2, &a, 5);
