@@ -17,9 +17,12 @@ const SAMPLES: usize = 16;
 // A ring position fits in a byte (`PeerSamples`).
 const _: () = assert!(SAMPLES <= u8::MAX as usize);
 
-/// Corrections this small are not made: they are within what the estimate can tell (a sample
-/// is short by one network latency) and moving for them would only make time jitter.
-pub const DEAD_BAND_MS: i64 = 20;
+/// Corrections this small are not made: moving for them would only make time jitter. Half the
+/// ledger's clock margin (`CLOCK_MARGIN_MS`), so that two members that each keep within it of
+/// the reference are within the margin of each other, less what their estimates of the
+/// reference miss (a sample is short by the quickest one-way latency: well under a millisecond
+/// on a LAN).
+pub const DEAD_BAND_MS: i64 = (crate::ledger::tuning::CLOCK_MARGIN_MS / 2) as i64;
 
 /// How fast a serving node's cluster time may be pulled forward, as a share of elapsed time
 /// (per mille). Meanwhile its windows pass 0.5 % faster than they should, and it admits up to
@@ -141,6 +144,11 @@ impl Calibrator {
         Some(before.saturating_sub(sample).max(0).unsigned_abs())
     }
 
+    /// Forgets `peer`'s samples.
+    pub fn forget(&mut self, peer: u128) {
+        self.samples.remove(&peer);
+    }
+
     /// Forgets peers that are no longer members.
     pub fn retain(&mut self, keep: impl Fn(u128) -> bool) {
         self.samples.retain(|p, _| keep(*p));
@@ -242,8 +250,13 @@ pub fn steer(
             uncorrected: true,
         };
     }
+    // A jump lands no further than the tolerance from the reference, whatever it was given.
+    let tolerance = i64::try_from(max_drift_ms).unwrap_or(i64::MAX);
     let target = match how {
-        Steer::JumpTo(to) => to,
+        Steer::JumpTo(to) => to.clamp(
+            reference.saturating_sub(tolerance),
+            reference.saturating_add(tolerance),
+        ),
         Steer::Jump | Steer::Slew { .. } => reference,
     };
     let wanted = target.saturating_sub(base);

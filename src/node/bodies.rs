@@ -79,14 +79,18 @@ impl<T: TimeSource> NodeCore<T> {
         self.outbox.seal(kind, now.wall_ms, body, to, layout);
     }
 
-    /// What this node says of its cluster time: it vouches for it once it serves, unless its
-    /// clock is cut off (its cluster time is then its wall clock, not the cluster's).
+    /// What this node says of its cluster time: it vouches for it once it serves on a
+    /// cluster time its peers steered (`ClockSync::vouches`), and nothing while it hears
+    /// senders a minute off (it may be the one that is off). It says the time it steers to,
+    /// not a reading held still after a move back (`cluster.rs`), which is ahead of the
+    /// cluster's until real time catches up.
     fn cluster_word(&self, now: Now) -> SenderCluster {
-        if self.warmup.is_none() && !self.clock_sync.fences().own && !self.far_fenced {
-            SenderCluster::At(now.cluster_ms)
-        } else {
-            SenderCluster::Unvouched
+        if self.warmup.is_some() || self.far_fenced || !self.clock_sync.vouches() {
+            return SenderCluster::Unvouched;
         }
+        now.mono_ms
+            .checked_add_signed(self.clock.base())
+            .map_or(SenderCluster::Unvouched, SenderCluster::At)
     }
 
     /// Tells `to` what this build reads, unless it was told lately (`features.rs`).

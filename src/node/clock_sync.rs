@@ -51,9 +51,17 @@ pub struct ClockSync {
     steered_by_peers: bool,
     fences: Fences,
     start_gap: i64,
-    /// Per peer, its newest word on its cluster time (by send time, on its wall clock) and
-    /// what it said: cluster time minus its wall clock, or `None` if it did not vouch for it.
-    cluster_words: HashMap<u128, (u64, Option<i64>), IdHashBuilder>,
+    /// Per peer, its newest word on its cluster time, by its datagram counter (which orders
+    /// its datagrams as it sent them, whatever its wall clock did): whether it vouched for it.
+    cluster_words: HashMap<u128, (u64, bool), IdHashBuilder>,
+    /// Estimates of the cluster times of the peers whose newest word vouched for one, as
+    /// "its cluster − this node's mono": each datagram's word is a sample short by its
+    /// latency, as a send time is, and the estimate is the largest of the last few (it lags
+    /// a peer slewing back by the samples' span times the slew: tens of ms at most).
+    served: Calibrator,
+    /// Cluster time is left alone: this node's wall clock is beyond the tolerance, and its
+    /// cluster time is its own, not the cluster's.
+    uncorrected: bool,
 }
 
 impl ClockSync {
@@ -67,21 +75,32 @@ impl ClockSync {
             fences: Fences::default(),
             start_gap,
             cluster_words: HashMap::default(),
+            served: Calibrator::default(),
+            uncorrected: false,
         }
     }
 
-    /// `peer`'s datagram sent at `sent_ms` (its wall clock) said `word` of its cluster time.
-    /// The newest word holds: a late datagram does not take an older one back.
-    pub fn heard_cluster(&mut self, peer: u128, sent_ms: u64, word: SenderCluster) {
-        let gap = match word {
-            SenderCluster::At(t) => {
-                Some(i64::try_from(i128::from(t) - i128::from(sent_ms)).unwrap_or(0))
+    /// Whether this node's cluster time is the cluster's, for it to vouch for: peers steered
+    /// it, and its wall clock is within the tolerance (a node that served alone, or one left
+    /// uncorrected, runs on its own clock).
+    pub fn vouches(&self) -> bool {
+        self.steered_by_peers && !self.uncorrected
+    }
+
+    /// `peer`'s datagram number `counter`, received at `mono_ms`, said `word` of its cluster
+    /// time. The newest word decides whether the peer
+    /// vouches: a late datagram does not take a newer word back.
+    pub fn heard_cluster(&mut self, peer: u128, counter: u64, word: SenderCluster, mono_ms: u64) {
+        let vouched = matches!(word, SenderCluster::At(_));
+        let entry = self.cluster_words.entry(peer).or_insert((counter, vouched));
+        if counter >= entry.0 {
+            *entry = (counter, vouched);
+            if !vouched {
+                self.served.forget(peer);
             }
-            SenderCluster::Unvouched => None,
-        };
-        let entry = self.cluster_words.entry(peer).or_insert((sent_ms, gap));
-        if sent_ms >= entry.0 {
-            *entry = (sent_ms, gap);
+        }
+        if let (SenderCluster::At(t), true) = (word, entry.1) {
+            self.served.observe(peer, t, mono_ms);
         }
     }
 
@@ -94,21 +113,22 @@ impl ClockSync {
     }
 
     /// The base (cluster time minus this node's monotonic clock) that the members of `peers`
-    /// that serve keep: the median of their estimates (a peer's wall clock as estimated, plus
-    /// the gap it said between its cluster time and its wall clock), with `own` among them
-    /// when this node serves. `None` when no peer vouched for its cluster time.
-    fn served_base(&self, peers: &[u128], own: Option<i64>) -> Option<i64> {
+    /// that serve keep: the median of their estimates, of those within the tolerance of
+    /// `reference` (a vouched cluster time never is further: a node further from it is cut
+    /// off, and one with its wall clock beyond it vouches for nothing), so that a peer that
+    /// lies moves a jump no further than the wall clocks' median could be moved. `None` when
+    /// no peer vouched for its cluster time.
+    fn served_base(&self, peers: &[u128], reference: i64) -> Option<i64> {
+        let tolerance = i64::try_from(self.max_drift_ms).unwrap_or(i64::MAX);
         let mut all: Vec<i64> = peers
             .iter()
-            .filter_map(|p| {
-                let gap = self.cluster_words.get(p)?.1?;
-                Some(self.calibrator.estimate(*p)?.saturating_add(gap))
-            })
+            .filter(|p| self.cluster_words.get(p).is_some_and(|(_, v)| *v))
+            .filter_map(|p| self.served.estimate(*p))
+            .filter(|b| b.saturating_sub(reference).abs() <= tolerance)
             .collect();
         if all.is_empty() {
             return None;
         }
-        all.extend(own);
         Some(median(&mut all))
     }
 
@@ -118,6 +138,7 @@ impl ClockSync {
 
     pub fn retain(&mut self, keep: impl Fn(u128) -> bool) {
         self.cluster_words.retain(|p, _| keep(*p));
+        self.served.retain(&keep);
         self.calibrator.retain(keep);
     }
 
@@ -183,8 +204,7 @@ impl ClockSync {
         // A jump takes the cluster time the serving members keep where any vouches for it
         // (they may be slewing towards a reference that moved), and the reference otherwise.
         let jump = || {
-            let own = (!warming).then(|| clock.base());
-            self.served_base(peers, own)
+            self.served_base(peers, reference)
                 .map_or(Steer::Jump, Steer::JumpTo)
         };
         let how = match (warming || first_contact, self.last_steer_mono) {
@@ -207,6 +227,7 @@ impl ClockSync {
         // cluster time still until the cluster's catches up.
         clock.set_base(steering.base, warming);
         self.steered_by_peers |= heard_peers && !steering.uncorrected;
+        self.uncorrected = steering.uncorrected;
         self.last_steer_mono = Some(mono);
         self.reference = Some(reference);
 
@@ -305,14 +326,41 @@ mod tests {
         let mut sync = ClockSync::new(10_000, 0);
         for peer in 1..=3u128 {
             // Serving: cluster time where it was before their wall clocks stepped.
-            sync.heard_cluster(peer, MONO + 5_000 - 1, SenderCluster::At(MONO - 1));
+            sync.heard_cluster(peer, 10, SenderCluster::At(MONO - 1), MONO);
         }
         // Warming: its cluster time is not the cluster's.
-        sync.heard_cluster(4, MONO + 5_000 - 1, SenderCluster::Unvouched);
+        sync.heard_cluster(4, 10, SenderCluster::Unvouched, MONO);
         // An older word of peer 1 that came late does not take the newer one back.
-        sync.heard_cluster(1, MONO + 5_000 - 100, SenderCluster::Unvouched);
+        sync.heard_cluster(1, 9, SenderCluster::Unvouched, MONO);
         assert_eq!(sync.cluster_words_of(1..=5), 4);
         let moved = warming_round(&mut sync);
         assert!(moved.abs() <= DEAD_BAND_MS, "moved {moved} ms");
+    }
+
+    /// A peer that stops vouching (cut off, or restarted into its warm-up) is left out at
+    /// once; a peer whose word is further from the reference than the tolerance (a liar: an
+    /// honest one is never) moves nothing.
+    #[test]
+    fn a_jump_leaves_out_peers_that_stopped_vouching_and_words_beyond_the_tolerance() {
+        let mut sync = ClockSync::new(10_000, 0);
+        for peer in 1..=3u128 {
+            sync.heard_cluster(peer, 10, SenderCluster::At(MONO - 1), MONO);
+        }
+        for peer in 1..=2u128 {
+            sync.heard_cluster(peer, 11, SenderCluster::Unvouched, MONO);
+        }
+        // Peer 4 says its cluster time is an hour ahead.
+        sync.heard_cluster(4, 10, SenderCluster::At(MONO + 3_600_000), MONO);
+        // Left: peer 3's word, the cluster's time.
+        let moved = warming_round(&mut sync);
+        assert!(moved.abs() <= DEAD_BAND_MS, "moved {moved} ms");
+
+        let mut sync = ClockSync::new(10_000, 0);
+        sync.heard_cluster(4, 10, SenderCluster::At(MONO + 3_600_000), MONO);
+        assert_eq!(
+            warming_round(&mut sync),
+            5_000 - 1,
+            "the liar alone: the reference"
+        );
     }
 }

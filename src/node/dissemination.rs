@@ -45,6 +45,7 @@ impl<T: TimeSource> NodeCore<T> {
         if let Some(route) = &mut self.return_route {
             route.new_round();
         }
+        self.features.new_round();
         let suspects = self.membership.suspect_members();
         self.suspects = suspects.keys().copied().collect();
         for change in self.member_log.round(suspects) {

@@ -56,6 +56,8 @@ pub struct PeerFeatures {
     reads: HashMap<u128, (u8, Instant)>,
     /// When this node last announced its flags to each member.
     announced: HashMap<u128, Instant>,
+    /// Members whose ask for this node's cluster time was answered this round.
+    answered: BTreeSet<u128>,
 }
 
 impl PeerFeatures {
@@ -79,6 +81,17 @@ impl PeerFeatures {
     /// Whether `member` said, lately as of `at`, that it reads an exchange.
     pub fn reads_exchange(&self, member: u128, at: Instant) -> bool {
         self.reads(member, EXCHANGE, at)
+    }
+
+    /// Whether `member`'s ask for this node's cluster time (`ASKS_CLUSTER_TIME`) may be
+    /// answered: once a round, so that asks cannot draw more heartbeats than the warm-up needs.
+    pub fn may_answer(&mut self, member: u128) -> bool {
+        self.answered.insert(member)
+    }
+
+    /// A new round: every member may be answered again.
+    pub fn new_round(&mut self) {
+        self.answered.clear();
     }
 
     /// Whether `member` said, lately as of `at`, that it reads the timed header.
@@ -123,6 +136,7 @@ impl PeerFeatures {
     pub fn retain(&mut self, members: &BTreeSet<u128>) {
         self.reads.retain(|m, _| members.contains(m));
         self.announced.retain(|m, _| members.contains(m));
+        self.answered.retain(|m| members.contains(m));
     }
 }
 

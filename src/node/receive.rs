@@ -104,10 +104,6 @@ impl<T: TimeSource> NodeCore<T> {
         if steers {
             self.clock_sync
                 .observe(header.sender, header.sent_ms, now.mono_ms);
-            if let Some(word) = header.cluster {
-                self.clock_sync
-                    .heard_cluster(header.sender, header.sent_ms, word);
-            }
         }
         if let Some(offset) = self.clock_sync.offset_of(header.sender)
             && offset.unsigned_abs() > self.params.offset_warn_ms
@@ -166,6 +162,11 @@ impl<T: TimeSource> NodeCore<T> {
         // every node of an insecure cluster to a sliver of each limit for a minute.
         if steers && from_receives {
             self.liveness.counted(header.sender, count, now.at);
+            // So is its word on its cluster time, which a warming node may jump to.
+            if let Some(word) = header.cluster {
+                self.clock_sync
+                    .heard_cluster(header.sender, header.counter, word, now.mono_ms);
+            }
         }
         if header.kind == Kind::Heartbeat {
             // The digest of the sender's rules, after its flags (`rules_digest.rs`): taken from
@@ -194,8 +195,11 @@ impl<T: TimeSource> NodeCore<T> {
                 // of an older build datagrams it drops (compact headers, exchanges).
                 if from_receives {
                     self.features.heard(header.sender, *flags, now.at);
-                    if *flags & super::features::ASKS_CLUSTER_TIME != 0 {
-                        // One heartbeat, the request's size, to the member's own address.
+                    if *flags & super::features::ASKS_CLUSTER_TIME != 0
+                        && self.features.may_answer(header.sender)
+                    {
+                        // One heartbeat, about the request's size, to the member's own
+                        // address, at most one a round.
                         let to = Destination {
                             addr: from,
                             node: Some(header.sender),

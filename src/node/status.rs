@@ -2,6 +2,8 @@
 //! clock forces the strict scale), whether the warm-up is over, and the member list it
 //! publishes.
 
+use std::collections::BTreeSet;
+
 use super::core::{NodeCore, destination};
 use super::view::{MemberInfo, MemberState};
 use super::warmup::WarmupEnd;
@@ -142,6 +144,44 @@ impl<T: TimeSource> NodeCore<T> {
             .set_unconfirmed(ownership.unconfirmed.iter().copied().collect());
     }
 
+    /// Whether the members of `members` that read the timed header said what their cluster
+    /// time is (which a warming node jumps to, and may not once it serves): each of them, or
+    /// five in a `large` cluster. A member sends the timed header once it knows this node
+    /// reads it, and answers at once when asked; one that has not may have dropped this node's
+    /// flags (it counted this node no member yet), or sent it nothing since: it is asked again
+    /// each round.
+    fn heard_cluster_times(&mut self, now: Now, members: &[u128], large: bool) -> bool {
+        let timed: BTreeSet<u128> = members
+            .iter()
+            .copied()
+            .filter(|m| self.features.reads_cluster_time(*m, now.at))
+            .collect();
+        let needed = if large {
+            timed.len().min(5)
+        } else {
+            timed.len()
+        };
+        if self.clock_sync.cluster_words_of(timed.iter().copied()) >= needed {
+            return true;
+        }
+        let unsaid: Vec<Destination> = self
+            .membership
+            .members()
+            .iter()
+            .map(destination)
+            .filter(|d| {
+                d.node.is_some_and(|n| {
+                    timed.contains(&n) && self.clock_sync.cluster_words_of([n]) == 0
+                })
+            })
+            .collect();
+        let flags = super::features::READS | super::features::ASKS_CLUSTER_TIME;
+        for to in unsaid {
+            self.send_flags(now, to, flags);
+        }
+        false
+    }
+
     /// Ends the warm-up once the node holds the cluster's state (see `warmup.rs`).
     pub(super) fn update_readiness(&mut self, now: Now) {
         if self.warmup.is_none() {
@@ -151,42 +191,16 @@ impl<T: TimeSource> NodeCore<T> {
         // Two rounds for the members' pushes to land, and their join grace, after which this
         // node counts them live (and so shares the limit with them).
         let settle = (2 * self.params.gossip_interval).max(self.params.join_grace);
-        // And what the members that read the timed header said of their cluster time (they
-        // send it once they know this node reads it): a node that serves may not jump to it.
-        let timed: Vec<u128> = members
-            .iter()
-            .copied()
-            .filter(|m| self.features.reads_cluster_time(*m, now.at))
-            .collect();
-        let words = self.clock_sync.cluster_words_of(timed.iter().copied());
-        // A member sends the timed header once it knows this node reads it, and answers at
-        // once when asked; one that has not may have dropped this node's flags (it counted
-        // this node no member yet), or sent it nothing since: it is asked again each round.
-        if words < timed.len() {
-            let unsaid: Vec<Destination> = self
-                .membership
-                .members()
-                .iter()
-                .map(destination)
-                .filter(|d| {
-                    d.node.is_some_and(|n| {
-                        timed.contains(&n) && self.clock_sync.cluster_words_of([n]) == 0
-                    })
-                })
-                .collect();
-            for to in unsaid {
-                let flags = super::features::READS | super::features::ASKS_CLUSTER_TIME;
-                self.send_flags(now, to, flags);
-            }
-        }
-        let clocks = if self.ownership.is_some() {
+        let large = self.ownership.is_some();
+        let said = self.heard_cluster_times(now, &members, large);
+        let estimated = if large {
             // A node of a large cluster hears from the members it shares windows with: enough
             // of them for a median.
             self.clock_sync.estimates_of(members.iter().copied()) >= members.len().min(5)
-                && words >= timed.len().min(5)
         } else {
-            self.clock_sync.has_estimates(members.iter().copied()) && words == timed.len()
+            self.clock_sync.has_estimates(members.iter().copied())
         };
+        let clocks = estimated && said;
         let Some(w) = &self.warmup else {
             return;
         };

@@ -11,9 +11,10 @@ pub const LEASE_ROUNDS: u64 = 2;
 /// The lease lifetime at the default summary round (200 ms).
 pub const LEASE_MS: u64 = 400;
 
-/// How far a node's cluster clock may be off the owner's, in ms: cluster time keeps nodes
-/// within its steering dead band of the reference (`DEAD_BAND_MS`, 20 ms either way; closer
-/// than this in the common case). A user stops spending a lease this long before it ends, a
+/// How far a node's cluster clock may be off the owner's, in ms: cluster time keeps each node
+/// within its steering dead band of the reference (`DEAD_BAND_MS`, half this margin either
+/// way), less what its estimate of the reference misses (the quickest one-way latency). A user
+/// stops spending a lease this long before it ends, a
 /// lease's tokens take their slots this long past its end plus the window, and a spend takes
 /// its slot twice this long past its fine slot's end plus the window (its spender's clock and
 /// the next spender's may each be off the owner's the other way), so that every window, on

@@ -92,15 +92,18 @@ fn a_node_8_s_fast_is_corrected_during_warm_up() {
 #[test]
 fn noisy_latency_biases_the_estimate_by_no_more_than_the_smallest_latency() {
     // Every peer correct, latencies 1..=40 ms varying per datagram: the estimate keeps the
-    // tightest of the last 16, so cluster time stays within the dead band of true time.
+    // tightest of the last 16, so once it holds them (and a slew has made up for the jumps of
+    // the warm-up, made on the first few) cluster time stays within the dead band of true time;
+    // before, within the latency the first datagrams took.
     let rec = Recording {
         own_offset: constant(0, 200),
         peer_offsets: vec![constant(0, 200); 4],
         latency: |p, r| 1 + ((p * 31 + r * 17) % 40) as u64,
     };
     let s = replay(&rec, 5, 10_000);
-    for st in &s {
-        assert!(error_of(st).abs() <= DEAD_BAND_MS, "{st:?}");
+    for (round, st) in s.iter().enumerate() {
+        let within = if round < 30 { 40 } else { DEAD_BAND_MS };
+        assert!(error_of(st).abs() <= within, "round {round}: {st:?}");
     }
 }
 
@@ -341,9 +344,14 @@ fn a_jump_to_a_target_lands_on_it() {
         Steer::JumpTo(1_000 + DEAD_BAND_MS),
     );
     assert_eq!(s.base, 1_000);
-    // The serving members are 9.5 s from the reference: so is the node that joins them, cut
-    // off as they are.
+    // The reference moved 9.5 s, and the serving members follow it, cut off until they are
+    // closer: so is the node that joins them.
     let s = steer(0, 9_500, 9_500, 10_000, false, Steer::JumpTo(0));
     assert_eq!(s.base, 0);
     assert!(s.fenced);
+    // A target beyond the tolerance lands at its edge.
+    let s = steer(0, 0, 0, 10_000, false, Steer::JumpTo(3_600_000));
+    assert_eq!(s.base, 10_000);
+    let s = steer(0, 0, 0, 10_000, false, Steer::JumpTo(i64::MIN));
+    assert_eq!(s.base, -10_000);
 }

@@ -1,6 +1,6 @@
 //! The clear part of a datagram, and what authenticates it.
 //!
-//! Two layouts. The full one (version 2) is what every build reads:
+//! Three layouts. The full one (version 2) is what every build reads:
 //!
 //! ```text
 //! 0      2    3     4            8            12           20            36         44       48
@@ -87,7 +87,8 @@ pub struct Header {
     pub kind: Kind,
     /// Bound to the receiver's boot id (see the module documentation).
     pub addressed: bool,
-    /// In the compact layout: only the low 16 bits of the tag and of the fingerprint were sent.
+    /// In the compact layout, or the timed one (which extends it): only the low 16 bits of the
+    /// tag and of the fingerprint were sent.
     pub compact: bool,
     pub cluster_tag: u32,
     pub key_fingerprint: u32,
@@ -257,6 +258,9 @@ impl Header {
         *XNonce::from_slice(&n)
     }
 }
+
+// The associated data holds the longest header, a receiver and a whole cluster tag.
+const _: () = assert!(TIMED_HEADER_LEN + 16 + 4 <= HEADER_LEN + 16);
 
 /// `cluster − sent_ms` on the wire: [`UNVOUCHED`] for a cluster time not vouched for, or one
 /// too far from the send time to write (such a clock is cut off: it does not vouch).

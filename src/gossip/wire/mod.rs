@@ -1,11 +1,12 @@
 //! The datagram envelope: every UDP datagram a node sends, membership and summaries alike.
 //!
 //! ```text
-//! | header (48, or 39 compact) | ciphertext … | tag (16) |
+//! | header (48, 39 compact, or 43 timed) | ciphertext … | tag (16) |
 //! ```
 //!
 //! The header (`envelope.rs`) names the cluster, the key, the send time, the sender and its
-//! counters. Its compact layout goes only to members that said they read it.
+//! counters; its timed layout, also the sender's cluster time. The compact and timed layouts go
+//! only to members that said they read them.
 //!
 //! The body is sealed with XChaCha20-Poly1305 under a key of the cluster's keyring. The
 //! associated data is the header and, when the kind byte's high bit says the datagram is

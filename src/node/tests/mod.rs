@@ -529,6 +529,7 @@ fn a_replayed_datagram_is_dropped_and_changes_nothing() {
     );
 }
 
+mod cluster_time;
 mod far_clock;
 mod forged;
 mod ledger_ask;
