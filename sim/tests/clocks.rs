@@ -301,8 +301,9 @@ fn under_the_ledger_an_owner_whose_clock_is_mended_takes_its_windows_back_within
 /// Three of five wall clocks step 5 s ahead: the median moves, and the serving nodes slew
 /// towards it together, for a thousand seconds. A node that restarts meanwhile (the measured
 /// key's owner, the seed above, or a user of it) takes the cluster time the serving members
-/// keep, which their datagrams say, not the moved reference: taking the reference, it was 5 s
-/// from every other member, and the key's use fell to nothing (ALGORITHM.md §1, Jumps).
+/// keep, which their datagrams say, not the moved reference: a node that took the reference
+/// would be 5 s from every other member, and the key's use would fall to nothing within
+/// seconds (ALGORITHM.md §1, "A jump lands on the cluster time the serving members keep").
 #[test]
 fn a_node_restarted_while_the_cluster_slews_takes_the_cluster_time_it_keeps() {
     use limitmesh_sim::cluster::Fault;

@@ -19,7 +19,7 @@ const _: () = assert!(SAMPLES <= u8::MAX as usize);
 
 /// Corrections this small are not made: moving for them would only make time jitter. Half the
 /// ledger's clock margin (`CLOCK_MARGIN_MS`), so that two members that each keep within it of
-/// the reference are within the margin of each other, less what their estimates of the
+/// the reference are within the margin of each other, plus what their estimates of the
 /// reference miss (a sample is short by the quickest one-way latency: well under a millisecond
 /// on a LAN).
 pub const DEAD_BAND_MS: i64 = (crate::ledger::tuning::CLOCK_MARGIN_MS / 2) as i64;

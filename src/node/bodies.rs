@@ -107,6 +107,7 @@ impl<T: TimeSource> NodeCore<T> {
             .filter(|m| self.liveness.is_member(*m))
             .is_some_and(|m| self.features.announce_due(m, now.at))
     }
+
     /// Sends `to` this node's `registers` of windows it owns and this node's `sums` of windows
     /// it uses: in one datagram (`Kind::Exchange`) when both fit and `to` reads one, as a
     /// summary and an aggregate otherwise. A datagram costs its envelope (64 bytes) and prefix

@@ -8,7 +8,7 @@ use crate::clock::{Now, TimeSource};
 use crate::gossip::message::{
     Stamp, decode_batch_pair_stamped, decode_batch_stamped, members_count,
 };
-use crate::gossip::wire::{Destination, DropReason, Kind, TAG_LEN, stale_body};
+use crate::gossip::wire::{Destination, DropReason, Header, Kind, TAG_LEN, stale_body};
 use crate::limiter::{MergeReport, OriginId};
 
 impl<T: TimeSource> NodeCore<T> {
@@ -104,6 +104,11 @@ impl<T: TimeSource> NodeCore<T> {
         if steers {
             self.clock_sync
                 .observe(header.sender, header.sent_ms, now.mono_ms);
+            // So does its word on its cluster time, which a warming node may jump to; where
+            // anyone can forge datagrams, only from one that echoes this node's cookie (below).
+            if self.return_route.is_none() {
+                self.heard_cluster(now, &header);
+            }
         }
         if let Some(offset) = self.clock_sync.offset_of(header.sender)
             && offset.unsigned_abs() > self.params.offset_warn_ms
@@ -162,10 +167,8 @@ impl<T: TimeSource> NodeCore<T> {
         // every node of an insecure cluster to a sliver of each limit for a minute.
         if steers && from_receives {
             self.liveness.counted(header.sender, count, now.at);
-            // So is its word on its cluster time, which a warming node may jump to.
-            if let Some(word) = header.cluster {
-                self.clock_sync
-                    .heard_cluster(header.sender, header.counter, word, now.mono_ms);
+            if self.return_route.is_some() {
+                self.heard_cluster(now, &header);
             }
         }
         if header.kind == Kind::Heartbeat {
@@ -314,6 +317,14 @@ impl<T: TimeSource> NodeCore<T> {
 
     /// Whether `origin` is a live member (in the member list, not suspected at the last
     /// round): only its own datagrams carry its registers.
+    /// Takes `header`'s word on its sender's cluster time (`ClockSync::heard_cluster`).
+    fn heard_cluster(&mut self, now: Now, header: &Header) {
+        if let Some(word) = header.cluster {
+            self.clock_sync
+                .heard_cluster(header.sender, header.counter, word, now.mono_ms);
+        }
+    }
+
     fn speaks_for_itself(&self, origin: u128) -> bool {
         self.liveness.is_member(origin) && !self.suspects.contains(&origin)
     }

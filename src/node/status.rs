@@ -145,22 +145,20 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// Whether the members of `members` that read the timed header said what their cluster
-    /// time is (which a warming node jumps to, and may not once it serves): each of them, or
-    /// five in a `large` cluster. A member sends the timed header once it knows this node
-    /// reads it, and answers at once when asked; one that has not may have dropped this node's
-    /// flags (it counted this node no member yet), or sent it nothing since: it is asked again
-    /// each round.
+    /// time is (which a warming node jumps to, and may not once it serves): more than half of
+    /// them (a median of their words then lies among the majority's), or five in a `large`
+    /// cluster; not all, so that a member this node cannot reach does not hold the warm-up. A
+    /// member sends the timed header once it knows this node reads it, and answers at once
+    /// when asked; one that has not may have dropped this node's flags (it counted this node
+    /// no member yet), or sent it nothing since: it is asked again each round.
     fn heard_cluster_times(&mut self, now: Now, members: &[u128], large: bool) -> bool {
         let timed: BTreeSet<u128> = members
             .iter()
             .copied()
             .filter(|m| self.features.reads_cluster_time(*m, now.at))
             .collect();
-        let needed = if large {
-            timed.len().min(5)
-        } else {
-            timed.len()
-        };
+        let majority = timed.len() / 2 + 1;
+        let needed = if large { majority.min(5) } else { majority }.min(timed.len());
         if self.clock_sync.cluster_words_of(timed.iter().copied()) >= needed {
             return true;
         }

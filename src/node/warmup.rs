@@ -3,8 +3,9 @@
 //! A restarted node that answered from an empty table would hand a used day quota out again.
 //! So it waits until every member it knows has sent it its bootstrap push (each member pushes
 //! its registers when it sees the node come up; see `NodeCore::on_datagram` for how a push is
-//! told), every member's clock has been estimated (so that the node does not have to move
-//! cluster time once it serves), and no member has appeared for a settle time; or until the
+//! told), every member's clock has been estimated and most of those that can say their cluster
+//! time have said it (so that the node does not have to move cluster time once it serves;
+//! `NodeCore::heard_cluster_times`), and no member has appeared for a settle time; or until the
 //! warm-up timeout passes (the first node of a fleet, or one whose seeds are all down).
 
 use std::collections::BTreeSet;

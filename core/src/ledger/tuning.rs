@@ -13,7 +13,7 @@ pub const LEASE_MS: u64 = 400;
 
 /// How far a node's cluster clock may be off the owner's, in ms: cluster time keeps each node
 /// within its steering dead band of the reference (`DEAD_BAND_MS`, half this margin either
-/// way), less what its estimate of the reference misses (the quickest one-way latency). A user
+/// way), plus what its estimate of the reference misses (the quickest one-way latency). A user
 /// stops spending a lease this long before it ends, a
 /// lease's tokens take their slots this long past its end plus the window, and a spend takes
 /// its slot twice this long past its fine slot's end plus the window (its spender's clock and

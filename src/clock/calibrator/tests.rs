@@ -92,9 +92,8 @@ fn a_node_8_s_fast_is_corrected_during_warm_up() {
 #[test]
 fn noisy_latency_biases_the_estimate_by_no_more_than_the_smallest_latency() {
     // Every peer correct, latencies 1..=40 ms varying per datagram: the estimate keeps the
-    // tightest of the last 16, so once it holds them (and a slew has made up for the jumps of
-    // the warm-up, made on the first few) cluster time stays within the dead band of true time;
-    // before, within the latency the first datagrams took.
+    // tightest of the last 16, so once the warm-up's jumps are over cluster time stays within
+    // the dead band of true time; during them, within the latency the first datagrams took.
     let rec = Recording {
         own_offset: constant(0, 200),
         peer_offsets: vec![constant(0, 200); 4],
@@ -102,7 +101,7 @@ fn noisy_latency_biases_the_estimate_by_no_more_than_the_smallest_latency() {
     };
     let s = replay(&rec, 5, 10_000);
     for (round, st) in s.iter().enumerate() {
-        let within = if round < 30 { 40 } else { DEAD_BAND_MS };
+        let within = if round < 5 { 40 } else { DEAD_BAND_MS };
         assert!(error_of(st).abs() <= within, "round {round}: {st:?}");
     }
 }

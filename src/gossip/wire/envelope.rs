@@ -55,8 +55,9 @@ pub struct Destination {
 /// What a timed header says of its sender's cluster time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SenderCluster {
-    /// The sender does not vouch for its cluster time: it is warming up, or its clock is cut
-    /// off, so its cluster time is not the cluster's.
+    /// The sender does not vouch for its cluster time, which may not be the cluster's: it is
+    /// warming up, it has served only on its own clock (no peer steered it), its wall clock is
+    /// beyond the tolerance (its cluster time is left alone), or it hears senders a minute off.
     Unvouched,
     /// The sender's cluster time when it sent the datagram.
     At(u64),
