@@ -291,7 +291,6 @@ impl ClockSync {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::clock::calibrator::DEAD_BAND_MS;
 
     const MONO: u64 = 100_000;
 
