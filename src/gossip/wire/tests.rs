@@ -306,46 +306,24 @@ fn the_sealer_forgets_the_least_recently_used_destination() {
     let k = ring(1);
     let mut s = Sealer::new(1, 7, 1400);
     let mut out = Vec::new();
-    let dest = |port: u16| Destination {
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        node: Some(1),
+    let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let mut seal_to = |s: &mut Sealer, port: u16| {
+        let to = Destination {
+            addr: addr(port),
+            node: Some(1),
+        };
+        s.seal(&k, Kind::Summary, NOW, b"x", to, Layout::Full, &mut out)
+            .unwrap();
     };
     // Port 1 has the smallest address but is used last; port 2 is the least recent.
     for port in 1..=MAX_STREAMS as u16 {
-        s.seal(
-            &k,
-            Kind::Summary,
-            NOW,
-            b"x",
-            dest(port),
-            Layout::Full,
-            &mut out,
-        )
-        .unwrap();
+        seal_to(&mut s, port);
     }
-    s.seal(
-        &k,
-        Kind::Summary,
-        NOW,
-        b"x",
-        dest(1),
-        Layout::Full,
-        &mut out,
-    )
-    .unwrap();
-    s.seal(
-        &k,
-        Kind::Summary,
-        NOW,
-        b"x",
-        dest(60_000),
-        Layout::Full,
-        &mut out,
-    )
-    .unwrap();
-    assert!(s.streams.contains_key(&dest(1).addr));
-    assert!(!s.streams.contains_key(&dest(2).addr));
-    assert_eq!(s.streams[&dest(1).addr].number, 2);
+    seal_to(&mut s, 1);
+    seal_to(&mut s, 60_000);
+    assert!(s.streams.contains_key(&addr(1)));
+    assert!(!s.streams.contains_key(&addr(2)));
+    assert_eq!(s.streams[&addr(1)].number, 2);
 }
 
 #[test]
