@@ -17,6 +17,10 @@ pub struct ClockStats {
     pub offset_ms: AtomicI64,
     /// Cluster time minus this node's wall clock as it was at start: how far it was corrected.
     pub correction_ms: AtomicI64,
+    /// This node's cluster time minus the median of the serving members' (as their words
+    /// say it, each short by its latency), or 0 while none vouches: beyond the ledger's clock
+    /// margin, the premise of its bound does not hold.
+    pub cluster_lead_ms: AtomicI64,
     /// This node is cut off for admission: its clock is beyond `max_clock_drift_ms`.
     pub fenced: AtomicBool,
     /// Peers this node cuts off for their clocks.
@@ -272,6 +276,10 @@ impl ClockSync {
             peers: peers_fenced,
         };
         stats.offset_ms.store(steering.offset_ms, Ordering::Relaxed);
+        let lead = self
+            .served_base(peers, reference)
+            .map_or(0, |served| steering.base.saturating_sub(served));
+        stats.cluster_lead_ms.store(lead, Ordering::Relaxed);
         stats.correction_ms.store(
             steering.base.saturating_sub(self.start_gap),
             Ordering::Relaxed,

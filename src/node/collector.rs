@@ -262,6 +262,18 @@ impl Collector for ClusterCollector {
                     .load(std::sync::atomic::Ordering::Relaxed),
             ),
         )?;
+        gauge_f64(
+            e,
+            "clock_cluster_lead_seconds",
+            "This node's cluster time minus the median of the serving members' (as they say it, \
+             less their latency; 0 while none says it): beyond 0.01 s the ledger's bound does not \
+             hold as stated",
+            seconds(
+                clock
+                    .cluster_lead_ms
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            ),
+        )?;
         gauge(
             e,
             "clock_fenced",
@@ -319,6 +331,10 @@ mod tests {
         );
         assert!(
             text.contains("limitmesh_datagrams_dropped_total{reason=\"forged\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("limitmesh_clock_cluster_lead_seconds 0"),
             "{text}"
         );
         assert!(text.contains("limitmesh_keys_max 100000"), "{text}");

@@ -65,6 +65,14 @@ fn a_joining_node_hears_every_members_cluster_time_before_it_serves_and_vouches_
         "{before:?}"
     );
     net.run_ms(1_000);
+    // Its cluster time is theirs (datagrams here take no time).
+    let lead = net
+        .node(3)
+        .view()
+        .clock
+        .cluster_lead_ms
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(lead.abs() <= 1, "node 3 leads the members by {lead} ms");
     assert!(
         net.sent[3][ready_after..]
             .iter()
