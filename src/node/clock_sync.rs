@@ -92,8 +92,8 @@ impl ClockSync {
     }
 
     /// `peer`'s datagram number `counter`, received at `mono_ms`, said `word` of its cluster
-    /// time. The newest word decides whether the peer
-    /// vouches: a late datagram does not take a newer word back.
+    /// time. The newest word decides whether the peer vouches: a late datagram does not take
+    /// a newer word back.
     pub fn heard_cluster(&mut self, peer: u128, counter: u64, word: SenderCluster, mono_ms: u64) {
         let vouched = matches!(word, SenderCluster::At(_));
         let entry = self.cluster_words.entry(peer).or_insert((counter, vouched));
