@@ -11,10 +11,11 @@ pub const LEASE_ROUNDS: u64 = 2;
 /// The lease lifetime at the default summary round (200 ms).
 pub const LEASE_MS: u64 = 400;
 
-/// How far a node's cluster clock may be off the owner's, in ms: cluster time keeps each node
-/// within its steering dead band of the reference (`DEAD_BAND_MS`, half this margin either
-/// way), plus what its estimate of the reference misses (the quickest one-way latency). A user
-/// stops spending a lease this long before it ends, a
+/// How far a node's cluster clock may be off the owner's, in ms: nodes that start in agreement
+/// stay within it, as cluster time makes no correction within its steering dead band
+/// (`DEAD_BAND_MS`, 20 ms either way, wider than this: a correction that small would follow
+/// the estimates' latency bias); a node that drifts may rest up to the band from the others
+/// before it is corrected. A user stops spending a lease this long before it ends, a
 /// lease's tokens take their slots this long past its end plus the window, and a spend takes
 /// its slot twice this long past its fine slot's end plus the window (its spender's clock and
 /// the next spender's may each be off the owner's the other way), so that every window, on
