@@ -262,7 +262,9 @@ pub fn steer(
         Steer::Jump | Steer::Slew { .. } => reference,
     };
     let wanted = target.saturating_sub(base);
-    let step = if wanted.abs() <= DEAD_BAND_MS {
+    // A jump to the serving members' time is made however small: the node admits nothing,
+    // and the band would leave it up to the band from them.
+    let step = if wanted.abs() <= DEAD_BAND_MS && !matches!(how, Steer::JumpTo(_)) {
         0
     } else {
         match how {
