@@ -19,11 +19,11 @@ const _: () = assert!(SAMPLES <= u8::MAX as usize);
 
 /// Corrections this small are not made: they are within what the estimate can tell (a sample
 /// is short by one network latency, by as much as each peer's quickest latency differs) and
-/// moving for them would only move clocks by those latencies. Wider than the ledger's clock
-/// margin (`CLOCK_MARGIN_MS`, 10 ms): a band of half the margin had nodes of the fleet
-/// simulator (links of 1 to 20 ms) slew to references biased by their latencies, and a window
-/// of the deploy matrix passed `L` (`o5-uall-w60s-c1-deploy`, 1.003 × L). Nodes that start in
-/// agreement stay where they are; a round-trip estimate would remove the bias.
+/// moving for them would only move clocks by those latencies. It is wider than the ledger's
+/// clock margin (`CLOCK_MARGIN_MS`, 10 ms) because links' latencies spread wider than that: a
+/// band inside their spread moves each node by its own peers' latencies, and nodes that agree
+/// drift apart by the differences. Nodes that start in agreement stay where they are; a
+/// round-trip estimate would remove the bias.
 pub const DEAD_BAND_MS: i64 = 20;
 
 /// How fast a serving node's cluster time may be pulled forward, as a share of elapsed time
