@@ -138,10 +138,10 @@ fn widen_sent_ms(low: u64, now_ms: u64) -> u64 {
 impl Header {
     /// The header's length in its layout.
     pub fn encoded_len(&self) -> usize {
-        match (self.compact, self.cluster) {
-            (true, Some(_)) => TIMED_HEADER_LEN,
-            (true, None) => COMPACT_HEADER_LEN,
-            (false, _) => HEADER_LEN,
+        match self.layout() {
+            Layout::Timed(_) => TIMED_HEADER_LEN,
+            Layout::Compact => COMPACT_HEADER_LEN,
+            Layout::Full => HEADER_LEN,
         }
     }
 
