@@ -125,12 +125,18 @@ async fn a_day_quota_spread_over_five_processes_admits_exactly_its_limit() {
     assert_eq!(admitted, LIMIT, "admitted {admitted}, limit {LIMIT}");
 }
 
-/// Four ledger processes, two of which leave gracefully (SIGTERM): what they held goes back
-/// to the owners, and a member that said it was leaving is not expected back, so the two
-/// staying keep the whole limit (no majority is lost to a leave, as it would be to a crash).
+/// Four ledger processes, two of which leave gracefully (SIGTERM) while the two staying are
+/// offered the limit each: what the leavers held goes back to the owners, and a member that
+/// said it was leaving is not expected back, so the two staying keep the whole limit (no
+/// majority is lost to a leave, as it would be to a crash), from 2 s after the SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
-    const LIMIT: u64 = 40;
+    const LIMIT: u64 = 200;
+    /// From the SIGTERM to the seconds measured.
+    const BACK_WITHIN: Duration = Duration::from_secs(2);
+    const MEASURED: Duration = Duration::from_secs(3);
+    /// Load before the SIGTERM.
+    const LEAD: Duration = Duration::from_secs(1);
     let _turn = ONE_AT_A_TIME.lock().await;
     let scratch = Scratch::new("ledger-leave");
     let rules_path = scratch.write("rules.yaml", &rules(LIMIT as u32, "second"));
@@ -156,33 +162,53 @@ async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
     }
     wait_formed(&nodes, 4, Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(2));
-    for n in nodes.iter_mut().skip(2) {
-        stop(n);
+    let mut leaving = nodes.split_off(2);
+    let staying = nodes;
+    // Each staying node is offered the limit (twice it in all), each by its own task.
+    let secs = (LEAD + BACK_WITHIN + MEASURED).as_secs();
+    let started = Instant::now();
+    let mut drivers = Vec::new();
+    for n in &staying {
+        let mut client = envoy(n).await;
+        drivers.push(tokio::spawn(async move {
+            drive(std::slice::from_mut(&mut client), "leave", LIMIT, secs).await
+        }));
     }
-    let staying = &nodes[..2];
-    wait_formed(staying, 2, Duration::from_secs(30));
-    // A window whose owner left has a new owner, which leases nothing for its quiet period
-    // (the longest lease plus two rounds: 1.8 s at the default round) while the leaver's
-    // leases may still be spent.
-    std::thread::sleep(Duration::from_secs(2));
-    let mut clients = Vec::new();
-    for n in staying {
-        clients.push(envoy(n).await);
+    tokio::time::sleep(LEAD).await;
+    let left_at = started.elapsed();
+    let stopped = tokio::task::spawn_blocking(move || {
+        for n in &mut leaving {
+            stop(n);
+        }
+    });
+    let (mut sent, mut admitted_at) = (0, Vec::new());
+    for d in drivers {
+        let (n, at) = d.await.expect("the driver ends");
+        sent += n;
+        admitted_at.extend(at);
     }
-    // Twice the limit for 4 s over the two staying: they should admit about the limit each
-    // second, not half of it.
-    let (sent, admitted_at) = drive(&mut clients, "leave", 2 * LIMIT, 4).await;
-    let per_second = admitted_at.len() as f64 / 4.0;
+    stopped.await.expect("both leavers stopped");
+    admitted_at.sort();
+    let from = left_at + BACK_WITHIN;
+    let measured = started.elapsed().saturating_sub(from).as_secs_f64();
+    let per_second = admitted_at.iter().filter(|t| **t >= from).count() as f64 / measured;
     let worst = busiest_second(&admitted_at);
-    println!("{sent} sent, {per_second:.1} admitted a second, busiest second {worst}");
+    println!(
+        "{sent} sent; from {BACK_WITHIN:?} after the SIGTERM {per_second:.1} admitted a second \
+         of {LIMIT}; busiest second {worst}"
+    );
     // Seen at the client, an admission is stamped when its answer arrives: a response's
     // latency can move one across the edge of a second.
     assert!(
-        worst as u64 <= LIMIT + 2,
+        worst as u64 <= LIMIT + LIMIT / 50,
         "busiest second {worst} > {LIMIT}"
     );
+    // A window whose owner left is leased by its next owner once the leaver's leases end;
+    // for some seconds after that gap its admissions come in bursts, a window apart, and
+    // fill less of the limit than where the owner stayed.
     assert!(
-        per_second >= 0.75 * LIMIT as f64,
-        "{per_second:.1} a second admitted of {LIMIT}: the leavers' part is lost"
+        per_second >= 0.85 * LIMIT as f64,
+        "{per_second:.1} a second admitted of {LIMIT} from {BACK_WITHIN:?} after the leave: \
+         the leavers' part is lost"
     );
 }
