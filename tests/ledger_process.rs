@@ -203,9 +203,12 @@ async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
         worst as u64 <= LIMIT + LIMIT / 50,
         "busiest second {worst} > {LIMIT}"
     );
-    // A window whose owner left is leased by its next owner once the leaver's leases end;
-    // for some seconds after that gap its admissions come in bursts, a window apart, and
-    // fill less of the limit than where the owner stayed.
+    // A window whose owner left is leased by its next owner once the leaver's leases end.
+    // After that gap the window's whole room is free at once: it is leased and spent as
+    // fast as requests come, and its slots free as fast a window later, so for some seconds
+    // the window turns over in bursts with no slack to absorb what each turn idles, and
+    // fills less of the limit than where the owner stayed (any gap in a full window's
+    // demand does the same).
     assert!(
         per_second >= 0.85 * LIMIT as f64,
         "{per_second:.1} a second admitted of {LIMIT} from {BACK_WITHIN:?} after the leave: \
