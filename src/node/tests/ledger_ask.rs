@@ -3,7 +3,7 @@
 use super::*;
 use crate::gossip::ledger_message::LedgerEntry;
 use crate::gossip::wire::Destination;
-use crate::limiter::{KeyId, PartitionPolicy, Policy};
+use crate::limiter::{KeyId, PartitionPolicy, Policy, TokenNeed};
 
 /// `n` ledger nodes (strict), seeded with node 0, node `i`'s wall clock `skew_ms(i)` off.
 pub(super) fn ledger_nodes(n: usize, skew_ms: impl Fn(usize) -> i64) -> Net {
@@ -217,5 +217,80 @@ fn an_ask_no_one_can_answer_is_refused_at_once() {
         again.needs.iter().all(crate::limiter::TokenNeed::in_vain),
         "refused at once: {:?}",
         again.needs
+    );
+}
+
+/// An ask for a window this node leases itself never goes on the wire (no member would
+/// answer it: it is this node's to answer, and it answers its own requests from its books):
+/// the node refuses it for a round, so that requests waiting for it are decided at once.
+#[test]
+fn an_ask_for_a_window_this_node_owns_is_refused_here_and_sent_nowhere() {
+    let mut net = ledger_nodes(3, |_| 0);
+    net.run_ms(6_000);
+    assert_eq!(net.members(0), 2, "the three formed a cluster");
+    let spec = limit().window;
+    let key = (0..1_000)
+        .map(|i| format!("mine-{i}").into_bytes())
+        .find(|k| {
+            let id = net.node(0).limiter().key_id(k, &spec);
+            net.node(0).limiter().owner_of(id).map(|o| o.owner) == Some(1)
+        })
+        .expect("a window node 0 owns");
+    let id = net.node(0).limiter().key_id(&key, &spec);
+    // The window exists at node 0: a check made it.
+    assert!(
+        net.node(0)
+            .limiter()
+            .check(
+                &CheckRequest {
+                    items: &[CheckItem {
+                        key: &key,
+                        limit: limit(),
+                        cost: 1
+                    }],
+                    dry_run: false,
+                },
+                net.now(0).cluster_ms
+            )
+            .is_ok()
+    );
+    let now = net.now(0);
+    assert!(
+        net.node(0).limiter().may_ask(id, now.cluster_ms),
+        "asking is open"
+    );
+    let sent_before = net.sent_kind(0, Kind::Ledger);
+    let need = TokenNeed {
+        index: 0,
+        key: id,
+        window_ms: spec.window_ms(),
+        buckets: spec.buckets(),
+        limit: limit().max,
+        want: 1,
+        valid_at_ms: None,
+        ask: true,
+        refused: false,
+        ahead: false,
+    };
+    net.nodes[0]
+        .as_mut()
+        .unwrap()
+        .on_command(now, Command::Ask(need));
+    net.deliver();
+    assert_eq!(
+        net.sent_kind(0, Kind::Ledger),
+        sent_before,
+        "no ask went to any member"
+    );
+    let round_ms = net.node(0).limiter().config().gossip_interval_ms;
+    let limiter = net.node(0).limiter();
+    assert!(!limiter.may_ask(id, now.cluster_ms), "refused here");
+    assert!(
+        !limiter.may_ask(id, now.cluster_ms + round_ms - 1),
+        "for a round"
+    );
+    assert!(
+        limiter.may_ask(id, now.cluster_ms + round_ms),
+        "and no longer"
     );
 }
