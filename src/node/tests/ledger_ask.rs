@@ -288,3 +288,45 @@ fn an_ask_for_a_window_this_node_owns_is_refused_here_for_a_round() {
         "and no longer"
     );
 }
+
+/// What fits one datagram goes in one; what does not is cut into datagrams that each fit,
+/// none lost.
+#[test]
+fn ledger_entries_go_in_as_few_datagrams_as_fit() {
+    let mut net = ledger_nodes(2, |_| 0);
+    net.run_ms(6_000);
+    assert_eq!(net.members(1), 1, "the two formed a cluster");
+    let refusals = |n: u64| -> Vec<LedgerEntry> {
+        (0..n)
+            .map(|i| LedgerEntry::Refused {
+                key: KeyId(u128::from(i) << 64 | 0x5eed),
+                retry_after_ms: 100,
+            })
+            .collect()
+    };
+    let sent = |net: &Net| net.sent_kind(1, Kind::Ledger);
+    let before = sent(&net);
+    send_to_first(&mut net, 1, refusals(3));
+    assert_eq!(sent(&net) - before, 1, "three refusals in one datagram");
+    let before = sent(&net);
+    let many = 600;
+    send_to_first(&mut net, 1, refusals(many));
+    let datagrams: Vec<usize> = net.sent[1][before..]
+        .iter()
+        .filter(|o| o.kind == Kind::Ledger)
+        .map(|o| o.datagram.len())
+        .collect();
+    let max = datagrams.iter().copied().max().unwrap_or(0);
+    let total: usize = datagrams.iter().sum();
+    assert!(
+        datagrams.len() > 1 && max <= net.node(1).params.max_packet_size,
+        "{many} refusals in {} datagrams of at most {max} bytes",
+        datagrams.len()
+    );
+    // Each refusal takes its key (16 bytes) and more: every one of them went out.
+    assert!(
+        total >= 16 * many as usize,
+        "{total} bytes for {many} refusals"
+    );
+    assert_eq!(malformed(&net), 0, "node 0 read every datagram");
+}
