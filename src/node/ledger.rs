@@ -377,20 +377,6 @@ impl<T: TimeSource> NodeCore<T> {
                 None => dropped += 1,
             }
         };
-        // Most sends fit one datagram: the whole body, encoded once. Only one that does not
-        // is cut, a register or an entry at a time (a part of what fits also fits).
-        let whole = if pairs.is_empty() && entries.is_empty() {
-            None
-        } else {
-            body_of(&pairs, &entries)
-        };
-        let (pairs, entries) = match whole {
-            Some(body) => {
-                bodies.push(body);
-                (Vec::new(), Vec::new())
-            }
-            None => (pairs, entries),
-        };
         let mut pending: Vec<(RegisterUpdate, Option<LedgerReport>)> = Vec::new();
         for pair in pairs {
             pending.push(pair);
