@@ -13,7 +13,7 @@ use super::message::MessageError;
 use smallvec::SmallVec;
 
 use crate::ledger::tuning::FINE_SLOTS;
-use crate::ledger::{HeldLease, Lease, SealedBucket, Segment};
+use crate::ledger::{HandedBooks, HeldLease, Lease, SealedBucket, Segment};
 use crate::limiter::{KeyId, LedgerReport};
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -22,7 +22,7 @@ mod heard;
 mod report;
 
 pub use handoff::MOST_HANDED;
-use handoff::{handoff_in, handoff_out};
+use handoff::{books_in, books_out, handoff_in, handoff_out};
 #[cfg(test)]
 use heard::HEARD_UNIT_MS;
 pub use heard::MOST_HEARD;
@@ -69,6 +69,10 @@ pub enum LedgerEntry {
     /// The sender, leaving gracefully, owned each window: its last lease there ends then
     /// (`limiter/ledger_handoff.rs`). Only to a member that reads it (`features.rs`).
     Handoff { ends: Vec<(KeyId, u64)> },
+    /// The sender, leaving gracefully, owned the window: its books, as the slots they count
+    /// taken from when it stopped leasing (`limiter/ledger_handoff.rs`). Only to a member
+    /// that reads them (`features.rs`).
+    Books { key: KeyId, books: HandedBooks },
     /// The sender leases nothing (its clock is cut off): members leave it off their rings for
     /// `holds_ms` from its sending (`node/not_leasing.rs`). `seq` rises with each word of the
     /// sender's boot, so that a copy is not taken again. Sent in a datagram of its own, as
@@ -140,6 +144,15 @@ enum Wire {
     NotLeasing {
         seq: u64,
         holds_ms: u32,
+    },
+    /// Only to a member that reads it (`node/features.rs`, `BOOKS`); a build before it drops
+    /// the whole section.
+    Books {
+        key: [u8; 16],
+        /// `at - sent`.
+        at: i64,
+        /// `[(until - the step's start, count)]`.
+        steps: Vec<(u64, u64)>,
     },
 }
 
@@ -237,6 +250,7 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
             LedgerEntry::Leaving => Wire::Leaving,
             LedgerEntry::Heard { members } => heard_out(members, sent_ms),
             LedgerEntry::Handoff { ends } => handoff_out(ends, sent_ms),
+            LedgerEntry::Books { key, books } => books_out(*key, books, sent_ms),
             LedgerEntry::NotLeasing { seq, holds_ms } => Wire::NotLeasing {
                 seq: *seq,
                 holds_ms: *holds_ms,
@@ -403,6 +417,13 @@ pub fn decode_ledger(
                 entry
             }
             Wire::NotLeasing { seq, holds_ms } => LedgerEntry::NotLeasing { seq, holds_ms },
+            Wire::Books { key, at, steps } => {
+                let Some(entry) = books_in(key, at, steps, sent_ms) else {
+                    rejects.malformed += 1;
+                    continue;
+                };
+                entry
+            }
         };
         out.push(entry);
     }

@@ -41,8 +41,10 @@ pub const CLUSTER_TIME: u8 = 32;
 /// its cluster time (`status.rs`, `update_readiness`), which a heartbeat back carries under
 /// the timed header.
 pub const ASKS_CLUSTER_TIME: u8 = 64;
+/// Reads a leaving owner's `LedgerEntry::Books` (a build before it drops the whole section).
+pub const BOOKS: u8 = 128;
 /// What this build reads: the flags it announces.
-pub const READS: u8 = EXCHANGE | COMPACT | SEALED | HANDOFF | CLUSTER_TIME;
+pub const READS: u8 = EXCHANGE | COMPACT | SEALED | HANDOFF | CLUSTER_TIME | BOOKS;
 
 /// How often a member this node sends to hears its flags again: an announcement is one
 /// datagram, and may be lost like any other.
@@ -109,9 +111,9 @@ impl PeerFeatures {
         self.reads(member, SEALED, at)
     }
 
-    /// Whether `member` said, lately as of `at`, that it reads a leaving owner's handoff.
-    pub fn reads_handoff(&self, member: u128, at: Instant) -> bool {
-        self.reads(member, HANDOFF, at)
+    /// Whether `member` said, lately as of `at`, that it reads all of `flags`.
+    pub fn reads_flag(&self, member: u128, flags: u8, at: Instant) -> bool {
+        self.reads(member, flags, at)
     }
 
     /// Every member is due this node's flags at its next chance (what they carry changed).

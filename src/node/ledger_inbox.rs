@@ -134,7 +134,7 @@ impl<T: TimeSource> NodeCore<T> {
                         .ask_refused(key, self.round_ms(), now.cluster_ms);
                     woke = true;
                 }
-                LedgerEntry::Handoff { .. } if !take_leases => {}
+                LedgerEntry::Handoff { .. } | LedgerEntry::Books { .. } if !take_leases => {}
                 LedgerEntry::Lease {
                     key,
                     window_ms,
@@ -194,7 +194,12 @@ impl<T: TimeSource> NodeCore<T> {
                         ledger.handed(header.sender, &ends, now.cluster_ms, timing);
                     }
                 }
-                LedgerEntry::Handoff { .. } => {}
+                LedgerEntry::Books { key, books }
+                    if self.liveness.address_of(header.sender) == Some(from) =>
+                {
+                    self.take_books(header.sender, key, books, now);
+                }
+                LedgerEntry::Handoff { .. } | LedgerEntry::Books { .. } => {}
                 LedgerEntry::Heard { members } => {
                     self.heard_from_side(header.sender, from, &members, now);
                 }

@@ -4,41 +4,53 @@
 use std::collections::BTreeMap;
 
 use super::core::NodeCore;
+use super::features;
 use super::ledger::Outgoing;
 use crate::clock::{Now, TimeSource};
 use crate::gossip::ledger_message::LedgerEntry;
 use crate::gossip::wire::Destination;
+use crate::ledger::HandedBooks;
 use crate::limiter::KeyId;
 
 impl<T: TimeSource> NodeCore<T> {
-    /// Each window this node leased goes to its next owner (the first other member on the
-    /// ring) with the end of its last lease (`Limiter::lease_ends`): that member may lease it
-    /// once the users of those leases have reported (`ledger_view.rs`, `LedgerNode::handed`).
-    /// Read after the last round this node runs, so no lease comes after it. Only to a member
-    /// that reads it: a build before it would drop the datagram, which is all this one holds.
+    /// Each window this node holds books for goes to its next owner (the first other member
+    /// on the ring): with its books (`Limiter::handed_books`) to a member that reads them,
+    /// which may lease at once what they leave free; else with the end of its last lease
+    /// (`Limiter::lease_ends`), and that member may lease it once the users of those leases
+    /// have reported (`ledger_view.rs`, `LedgerNode::handed`). Read after the last round this
+    /// node runs, so no lease comes after it. Only to a member that reads it: a build before
+    /// it would drop the datagram, which is all this one holds.
     pub(super) fn hand_over(&mut self, now: Now) {
-        let Some(ownership) = self.ownership.as_ref() else {
+        if self.ownership.is_none() {
             return;
-        };
-        let (ring, _) = ownership.ring();
-        let me = self.params.node_id.as_u128();
-        let mut by_owner: BTreeMap<Destination, Vec<(KeyId, u64)>> = BTreeMap::new();
-        for (key, end) in self.limiter.lease_ends() {
-            let next = ring
-                .owners(key)
-                .and_then(|o| o.into_iter().find(|m| m.id != me));
-            if let Some(next) = next.filter(|m| self.features.reads_handoff(m.id, now.at)) {
-                by_owner
-                    .entry(next.destination())
+        }
+        let mut books: BTreeMap<Destination, Vec<LedgerEntry>> = BTreeMap::new();
+        let mut ends: BTreeMap<Destination, Vec<(KeyId, u64)>> = BTreeMap::new();
+        for (key, handed) in self.limiter.handed_books(now.cluster_ms) {
+            if let Some(next) = self.next_owner(key, now, features::BOOKS) {
+                books
+                    .entry(next)
                     .or_default()
-                    .push((key, end));
+                    .push(LedgerEntry::Books { key, books: handed });
             }
         }
+        for (key, end) in self.limiter.lease_ends() {
+            let next = self.next_owner(key, now, features::HANDOFF);
+            // A member that reads books reads the end too, and has it in them.
+            let reads_books = self.next_owner(key, now, features::BOOKS).is_some();
+            if let Some(next) = next.filter(|_| !reads_books) {
+                ends.entry(next).or_default().push((key, end));
+            }
+        }
+        let me = self.params.node_id.as_u128();
         let mut out = Outgoing::new();
         // What this node spent of the windows it owns is in no one else's books: its
         // registers go to the next owners too.
         self.registers_to_next_owners(now, |first| first == me, &mut out);
-        for (to, ends) in by_owner {
+        for (to, entries) in books {
+            out.entry(to).or_default().1.extend(entries);
+        }
+        for (to, ends) in ends {
             let (_, entries) = out.entry(to).or_default();
             for part in ends.chunks(crate::gossip::ledger_message::MOST_HANDED) {
                 entries.push(LedgerEntry::Handoff {
@@ -47,6 +59,37 @@ impl<T: TimeSource> NodeCore<T> {
             }
         }
         self.send_outgoing(now, out);
+    }
+
+    /// Where window `key` goes when this node leaves: the first other member on its ring, if
+    /// that member said it reads `flag`.
+    fn next_owner(&self, key: KeyId, now: Now, flag: u8) -> Option<Destination> {
+        let (ring, _) = self.ownership.as_ref()?.ring();
+        let me = self.params.node_id.as_u128();
+        let next = ring.owners(key)?.into_iter().find(|m| m.id != me)?;
+        self.features
+            .reads_flag(next.id, flag, now.at)
+            .then(|| next.destination())
+    }
+
+    /// Member `from`, leaving, handed this node its books of window `key`. Kept by the
+    /// limiter, they let this node, as the window's next owner, lease it at once; else they
+    /// say when `from`'s last lease ended at the latest (their last slot frees a window and
+    /// the margin after it), and the window leases once its users have reported, as with a
+    /// `Handoff`.
+    pub(super) fn take_books(&mut self, from: u128, key: KeyId, books: HandedBooks, now: Now) {
+        let timing = (self.quiet_ms(), self.reports_ms());
+        let kept =
+            self.limiter
+                .take_handed_books(from, key, books.clone(), now.cluster_ms, timing.0);
+        let Some(ledger) = self.ledger.as_mut() else {
+            return;
+        };
+        if kept {
+            ledger.handed_books(from, key, books.until_ms(), now.cluster_ms, timing);
+        } else {
+            ledger.handed(from, &[(key, books.until_ms())], now.cluster_ms, timing);
+        }
     }
 
     /// The member that leases `key` in this node's view: its first owner, or the next if the

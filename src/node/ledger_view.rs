@@ -22,9 +22,22 @@ const RINGS_KEPT: usize = 8;
 /// wait out the quiet period, as without a handoff).
 const HANDED_KEPT: usize = 1 << 16;
 
-/// Windows a leaving owner handed over: `(the owner, its last lease's end, kept until)` by
-/// window.
-type Handed = BTreeMap<KeyId, (u128, u64, u64)>;
+/// A leaving owner's word on a window it handed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HandedWord {
+    /// The owner.
+    from: u128,
+    /// No token it leased occupies the window past this (its last lease's end, or when the
+    /// last slot its books count frees).
+    end: u64,
+    /// The limiter keeps its books (`Limiter::take_handed_books`): the window leases at once.
+    books: bool,
+    /// Forgotten then.
+    kept_until: u64,
+}
+
+/// Windows handed over by leaving owners, by window.
+type Handed = BTreeMap<KeyId, HandedWord>;
 
 /// The ledger's state in a node.
 #[derive(Debug, Default)]
@@ -128,14 +141,14 @@ impl RingView {
     /// until its ring had this node: once its last lease there has ended and this node's
     /// warm-up is over (every member it knew then had it on its ring, and had sent it their
     /// registers), and both were reported. No later than the floor.
-    fn floor_of(&self, key: KeyId, handed: Option<&(u128, u64, u64)>) -> u64 {
+    fn floor_of(&self, key: KeyId, handed: Option<&HandedWord>) -> u64 {
         let floor = self.floor_quiet_until_ms;
-        let (Some((from, end, _)), Some(warmed)) = (handed, self.warmed_ms) else {
+        let (Some(h), Some(warmed)) = (handed, self.warmed_ms) else {
             return floor;
         };
         match self.ring.owners(key) {
-            Some([first, second]) if second.id == *from && first.id != *from => {
-                floor.min((*end).max(warmed).saturating_add(self.reports_ms))
+            Some([first, second]) if second.id == h.from && first.id != h.from => {
+                floor.min(h.end.max(warmed).saturating_add(self.reports_ms))
             }
             _ => floor,
         }
@@ -152,12 +165,14 @@ impl OwnerView for RingView {
             .filter_map(|(at, ring)| {
                 let was = ring.owner(key).map(|o| o.id);
                 let quiet = at + self.quiet_ms;
-                // A handed window: once its last lease has ended and its users have heard
-                // the owner left (about when this node did: `at`), and both were reported.
+                // A handed window: with its books held, from the ring's change on; else once
+                // its last lease has ended and its users have heard the owner left (about when
+                // this node did: `at`), and both were reported.
                 match handed {
                     _ if was == Some(owner.id) => None,
-                    Some((from, end, _)) if was == Some(*from) => {
-                        Some(quiet.min((*end).max(*at).saturating_add(self.reports_ms)))
+                    Some(h) if was == Some(h.from) && h.books => Some(*at),
+                    Some(h) if was == Some(h.from) => {
+                        Some(quiet.min(h.end.max(*at).saturating_add(self.reports_ms)))
                     }
                     _ => Some(quiet),
                 }
@@ -195,28 +210,60 @@ impl LedgerNode {
         from: u128,
         ends: &[(KeyId, u64)],
         now_ms: u64,
+        timing: (u64, u64),
+    ) {
+        for (key, end) in ends {
+            self.take_word(from, *key, *end, false, now_ms, timing);
+        }
+    }
+
+    /// Member `from`, leaving, handed its books of window `key`, which the limiter keeps
+    /// (`Limiter::take_handed_books`) until `until_ms`, when their last slot frees: as a
+    /// handed window (see [`LedgerNode::handed`]) that its next owner may lease at once.
+    pub(super) fn handed_books(
+        &mut self,
+        from: u128,
+        key: KeyId,
+        until_ms: u64,
+        now_ms: u64,
+        timing: (u64, u64),
+    ) {
+        self.take_word(from, key, until_ms, true, now_ms, timing);
+    }
+
+    fn take_word(
+        &mut self,
+        from: u128,
+        key: KeyId,
+        end: u64,
+        books: bool,
+        now_ms: u64,
         (quiet_ms, reports_ms): (u64, u64),
     ) {
         self.reports_ms = reports_ms;
-        let latest_end_ms = now_ms.saturating_add(quiet_ms);
         let handed = &mut self.handed;
-        for (key, end) in ends {
-            // An end no owner's lease reaches is not taken, and drops what the window was
-            // handed before: the word on it is not to be trusted.
-            if *end > latest_end_ms {
-                self.handed_changed |= handed.remove(key).is_some();
-                continue;
-            }
-            // A word of the same member that came out of order does not move its end back.
-            let end = match handed.get(key) {
-                Some((was, earlier, _)) if *was == from => (*end).max(*earlier),
-                _ => *end,
+        // An end no owner's lease reaches is not taken, and drops what the window was handed
+        // before: the word on it is not to be trusted. Books the limiter kept were checked
+        // against the window's own span.
+        if !books && end > now_ms.saturating_add(quiet_ms) {
+            self.handed_changed |= handed.remove(&key).is_some();
+            return;
+        }
+        // A word of the same member that came out of order does not move its end back, nor
+        // forget its books.
+        let (end, books) = match handed.get(&key) {
+            Some(was) if was.from == from => (end.max(was.end), books || was.books),
+            _ => (end, books),
+        };
+        if handed.len() < HANDED_KEPT || handed.contains_key(&key) {
+            let word = HandedWord {
+                from,
+                end,
+                books,
+                kept_until: end.max(now_ms) + quiet_ms + reports_ms,
             };
-            if handed.len() < HANDED_KEPT || handed.contains_key(key) {
-                let kept_until = end.max(now_ms) + quiet_ms + reports_ms;
-                handed.insert(*key, (from, end, kept_until));
-                self.handed_changed = true;
-            }
+            handed.insert(key, word);
+            self.handed_changed = true;
         }
     }
 
@@ -277,8 +324,8 @@ impl LedgerNode {
             .is_some_and(|(at, _)| at + quiet_ms <= now_ms);
         // A word past its time is forgotten: its window waits out the quiet period of a ring
         // change it came for, if any is still in the view.
-        if self.handed.values().any(|(_, _, until)| *until <= now_ms) {
-            self.handed.retain(|_, (_, _, until)| *until > now_ms);
+        if self.handed.values().any(|h| h.kept_until <= now_ms) {
+            self.handed.retain(|_, h| h.kept_until > now_ms);
             self.handed_changed = true;
         }
         if self.installed == Some((generation, part))

@@ -9,6 +9,7 @@
 //! (`holdings.rs`) and report what they still hold with their registers (`lease.rs`).
 
 mod books;
+mod handed;
 mod holdings;
 mod lease;
 mod occupancy;
@@ -20,6 +21,7 @@ mod targets;
 pub mod tuning;
 
 pub use books::{Ask, AskAnswer, Books, Heard, LedgerParams, Renewal, spend_tail_ms};
+pub use handed::{HandedBooks, MOST_HANDED_STEPS, spends_after};
 pub use holdings::{Charge, HeldNow, Holdings};
 pub use lease::{HeldLease, HoldingsReport, Lease, Segment};
 pub use occupancy::{Occupancy, Span};

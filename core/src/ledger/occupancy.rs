@@ -130,8 +130,55 @@ impl Occupancy {
         None
     }
 
+    /// The count from `from_ms` on as at most `most` steps `(until_ms, count)`, each from the
+    /// end of the one before (the first from `from_ms`), the last ending where the count
+    /// falls to 0: exact where it changes no more than that, else the most taken over each of
+    /// `most` equal stretches. Never less than the count at any moment.
+    pub fn ceiling(&self, from_ms: u64, most: usize) -> Vec<(u64, u64)> {
+        let steps = self.steps();
+        let first = steps.partition_point(|(t, _)| *t <= from_ms);
+        let at_from = first.checked_sub(1).map_or(0, |i| steps[i].1);
+        // `(from, count)` from `from_ms` on; the count only falls to 0 at the last.
+        let mut exact: Vec<(u64, u64)> = vec![(from_ms, at_from)];
+        exact.extend_from_slice(&steps[first..]);
+        let Some(&(end_ms, _)) = exact.last().filter(|(_, c)| *c == 0) else {
+            return Vec::new();
+        };
+        let most = most.max(1);
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        if exact.len() <= most + 1 {
+            for pair in exact.windows(2) {
+                push_step(&mut out, pair[1].0, pair[0].1);
+            }
+            return out;
+        }
+        let span_ms = end_ms - from_ms;
+        let mut i = 0;
+        for k in 1..=most as u64 {
+            let until_ms = from_ms + (u128::from(span_ms) * u128::from(k) / most as u128) as u64;
+            // The step in force at the stretch's start, and every one that starts inside.
+            let mut peak = exact[i].1;
+            while i + 1 < exact.len() && exact[i + 1].0 < until_ms {
+                i += 1;
+                peak = peak.max(exact[i].1);
+            }
+            if until_ms > out.last().map_or(from_ms, |l| l.0) {
+                push_step(&mut out, until_ms, peak);
+            }
+        }
+        out
+    }
+
     pub fn spans(&self) -> &[Span] {
         &self.spans
+    }
+}
+
+/// Appends a step `(until_ms, count)`, or stretches the last one where the count is the same.
+fn push_step(steps: &mut Vec<(u64, u64)>, until_ms: u64, count: u64) {
+    match steps.last_mut() {
+        Some(last) if last.1 == count => last.0 = until_ms,
+        _ => steps.push((until_ms, count)),
     }
 }
 
@@ -186,6 +233,17 @@ mod tests {
         limit.saturating_sub(peak)
     }
 
+    #[test]
+    fn the_ceiling_is_exact_when_it_fits_and_never_below_otherwise() {
+        let mut o = Occupancy::default();
+        o.add(span(0, 100, 5));
+        o.add(span(50, 200, 3));
+        assert_eq!(o.ceiling(20, 8), vec![(50, 5), (100, 8), (200, 3)]);
+        assert_eq!(o.ceiling(250, 8), Vec::<(u64, u64)>::new());
+        // Two stretches of 90 ms: the peak of each.
+        assert_eq!(o.ceiling(20, 2), vec![(110, 8), (200, 3)]);
+    }
+
     proptest::proptest! {
         #[test]
         fn the_step_function_agrees_with_the_spans(
@@ -204,6 +262,19 @@ mod tests {
             let until = from + hold;
             proptest::prop_assert_eq!(o.at(from), naive_at(&spans, from));
             proptest::prop_assert_eq!(o.room(limit, from, until), naive_room(&spans, limit, from, until));
+            let most = 1 + (count as usize % 6);
+            let ceiling = o.ceiling(from, most);
+            proptest::prop_assert!(ceiling.len() <= most);
+            let mut start = from;
+            for (until, c) in &ceiling {
+                proptest::prop_assert!(*until > start);
+                for t in start..*until {
+                    proptest::prop_assert!(naive_at(&spans, t) <= *c, "{t}: {c}");
+                }
+                start = *until;
+            }
+            // Nothing is taken after the last step.
+            proptest::prop_assert!(spans.iter().all(|s| s.until_ms <= start));
             let naive = std::iter::once(from)
                 .chain(o.frees_between(from, horizon))
                 .find(|t| naive_room(&spans, limit, *t, t + hold) >= count);

@@ -50,14 +50,15 @@ impl Limiter {
             };
         };
         let owner = &owner;
-        let entry = owned
-            .windows
+        let super::ledger_owner::OwnedWindows { windows, handed } = &mut *owned;
+        let entry = windows
             .entry(key)
             .or_insert_with(|| Owned::new(self.origin.0, *spec));
         let since = now_ms.saturating_sub(2 * self.config.ledger.lease_ms);
         let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
         let params = self.ledger_params(spec, limit, owner);
-        let spends = self.spends_of(state, spec, &entry.marks, now_ms);
+        let mut spends = self.spends_of(state, spec, &entry.marks, now_ms);
+        self.add_handed(&mut spends, handed.get(&key), spec);
         let ask = Ask {
             user,
             want: u64::from(want),

@@ -14,8 +14,9 @@ use super::state::{WindowState, is_aggregate};
 use super::{KeyId, Limiter, OwnerOf};
 use crate::ledger::tuning::LEASE_QUANTILE;
 use crate::ledger::{
-    Books, Cover, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal, Span, SpendMarks,
-    SpendTally, cover_targets, cut_near_cushions, poisson_quantile, spend_tail_ms,
+    Books, Cover, HandedBooks, Heard, HeldLease, HoldingsReport, Lease, LedgerParams, Renewal,
+    Span, SpendMarks, SpendTally, cover_targets, cut_near_cushions, poisson_quantile,
+    spend_tail_ms,
 };
 use crate::window::{EstimateMode, WindowSpec};
 
@@ -45,12 +46,16 @@ pub struct LeaseGrant {
 #[derive(Debug, Default)]
 pub(crate) struct OwnedWindows {
     pub(super) windows: BTreeMap<KeyId, Owned>,
+    /// Books leaving owners handed this node, by window, with who handed each
+    /// (`ledger_handoff.rs`): kept until the last slot they hold frees, whether or not this
+    /// node owns the window yet.
+    pub(super) handed: BTreeMap<KeyId, Vec<(u128, HandedBooks)>>,
 }
 
 #[derive(Debug)]
 pub(super) struct Owned {
     pub(super) books: Books,
-    spec: WindowSpec,
+    pub(super) spec: WindowSpec,
     /// The buckets the users sealed, by fine slot.
     pub(super) marks: SpendMarks,
 }
@@ -229,7 +234,12 @@ impl Limiter {
         let round = self.config.gossip_interval_ms;
         let calm_lease_ms = crate::ledger::tuning::longest_lease_ms(round);
         let mut out = Vec::new();
-        owned.windows.retain(|key, w| {
+        let OwnedWindows { windows, handed } = &mut *owned;
+        handed.retain(|_, books| {
+            books.retain(|(_, b)| b.until_ms() > now_ms);
+            !books.is_empty()
+        });
+        windows.retain(|key, w| {
             let Some(owner) = leases(*key) else {
                 return false;
             };
@@ -256,7 +266,8 @@ impl Limiter {
             }
             w.marks
                 .forget_before(*marked_epochs(&w.spec, now_ms).start());
-            let spends = self.spends_of(state, &w.spec, &w.marks, now_ms);
+            let mut spends = self.spends_of(state, &w.spec, &w.marks, now_ms);
+            self.add_handed(&mut spends, handed.get(key), &w.spec);
             let mut params = self.ledger_params(&w.spec, limit, &owner);
             let window_ms = w.spec.window_ms() as f64;
             // What a user is expected to be offered over `lease_ms`: its count over the window,

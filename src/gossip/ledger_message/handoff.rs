@@ -1,7 +1,9 @@
-//! The `Handoff` entry on the wire: windows by key, each with its last lease's end as its
-//! distance from the send time.
+//! The entries of a leaving owner on the wire. `Handoff`: windows by key, each with its last
+//! lease's end as its distance from the send time. `Books`: one window's handed books, from
+//! their distance from the send time, each step by its length.
 
 use super::{LedgerEntry, Wire, at, offset};
+use crate::ledger::{HandedBooks, MOST_HANDED_STEPS};
 use crate::limiter::KeyId;
 
 /// At most this many windows are taken from one `Handoff` entry (about 1 KB on the wire): a
@@ -27,4 +29,42 @@ pub(super) fn handoff_in(ends: Vec<([u8; 16], i64)>, sent_ms: u64) -> Option<Led
         .map(|(key, end)| Some((KeyId(u128::from_le_bytes(key)), at(end, sent_ms).ok()?)))
         .collect::<Option<Vec<_>>>()?;
     Some(LedgerEntry::Handoff { ends })
+}
+
+pub(super) fn books_out(key: KeyId, books: &HandedBooks, sent_ms: u64) -> Wire {
+    let starts = std::iter::once(books.at_ms).chain(books.steps.iter().map(|(until, _)| *until));
+    Wire::Books {
+        key: key.0.to_le_bytes(),
+        at: offset(books.at_ms, sent_ms),
+        steps: starts
+            .zip(&books.steps)
+            .map(|(from, (until, count))| (until.saturating_sub(from), *count))
+            .collect(),
+    }
+}
+
+/// A `Books` entry, or `None` if it has too many steps, a step of no length, or a time out of
+/// range.
+pub(super) fn books_in(
+    key: [u8; 16],
+    at_offset: i64,
+    steps: Vec<(u64, u64)>,
+    sent_ms: u64,
+) -> Option<LedgerEntry> {
+    if steps.len() > MOST_HANDED_STEPS {
+        return None;
+    }
+    let at_ms = at(at_offset, sent_ms).ok()?;
+    let mut until = at_ms;
+    let steps = steps
+        .into_iter()
+        .map(|(length, count)| {
+            until = until.checked_add(length).filter(|_| length > 0)?;
+            Some((until, count))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(LedgerEntry::Books {
+        key: KeyId(u128::from_le_bytes(key)),
+        books: HandedBooks { at_ms, steps },
+    })
 }

@@ -337,6 +337,73 @@ fn a_handoff_round_trips_and_one_too_long_is_dropped_alone() {
     assert_eq!(rejects.malformed, 1);
 }
 
+/// A leaving owner's books round-trip, from before or after the send time; books with too
+/// many steps, a step of no length or an end past time's range are dropped alone, the
+/// datagram's other entries kept.
+#[test]
+fn handed_books_round_trip_and_malformed_ones_are_dropped_alone() {
+    use crate::ledger::{HandedBooks, MOST_HANDED_STEPS};
+    let books = |at_ms, steps| LedgerEntry::Books {
+        key: KeyId(9),
+        books: HandedBooks { at_ms, steps },
+    };
+    let entries = vec![
+        books(
+            SENT - 5,
+            vec![(SENT + 100, 40), (SENT + 1_200, 0), (SENT + 1_400, 7)],
+        ),
+        books(SENT + 3, Vec::new()),
+        LedgerEntry::Leaving,
+    ];
+    let body = encode_ledger(&entries, 2, SENT);
+    let (back, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
+    assert_eq!(back, entries);
+    assert_eq!(rejects, LedgerRejects::default());
+
+    let long: Vec<(u64, u64)> = (1..=MOST_HANDED_STEPS as u64 + 1)
+        .map(|i| (SENT + i, 1))
+        .collect();
+    for (wire, why) in [
+        (
+            Wire::Books {
+                key: [1; 16],
+                at: 0,
+                steps: long.iter().map(|_| (1, 1)).collect(),
+            },
+            "too many steps",
+        ),
+        (
+            Wire::Books {
+                key: [1; 16],
+                at: 0,
+                steps: vec![(5, 1), (0, 2)],
+            },
+            "a step of no length",
+        ),
+        (
+            Wire::Books {
+                key: [1; 16],
+                at: 0,
+                steps: vec![(u64::MAX, 1)],
+            },
+            "an end past u64",
+        ),
+        (
+            Wire::Books {
+                key: [1; 16],
+                at: i64::MIN,
+                steps: vec![],
+            },
+            "a start before 0",
+        ),
+    ] {
+        let body = bincode::serde::encode_to_vec(vec![wire, Wire::Leaving], WIRE).unwrap();
+        let (back, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
+        assert_eq!(back, vec![LedgerEntry::Leaving], "{why}");
+        assert_eq!(rejects.malformed, 1, "{why}");
+    }
+}
+
 /// A member's word that it leases nothing round-trips with its number, whatever its size.
 #[test]
 fn a_word_that_the_sender_leases_nothing_round_trips() {

@@ -242,7 +242,9 @@ fn a_window_whose_owner_went_down_without_a_word_is_blind_to_its_next_owner() {
 /// the ring changed (10 000); one whose last lease ended before the ring changed, once the
 /// users have heard the owner left and reported. A window 4 did not hand over, one it named
 /// with an end no lease has, or one whose handoff names a member that did not own it, waits out
-/// the quiet period. A handoff past a quiet period is forgotten.
+/// the quiet period. A window it handed with its books, which the limiter keeps, is leasable
+/// from the ring's change, and a later word on its end does not forget the books. A handoff
+/// past a quiet period is forgotten.
 #[test]
 fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
     const QUIET: u64 = 1_600;
@@ -258,10 +260,11 @@ fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
         .map(spread)
         .filter(|k| four.owner(*k).is_some_and(|o| o.id == 4))
         .collect();
-    let [handed, ended, far, kept] = [0, 1, 2, 3].map(|i| {
-        let quarter = of_four.len() / 4;
-        &of_four[i * quarter..(i + 1) * quarter]
+    let [handed, ended, far, kept, booked] = [0, 1, 2, 3, 4].map(|i| {
+        let fifth = of_four.len() / 5;
+        &of_four[i * fifth..(i + 1) * fifth]
     });
+    assert!(booked.len() > 1);
     assert!(!kept.is_empty());
     let of_three = (0..512u128)
         .map(spread)
@@ -273,12 +276,17 @@ fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
     node.handed(4, &ends(far, CAME + QUIET + 1), CAME, TIMING);
     // Member 3 did not own `of_three`: 4's word on it counts for nothing.
     node.handed(4, &[(of_three, 9_000)], CAME, TIMING);
+    for k in booked {
+        node.handed_books(4, *k, 10_300, CAME, TIMING);
+    }
+    node.handed(4, &ends(&booked[..1], 10_300), CAME, TIMING);
     let view = node
         .install(10_000, &ring(&[1, 2, 3]), 2, (3, 3), QUIET, false, &[], 0)
         .expect("a new ring");
     let quiet = |k: &KeyId| view.owner_of(*k).expect("an owner").quiet_until_ms;
     assert!(handed.iter().all(|k| quiet(k) == 10_300 + REPORTS));
     assert!(ended.iter().all(|k| quiet(k) == 10_000 + REPORTS));
+    assert!(booked.iter().all(|k| quiet(k) == 10_000));
     assert!(far.iter().chain(kept).all(|k| quiet(k) == 10_000 + QUIET));
     assert!(quiet(&of_three) < 10_000, "a window that did not move");
     // A quiet period past the leases' reports the word is forgotten, as the ring before is.

@@ -320,3 +320,150 @@ fn a_window_whose_last_lease_ended_before_the_leave_holds_its_limit_at_the_next_
         "{most} admitted in one window of 10 s (limit 20), {after} after the leave"
     );
 }
+
+/// What [`leave_at_limit`] saw: admissions in each second from the leave, the most in any
+/// window, how many were admitted before the leave, and how long after it the next owner
+/// could lease the window.
+struct LeaveAtLimit {
+    seconds: Vec<usize>,
+    most: usize,
+    before: usize,
+    leasable_after_ms: u64,
+}
+
+/// Two users, `users`, each offered 100 checks a second of a window under `l` owned by node
+/// 2 (node 1 next) for `for_ms`; then node 2 leaves, and nodes 0 and 1 go on so for
+/// `for_ms`. Without `books`, node 2 takes node 1 for a build that reads no books.
+fn leave_at_limit(l: Limit, users: [usize; 2], for_ms: u64, books: bool) -> LeaveAtLimit {
+    let mut net = ledger_nodes(3, |_| 0);
+    net.run_ms(6_000);
+    let key = window_of_2_then_1(&mut net, &l.window);
+    let id = net.node(0).limiter().key_id(&key, &l.window);
+    let mut admitted = Vec::new();
+    let offer = |net: &mut Net, users: [usize; 2], admitted: &mut Vec<u64>| {
+        for i in users {
+            let at = net.now(i).cluster_ms;
+            if check_with(net, i, &key, l) {
+                admitted.push(at);
+            }
+        }
+        net.run_ms(10);
+    };
+    let start = net.now(0).cluster_ms;
+    while net.now(0).cluster_ms < start + for_ms {
+        offer(&mut net, users, &mut admitted);
+    }
+    let before = admitted.len();
+    if !books {
+        let now = net.now(2);
+        let flags = super::super::features::READS & !super::super::features::BOOKS;
+        net.nodes[2]
+            .as_mut()
+            .unwrap()
+            .features
+            .heard(2, flags, now.at);
+    }
+    let left_at = leave(&mut net, 2);
+    // A round installs the ring without node 2 (its quiet period is then a view's to say).
+    while net.now(0).cluster_ms < left_at + 300 {
+        offer(&mut net, [0, 1], &mut admitted);
+    }
+    assert_eq!(net.members(1), 1, "node 2 left");
+    let quiet_until = net.node(1).limiter().owner_of(id).unwrap().quiet_until_ms;
+    while net.now(0).cluster_ms < left_at + for_ms {
+        offer(&mut net, [0, 1], &mut admitted);
+    }
+    let in_second = |from: u64| {
+        admitted
+            .iter()
+            .filter(|t| **t >= from && **t < from + 1_000)
+            .count()
+    };
+    LeaveAtLimit {
+        seconds: (0..for_ms / 1_000)
+            .map(|s| in_second(left_at + s * 1_000))
+            .collect(),
+        most: most_in_any_window(&admitted, l.window.window_ms()),
+        before,
+        leasable_after_ms: quiet_until.saturating_sub(left_at),
+    }
+}
+
+/// Two users keep a window at its limit across its owner's leave. The owner hands its books
+/// to the next owner, which leases the window from the ring's change on, not once the leases
+/// end and the users report: the users are admitted close to the limit in the second after
+/// the leave, and no window holds more than the limit. So at 3× and 10× the limit, with the
+/// owner a user or not, and over a window of 10 s.
+#[test]
+fn a_leaving_owners_books_let_its_next_owner_lease_at_once_within_the_limit() {
+    for (l, users, for_ms) in [
+        (lim(60, 1_000), [0, 2], 4_000),
+        (lim(60, 1_000), [0, 1], 4_000),
+        (lim(20, 1_000), [0, 2], 4_000),
+        (lim(300, 10_000), [0, 2], 12_000),
+    ] {
+        let run = leave_at_limit(l, users, for_ms, true);
+        let max = l.max as usize;
+        let LeaveAtLimit {
+            seconds,
+            most,
+            before,
+            leasable_after_ms,
+        } = run;
+        let case = format!(
+            "limit {max} a {} ms window, users {users:?}",
+            l.window.window_ms()
+        );
+        println!(
+            "{case}: leasable {leasable_after_ms} ms after the leave; admitted by second after \
+             it {seconds:?}; most in a window {most}; {before} before"
+        );
+        assert!(
+            before >= max,
+            "{case}: the window ran at its limit before the leave: {before}"
+        );
+        assert!(
+            leasable_after_ms <= 300,
+            "{case}: leasable {leasable_after_ms} ms after the leave"
+        );
+        assert!(
+            most <= max,
+            "{case}: {most} admitted in one window (limit {max})"
+        );
+    }
+    // Waiting for the leases to end and the users to report leaves the window idle for most
+    // of a second, and its spends bunched for seconds after.
+    let run = leave_at_limit(lim(60, 1_000), [0, 2], 4_000, true);
+    assert!(
+        run.seconds[0] >= 48 && run.seconds[1..].iter().all(|n| *n >= 57),
+        "admitted by second after the leave {:?} (limit 60)",
+        run.seconds
+    );
+}
+
+/// A next owner of a build that reads no books gets the end of the leaving owner's last lease
+/// instead, and leases once those leases have ended and the users have reported: later than
+/// with the books, and still within the limit.
+#[test]
+fn a_next_owner_that_reads_no_books_leases_once_the_leases_end_within_the_limit() {
+    let run = leave_at_limit(lim(60, 1_000), [0, 2], 4_000, false);
+    println!(
+        "leasable {} ms after the leave; admitted by second after it {:?}; most {}",
+        run.leasable_after_ms, run.seconds, run.most
+    );
+    assert!(
+        run.before >= 60,
+        "the window ran at its limit: {}",
+        run.before
+    );
+    assert!(
+        run.leasable_after_ms > 300 && run.leasable_after_ms < 1_600,
+        "leasable {} ms after the leave",
+        run.leasable_after_ms
+    );
+    assert!(
+        run.most <= 60,
+        "{} admitted in one window (limit 60)",
+        run.most
+    );
+}
