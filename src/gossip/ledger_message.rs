@@ -152,7 +152,7 @@ enum Wire {
         /// `at - sent`.
         at: i64,
         /// `[(until - the step's start, count)]`.
-        steps: Vec<(u64, u64)>,
+        steps: Vec<(u64, u32)>,
     },
 }
 

@@ -42,6 +42,7 @@ pub const CLUSTER_TIME: u8 = 32;
 /// the timed header.
 pub const ASKS_CLUSTER_TIME: u8 = 64;
 /// Reads a leaving owner's `LedgerEntry::Books` (a build before it drops the whole section).
+/// The byte's last bit: a further flag needs a byte more, after the rules' digest.
 pub const BOOKS: u8 = 128;
 /// What this build reads: the flags it announces.
 pub const READS: u8 = EXCHANGE | COMPACT | SEALED | HANDOFF | CLUSTER_TIME | BOOKS;

@@ -14,41 +14,26 @@ use crate::limiter::KeyId;
 
 impl<T: TimeSource> NodeCore<T> {
     /// Each window this node holds books for goes to its next owner (the first other member
-    /// on the ring): with its books (`Limiter::handed_books`) to a member that reads them,
-    /// which may lease at once what they leave free; else with the end of its last lease
-    /// (`Limiter::lease_ends`), and that member may lease it once the users of those leases
-    /// have reported (`ledger_view.rs`, `LedgerNode::handed`). Read after the last round this
-    /// node runs, so no lease comes after it. Only to a member that reads it: a build before
-    /// it would drop the datagram, which is all this one holds.
+    /// on the ring), read after the last round this node runs, so that no lease comes after
+    /// it: the end of the last lease it granted there (`Limiter::lease_ends`), and that member
+    /// may lease it once the users of those leases have reported (`ledger_view.rs`,
+    /// `LedgerNode::handed`); and, where this node leases the window with its whole part, its
+    /// books (`Limiter::handed_books`), which let that member lease at once what they leave
+    /// free. Each only to a member that reads it: a build before it would drop the datagram.
     pub(super) fn hand_over(&mut self, now: Now) {
         if self.ownership.is_none() {
             return;
         }
-        let mut books: BTreeMap<Destination, Vec<LedgerEntry>> = BTreeMap::new();
-        let mut ends: BTreeMap<Destination, Vec<(KeyId, u64)>> = BTreeMap::new();
-        for (key, handed) in self.limiter.handed_books(now.cluster_ms) {
-            if let Some(next) = self.next_owner(key, now, features::BOOKS) {
-                books
-                    .entry(next)
-                    .or_default()
-                    .push(LedgerEntry::Books { key, books: handed });
-            }
-        }
-        for (key, end) in self.limiter.lease_ends() {
-            let next = self.next_owner(key, now, features::HANDOFF);
-            // A member that reads books reads the end too, and has it in them.
-            let reads_books = self.next_owner(key, now, features::BOOKS).is_some();
-            if let Some(next) = next.filter(|_| !reads_books) {
-                ends.entry(next).or_default().push((key, end));
-            }
-        }
-        let me = self.params.node_id.as_u128();
         let mut out = Outgoing::new();
+        let me = self.params.node_id.as_u128();
         // What this node spent of the windows it owns is in no one else's books: its
         // registers go to the next owners too.
         self.registers_to_next_owners(now, |first| first == me, &mut out);
-        for (to, entries) in books {
-            out.entry(to).or_default().1.extend(entries);
+        let mut ends: BTreeMap<Destination, Vec<(KeyId, u64)>> = BTreeMap::new();
+        for (key, end) in self.limiter.lease_ends() {
+            if let Some(next) = self.next_owner(key, now, features::HANDOFF) {
+                ends.entry(next).or_default().push((key, end));
+            }
         }
         for (to, ends) in ends {
             let (_, entries) = out.entry(to).or_default();
@@ -56,6 +41,12 @@ impl<T: TimeSource> NodeCore<T> {
                 entries.push(LedgerEntry::Handoff {
                     ends: part.to_vec(),
                 });
+            }
+        }
+        for (key, books) in self.limiter.handed_books(now.cluster_ms) {
+            if let Some(next) = self.next_owner(key, now, features::BOOKS) {
+                let entry = LedgerEntry::Books { key, books };
+                out.entry(next).or_default().1.push(entry);
             }
         }
         self.send_outgoing(now, out);
@@ -73,22 +64,15 @@ impl<T: TimeSource> NodeCore<T> {
     }
 
     /// Member `from`, leaving, handed this node its books of window `key`. Kept by the
-    /// limiter, they let this node, as the window's next owner, lease it at once; else they
-    /// say when `from`'s last lease ended at the latest (their last slot frees a window and
-    /// the margin after it), and the window leases once its users have reported, as with a
-    /// `Handoff`.
+    /// limiter, they let this node, as the window's next owner, lease it at once; else the
+    /// window leases as its `Handoff` says.
     pub(super) fn take_books(&mut self, from: u128, key: KeyId, books: HandedBooks, now: Now) {
         let timing = (self.quiet_ms(), self.reports_ms());
-        let kept =
-            self.limiter
-                .take_handed_books(from, key, books.clone(), now.cluster_ms, timing.0);
-        let Some(ledger) = self.ledger.as_mut() else {
-            return;
-        };
-        if kept {
-            ledger.handed_books(from, key, books.until_ms(), now.cluster_ms, timing);
-        } else {
-            ledger.handed(from, &[(key, books.until_ms())], now.cluster_ms, timing);
+        let kept = self
+            .limiter
+            .take_handed_books(from, key, books, now.cluster_ms, timing.0);
+        if let Some(ledger) = self.ledger.as_mut().filter(|_| kept) {
+            ledger.handed_books(from, key, now.cluster_ms, timing);
         }
     }
 

@@ -27,8 +27,7 @@ const HANDED_KEPT: usize = 1 << 16;
 struct HandedWord {
     /// The owner.
     from: u128,
-    /// No token it leased occupies the window past this (its last lease's end, or when the
-    /// last slot its books count frees).
+    /// Its last lease there ended then (0: it said only its books).
     end: u64,
     /// The limiter keeps its books (`Limiter::take_handed_books`): the window leases at once.
     books: bool,
@@ -143,7 +142,8 @@ impl RingView {
     /// registers), and both were reported. No later than the floor.
     fn floor_of(&self, key: KeyId, handed: Option<&HandedWord>) -> u64 {
         let floor = self.floor_quiet_until_ms;
-        let (Some(h), Some(warmed)) = (handed, self.warmed_ms) else {
+        // Only a word with an end: books come from a member that left.
+        let (Some(h), Some(warmed)) = (handed.filter(|h| h.end > 0), self.warmed_ms) else {
             return floor;
         };
         match self.ring.owners(key) {
@@ -159,6 +159,7 @@ impl OwnerView for RingView {
     fn owner_of(&self, key: KeyId) -> Option<OwnerOf> {
         let owner = self.ring.owner(key)?;
         let handed = self.handed.get(&key);
+        let mut handed_by = None;
         let moved = self
             .before
             .iter()
@@ -170,7 +171,10 @@ impl OwnerView for RingView {
                 // this node did: `at`), and both were reported.
                 match handed {
                     _ if was == Some(owner.id) => None,
-                    Some(h) if was == Some(h.from) && h.books => Some(*at),
+                    Some(h) if was == Some(h.from) && h.books => {
+                        handed_by = Some(h.from);
+                        Some(*at)
+                    }
                     Some(h) if was == Some(h.from) => {
                         Some(quiet.min(h.end.max(*at).saturating_add(self.reports_ms)))
                     }
@@ -185,6 +189,7 @@ impl OwnerView for RingView {
                 .max(self.dropped_quiet_until_ms)
                 .max(self.floor_of(key, handed)),
             blind_since_ms: self.blind.blind_since(point_of_key(key)),
+            handed_by,
         })
     }
 
@@ -218,17 +223,10 @@ impl LedgerNode {
     }
 
     /// Member `from`, leaving, handed its books of window `key`, which the limiter keeps
-    /// (`Limiter::take_handed_books`) until `until_ms`, when their last slot frees: as a
-    /// handed window (see [`LedgerNode::handed`]) that its next owner may lease at once.
-    pub(super) fn handed_books(
-        &mut self,
-        from: u128,
-        key: KeyId,
-        until_ms: u64,
-        now_ms: u64,
-        timing: (u64, u64),
-    ) {
-        self.take_word(from, key, until_ms, true, now_ms, timing);
+    /// (`Limiter::take_handed_books`): as a handed window (see [`LedgerNode::handed`]) that its
+    /// next owner may lease at once, counting those books (`OwnerOf::handed_by`).
+    pub(super) fn handed_books(&mut self, from: u128, key: KeyId, now_ms: u64, timing: (u64, u64)) {
+        self.take_word(from, key, 0, true, now_ms, timing);
     }
 
     fn take_word(

@@ -33,13 +33,13 @@ impl HandedBooks {
         self.steps.last().map_or(self.at_ms, |(until, _)| *until)
     }
 
-    /// Whether the steps follow one another from `at_ms`, and there are at most
-    /// [`MOST_HANDED_STEPS`].
+    /// Whether the steps follow one another from `at_ms`, there are at most
+    /// [`MOST_HANDED_STEPS`], and no count passes any limit (`u32`).
     pub fn is_well_formed(&self) -> bool {
         let mut from = self.at_ms;
         self.steps.len() <= MOST_HANDED_STEPS
-            && self.steps.iter().all(|(until, _)| {
-                let follows = *until > from;
+            && self.steps.iter().all(|(until, count)| {
+                let follows = *until > from && *count <= u64::from(u32::MAX);
                 from = *until;
                 follows
             })
@@ -60,11 +60,14 @@ impl HandedBooks {
 
 /// Of `spends` (each until its slot's end plus `tail_ms`, as `Limiter::spends_of` gives them),
 /// keeps those the handed books may not hold: every spend whose slot ends after `at_ms` less
-/// `margin_ms`. A slot that ended before then, on a clock within the margin, held only spends
-/// made before the books were read: the leaving owner counted each, spent or as a token not
-/// yet reported. Counting a spend twice only leases less.
+/// twice `margin_ms`. A slot that ended before then held only spends made before the books
+/// were read, on the leaving owner's clock: the spender's clock and the leaving owner's are
+/// each within the margin of the cluster's. The leaving owner counted each such spend, spent
+/// or as a token not yet reported. Counting a spend twice only leases less.
 pub fn spends_after(spends: &mut Vec<Span>, at_ms: u64, tail_ms: u64, margin_ms: u64) {
-    let cut = at_ms.saturating_sub(margin_ms).saturating_add(tail_ms);
+    let cut = at_ms
+        .saturating_sub(margin_ms.saturating_mul(2))
+        .saturating_add(tail_ms);
     spends.retain(|s| s.until_ms > cut);
 }
 
@@ -103,18 +106,22 @@ mod tests {
         assert!(at(vec![(150, 2), (200, 1)]));
         assert!(!at(vec![(100, 2)]));
         assert!(!at(vec![(150, 2), (150, 1)]));
-        assert!(!at(vec![(150, 1); MOST_HANDED_STEPS + 1]));
+        assert!(!at(vec![(150, u64::from(u32::MAX) + 1)]));
+        let many: Vec<(u64, u64)> = (1..=MOST_HANDED_STEPS as u64 + 1)
+            .map(|i| (100 + i, 1))
+            .collect();
+        assert!(!at(many));
     }
 
     #[test]
-    fn only_spends_whose_slot_ends_before_the_books_less_the_margin_are_left_to_them() {
+    fn only_spends_whose_slot_ends_before_the_books_less_two_margins_are_left_to_them() {
         let (tail, margin) = (1_020, 10);
         let mut spends = vec![
-            span(0, 1_980 + tail, 1),
-            span(0, 1_990 + tail, 2),
-            span(0, 1_991 + tail, 3),
+            span(0, 1_970 + tail, 1),
+            span(0, 1_980 + tail, 2),
+            span(0, 1_981 + tail, 3),
         ];
         spends_after(&mut spends, 2_000, tail, margin);
-        assert_eq!(spends, vec![span(0, 1_991 + tail, 3)]);
+        assert_eq!(spends, vec![span(0, 1_981 + tail, 3)]);
     }
 }

@@ -138,12 +138,11 @@ impl Occupancy {
         let steps = self.steps();
         let first = steps.partition_point(|(t, _)| *t <= from_ms);
         let at_from = first.checked_sub(1).map_or(0, |i| steps[i].1);
-        // `(from, count)` from `from_ms` on; the count only falls to 0 at the last.
+        // `(from, count)` from `from_ms` on. Every span ends, so the last count is 0 (it may
+        // fall to 0 before, and rise again).
         let mut exact: Vec<(u64, u64)> = vec![(from_ms, at_from)];
         exact.extend_from_slice(&steps[first..]);
-        let Some(&(end_ms, _)) = exact.last().filter(|(_, c)| *c == 0) else {
-            return Vec::new();
-        };
+        let end_ms = exact.last().map_or(from_ms, |(t, _)| *t);
         let most = most.max(1);
         let mut out: Vec<(u64, u64)> = Vec::new();
         if exact.len() <= most + 1 {
@@ -275,6 +274,14 @@ mod tests {
             }
             // Nothing is taken after the last step.
             proptest::prop_assert!(spans.iter().all(|s| s.until_ms <= start));
+            // With room for every change, the steps are the count itself.
+            let mut start = from;
+            for (until, c) in o.ceiling(from, 1_000) {
+                for t in start..until {
+                    proptest::prop_assert_eq!(naive_at(&spans, t), c, "{}", t);
+                }
+                start = until;
+            }
             let naive = std::iter::once(from)
                 .chain(o.frees_between(from, horizon))
                 .find(|t| naive_room(&spans, limit, *t, t + hold) >= count);

@@ -50,7 +50,17 @@ impl Limiter {
             };
         };
         let owner = &owner;
-        let super::ledger_owner::OwnedWindows { windows, handed } = &mut *owned;
+        let super::ledger_owner::OwnedWindows {
+            windows,
+            handed,
+            sealed,
+            ..
+        } = &mut *owned;
+        if *sealed {
+            return AskAnswer::Refused {
+                retry_after_ms: self.config.gossip_interval_ms,
+            };
+        }
         let entry = windows
             .entry(key)
             .or_insert_with(|| Owned::new(self.origin.0, *spec));
@@ -58,7 +68,7 @@ impl Limiter {
         let limit = entry.books.limit(since).map_or(limit, |l| l.min(limit));
         let params = self.ledger_params(spec, limit, owner);
         let mut spends = self.spends_of(state, spec, &entry.marks, now_ms);
-        self.add_handed(&mut spends, handed.get(&key), spec);
+        self.add_handed(&mut spends, handed.get(&key), spec, owner.handed_by);
         let ask = Ask {
             user,
             want: u64::from(want),

@@ -50,6 +50,10 @@ pub(crate) struct OwnedWindows {
     /// (`ledger_handoff.rs`): kept until the last slot they hold frees, whether or not this
     /// node owns the window yet.
     pub(super) handed: BTreeMap<KeyId, Vec<(u128, HandedBooks)>>,
+    /// Steps of all the books in `handed`.
+    pub(super) handed_steps: usize,
+    /// The node handed its books over (it is leaving): it leases nothing more.
+    pub(super) sealed: bool,
 }
 
 #[derive(Debug)]
@@ -234,11 +238,25 @@ impl Limiter {
         let round = self.config.gossip_interval_ms;
         let calm_lease_ms = crate::ledger::tuning::longest_lease_ms(round);
         let mut out = Vec::new();
-        let OwnedWindows { windows, handed } = &mut *owned;
+        let OwnedWindows {
+            windows,
+            handed,
+            handed_steps,
+            sealed,
+        } = &mut *owned;
         handed.retain(|_, books| {
-            books.retain(|(_, b)| b.until_ms() > now_ms);
+            books.retain(|(_, b)| {
+                let keep = b.until_ms() > now_ms;
+                if !keep {
+                    *handed_steps -= b.steps.len();
+                }
+                keep
+            });
             !books.is_empty()
         });
+        if *sealed {
+            return out;
+        }
         windows.retain(|key, w| {
             let Some(owner) = leases(*key) else {
                 return false;
@@ -267,7 +285,7 @@ impl Limiter {
             w.marks
                 .forget_before(*marked_epochs(&w.spec, now_ms).start());
             let mut spends = self.spends_of(state, &w.spec, &w.marks, now_ms);
-            self.add_handed(&mut spends, handed.get(key), &w.spec);
+            self.add_handed(&mut spends, handed.get(key), &w.spec, owner.handed_by);
             let mut params = self.ledger_params(&w.spec, limit, &owner);
             let window_ms = w.spec.window_ms() as f64;
             // What a user is expected to be offered over `lease_ms`: its count over the window,

@@ -18,6 +18,10 @@ pub struct OwnerOf {
     /// limit until this time (ms; 0: no such owner): under `strict` the owner leases nothing of
     /// the window until every token that owner leased has left it, this time plus the window.
     pub blind_since_ms: u64,
+    /// The member that owned the window before, left, and handed the owner its books, which
+    /// the owner counts (`Limiter::take_handed_books`): what lets it lease before the quiet
+    /// period. `None`: no books count.
+    pub handed_by: Option<u128>,
 }
 
 impl OwnerOf {
@@ -27,6 +31,7 @@ impl OwnerOf {
             owner,
             quiet_until_ms,
             blind_since_ms: 0,
+            handed_by: None,
         }
     }
 

@@ -38,17 +38,21 @@ pub(super) fn books_out(key: KeyId, books: &HandedBooks, sent_ms: u64) -> Wire {
         at: offset(books.at_ms, sent_ms),
         steps: starts
             .zip(&books.steps)
-            .map(|(from, (until, count))| (until.saturating_sub(from), *count))
+            // A count past any limit (`u32`) holds the window full at `u32::MAX` too.
+            .map(|(from, (until, count))| {
+                let count = u32::try_from(*count).unwrap_or(u32::MAX);
+                (until.saturating_sub(from), count)
+            })
             .collect(),
     }
 }
 
 /// A `Books` entry, or `None` if it has too many steps, a step of no length, or a time out of
-/// range.
+/// range (the receiver checks the books again, `HandedBooks::is_well_formed`).
 pub(super) fn books_in(
     key: [u8; 16],
     at_offset: i64,
-    steps: Vec<(u64, u64)>,
+    steps: Vec<(u64, u32)>,
     sent_ms: u64,
 ) -> Option<LedgerEntry> {
     if steps.len() > MOST_HANDED_STEPS {
@@ -60,7 +64,7 @@ pub(super) fn books_in(
         .into_iter()
         .map(|(length, count)| {
             until = until.checked_add(length).filter(|_| length > 0)?;
-            Some((until, count))
+            Some((until, u64::from(count)))
         })
         .collect::<Option<Vec<_>>>()?;
     Some(LedgerEntry::Books {

@@ -277,7 +277,7 @@ fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
     // Member 3 did not own `of_three`: 4's word on it counts for nothing.
     node.handed(4, &[(of_three, 9_000)], CAME, TIMING);
     for k in booked {
-        node.handed_books(4, *k, 10_300, CAME, TIMING);
+        node.handed_books(4, *k, CAME, TIMING);
     }
     node.handed(4, &ends(&booked[..1], 10_300), CAME, TIMING);
     let view = node

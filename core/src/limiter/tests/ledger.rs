@@ -9,11 +9,12 @@ const LEASES_AT_ONCE: OwnerOf = OwnerOf {
     owner: 0,
     quiet_until_ms: 0,
     blind_since_ms: 0,
+    handed_by: None,
 };
 
 /// Every window is owned by `0`, leasing at once.
 #[derive(Debug)]
-struct OwnedBy(u128);
+pub(super) struct OwnedBy(pub(super) u128);
 
 impl OwnerView for OwnedBy {
     fn owner_of(&self, _key: KeyId) -> Option<OwnerOf> {
@@ -26,12 +27,12 @@ impl OwnerView for OwnedBy {
 }
 
 /// Node 0 owns every window; nodes 1.. use them. Ids are `index + 1`.
-struct Cluster {
-    nodes: Vec<Limiter>,
+pub(super) struct Cluster {
+    pub(super) nodes: Vec<Limiter>,
 }
 
 impl Cluster {
-    fn new(n: usize) -> Self {
+    pub(super) fn new(n: usize) -> Self {
         let config = LimiterConfig {
             policy: Policy::Ledger(PartitionPolicy::Strict),
             ..LimiterConfig::default()
@@ -46,13 +47,13 @@ impl Cluster {
         Self { nodes }
     }
 
-    fn owner(&self) -> &Limiter {
+    pub(super) fn owner(&self) -> &Limiter {
         &self.nodes[0]
     }
 
     /// Every node's emission reaches the owner; then the owner's round reaches every node.
     /// Returns the windows each node reported.
-    fn round(&self, now: u64) -> Vec<Vec<KeyId>> {
+    pub(super) fn round(&self, now: u64) -> Vec<Vec<KeyId>> {
         let mut reported = vec![Vec::new(); self.nodes.len()];
         for (i, node) in self.nodes.iter().enumerate() {
             if let Some((batch, reports)) = node.collect_with_reports(now) {
@@ -72,7 +73,7 @@ impl Cluster {
 
     /// A check at node `i`; where it lacks a token it may ask for, the owner is asked and
     /// the check made again.
-    fn check(&self, i: usize, key: &str, limit: Limit, now: u64) -> bool {
+    pub(super) fn check(&self, i: usize, key: &str, limit: Limit, now: u64) -> bool {
         self.check_costing(i, key, limit, 1, now)
     }
 
@@ -485,6 +486,7 @@ fn an_owner_leases_a_blind_window_only_a_window_past_its_blind_time() {
         owner: 0,
         quiet_until_ms: T0 + 500,
         blind_since_ms: T0 + 1_000,
+        handed_by: None,
     };
     let leases_from = T0 + 3_000 + c.owner().config().ledger.margin_ms;
     assert_eq!(
@@ -583,7 +585,7 @@ fn a_full_window_is_leased_again_by_rounds_as_its_slots_free() {
 }
 
 /// What `user` holds of window `k` under `limit` at `now`, by a dry run.
-fn held_of(user: &Limiter, limit: Limit, now: u64) -> u64 {
+pub(super) fn held_of(user: &Limiter, limit: Limit, now: u64) -> u64 {
     let items = items("k", &[limit], 1);
     let request = CheckRequest {
         items: &items,

@@ -277,6 +277,7 @@ mod cache;
 mod cluster;
 mod forged;
 mod ledger;
+mod ledger_handed;
 mod table_full;
 
 #[test]

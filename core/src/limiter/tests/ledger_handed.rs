@@ -1,0 +1,177 @@
+//! Books a leaving owner hands over: which windows it hands, that it leases nothing after, and
+//! that books count at the next owner only where its view says their sender handed the
+//! window.
+
+use super::ledger::{Cluster, OwnedBy, held_of};
+use super::*;
+use crate::ledger::{AskAnswer, HandedBooks};
+
+/// Every window is owned by `1`, leasing from `quiet_until_ms`, with the books of `handed_by`
+/// counted, and the side's part `part`.
+#[derive(Debug)]
+struct Handing {
+    quiet_until_ms: u64,
+    handed_by: Option<u128>,
+    part: (u64, u64),
+}
+
+impl OwnerView for Handing {
+    fn owner_of(&self, _key: KeyId) -> Option<OwnerOf> {
+        Some(OwnerOf {
+            handed_by: self.handed_by,
+            ..OwnerOf::quiet_until(1, self.quiet_until_ms)
+        })
+    }
+
+    fn lease_part(&self) -> (u64, u64) {
+        self.part
+    }
+}
+
+fn per_second(max: u32) -> Limit {
+    Limit {
+        max,
+        window: WindowSpec::with_default_buckets(1_000).unwrap(),
+    }
+}
+
+/// The user (node 1) spends the window of `key` to its limit: when the last was admitted.
+fn fill(c: &Cluster, key: &str, limit: Limit) -> u64 {
+    let mut now = T0;
+    let mut admitted = 0;
+    while admitted < limit.max {
+        c.round(now);
+        admitted += u32::from(c.check(1, key, limit, now));
+        now += 5;
+        assert!(now < T0 + 900, "the window filled: {admitted}");
+    }
+    now
+}
+
+/// A leaving owner hands the books of a window it leases with its whole part, counting what
+/// its user spent; not of one in its quiet period, nor when its side leases a part of each
+/// limit (its books may miss what others leased or spent). From then on it leases nothing:
+/// its round grants nothing, and an ask is refused.
+#[test]
+fn a_leaving_owner_hands_only_the_books_it_leases_whole_and_leases_nothing_after() {
+    let c = Cluster::new(2);
+    let limit = per_second(10);
+    let now = fill(&c, "k", limit);
+    let id = c.owner().key_id(b"k", &limit.window);
+    let books_under = |view: Handing| {
+        c.owner().set_owner_view(Box::new(view));
+        c.owner().handed_books(now)
+    };
+    let whole = books_under(Handing {
+        quiet_until_ms: 0,
+        handed_by: None,
+        part: (1, 1),
+    });
+    let (key, books) = whole.first().expect("the books of the window");
+    assert_eq!(*key, id);
+    assert_eq!(books.at_ms, now);
+    assert!(
+        books.steps.first().is_some_and(|(_, count)| *count >= 10),
+        "the user's 10 spends are in them: {books:?}"
+    );
+    let quiet = Handing {
+        quiet_until_ms: now + 1,
+        handed_by: None,
+        part: (1, 1),
+    };
+    assert!(
+        books_under(quiet).is_empty(),
+        "a window in its quiet period"
+    );
+    let part = Handing {
+        quiet_until_ms: 0,
+        handed_by: None,
+        part: (1, 2),
+    };
+    assert!(books_under(part).is_empty(), "a side leasing a part");
+    // Sealed: a window a second later, its slots free again, is leased to no one.
+    c.owner().set_owner_view(Box::new(OwnedBy(1)));
+    let later = now + 1_100;
+    c.round(later);
+    assert_eq!(
+        held_of(&c.nodes[1], limit, later),
+        0,
+        "a round leased after the books"
+    );
+    assert!(
+        !c.check(1, "k", limit, later),
+        "an ask was granted after the books"
+    );
+}
+
+/// Books a member handed count at the window's owner only where its view names that member
+/// (`OwnerOf::handed_by`): books of any other member, even saying that nothing is taken, do
+/// not erase what the owner's registers say was spent.
+#[test]
+fn handed_books_count_only_where_the_view_says_their_sender_handed_the_window() {
+    let c = Cluster::new(2);
+    let limit = per_second(10);
+    let now = fill(&c, "k", limit);
+    let id = c.owner().key_id(b"k", &limit.window);
+    // Read past the bucket of the user's spends (a bucket that ends after the books were
+    // read may hold later spends, and is counted from the registers).
+    let read_at = now + 200;
+    let empty = HandedBooks {
+        at_ms: read_at,
+        steps: Vec::new(),
+    };
+    assert!(c.owner().take_handed_books(99, id, empty, read_at, 2_000));
+    // The user asks for a token, as a request of its would.
+    let ask = || {
+        let at = read_at + 5;
+        let wait = (at, at + c.owner().config().ledger.ask_wait_ms);
+        let owner = OwnerOf::quiet_until(1, 0);
+        c.owner()
+            .owner_ask(2, id, &limit.window, 10, 1, None, wait, at, &owner)
+    };
+    assert!(
+        matches!(ask(), AskAnswer::Refused { .. }),
+        "books of a stranger counted"
+    );
+    // Where the view says member 99 handed the window, its books are the owner's word.
+    c.owner().set_owner_view(Box::new(Handing {
+        quiet_until_ms: 0,
+        handed_by: Some(99),
+        part: (1, 1),
+    }));
+    assert!(
+        matches!(ask(), AskAnswer::Granted(_)),
+        "the handed books did not count"
+    );
+}
+
+/// Books that would pin a window (a slot freed later than any owner's token could), with a
+/// step of no length, or of a window this node does not hold, are not kept; books from later
+/// than now count from now.
+#[test]
+fn books_that_could_pin_a_window_or_are_malformed_are_not_kept() {
+    let c = Cluster::new(2);
+    let limit = per_second(10);
+    let now = fill(&c, "k", limit);
+    let id = c.owner().key_id(b"k", &limit.window);
+    let quiet_ms = 2_000;
+    let take = |from: u128, key: KeyId, at_ms: u64, steps: Vec<(u64, u64)>| {
+        let books = HandedBooks { at_ms, steps };
+        c.owner().take_handed_books(from, key, books, now, quiet_ms)
+    };
+    let tail = crate::ledger::spend_tail_ms(1_000, c.owner().config().ledger.margin_ms);
+    assert!(take(5, id, now, vec![(now + quiet_ms + tail, 3)]));
+    assert!(
+        !take(6, id, now, vec![(now + quiet_ms + tail + 1, 3)]),
+        "pins"
+    );
+    assert!(!take(7, id, now, vec![(now, 3)]), "a step of no length");
+    assert!(
+        !take(8, KeyId(12_345), now, vec![(now + 10, 3)]),
+        "no window"
+    );
+    // From an hour ahead: counted from now, so its step reaches back to now.
+    assert!(take(9, id, now + 3_600_000, vec![(now + 100, 1)]));
+    // Two leavers a window at most: a third is not kept.
+    assert!(!take(10, id, now, vec![(now + 100, 1)]), "a third leaver");
+}
