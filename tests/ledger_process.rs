@@ -216,8 +216,8 @@ async fn members_leaving_gracefully_leave_the_whole_limit_to_those_staying() {
         worst as u64 <= LIMIT + LIMIT / 20,
         "busiest second {worst} > {LIMIT}"
     );
-    // Without the books, a window whose owner left would idle until the leaver's leases
-    // ended, and turn over in bursts for seconds after (ALGORITHM.md §10).
+    // A window whose owner left is leased by its next owner from its books at once: no
+    // second idles while the leaver's leases end (ALGORITHM.md §10, L4).
     assert!(
         per_second >= 0.93 * LIMIT as f64,
         "{per_second:.1} a second admitted of {LIMIT} from {BACK_WITHIN:?} after the leave: \

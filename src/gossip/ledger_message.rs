@@ -72,7 +72,12 @@ pub enum LedgerEntry {
     /// The sender, leaving gracefully, owned the window: its books, as the slots they count
     /// taken from when it stopped leasing (`limiter/ledger_handoff.rs`). Only to a member
     /// that reads them (`features.rs`).
-    Books { key: KeyId, books: HandedBooks },
+    Books {
+        key: KeyId,
+        window_ms: u64,
+        buckets: u16,
+        books: HandedBooks,
+    },
     /// The sender leases nothing (its clock is cut off): members leave it off their rings for
     /// `holds_ms` from its sending (`node/not_leasing.rs`). `seq` rises with each word of the
     /// sender's boot, so that a copy is not taken again. Sent in a datagram of its own, as
@@ -149,6 +154,8 @@ enum Wire {
     /// the whole section.
     Books {
         key: [u8; 16],
+        window_ms: u64,
+        buckets: u16,
         /// `at - sent`.
         at: i64,
         /// `[(until - the step's start, count)]`.
@@ -250,7 +257,12 @@ pub fn encode_ledger(entries: &[LedgerEntry], receiver: u128, sent_ms: u64) -> V
             LedgerEntry::Leaving => Wire::Leaving,
             LedgerEntry::Heard { members } => heard_out(members, sent_ms),
             LedgerEntry::Handoff { ends } => handoff_out(ends, sent_ms),
-            LedgerEntry::Books { key, books } => books_out(*key, books, sent_ms),
+            LedgerEntry::Books {
+                key,
+                window_ms,
+                buckets,
+                books,
+            } => books_out(*key, (*window_ms, *buckets), books, sent_ms),
             LedgerEntry::NotLeasing { seq, holds_ms } => Wire::NotLeasing {
                 seq: *seq,
                 holds_ms: *holds_ms,
@@ -417,8 +429,16 @@ pub fn decode_ledger(
                 entry
             }
             Wire::NotLeasing { seq, holds_ms } => LedgerEntry::NotLeasing { seq, holds_ms },
-            Wire::Books { key, at, steps } => {
-                let Some(entry) = books_in(key, at, steps, sent_ms) else {
+            Wire::Books {
+                key,
+                window_ms,
+                buckets,
+                at,
+                steps,
+            } => {
+                let shape = Some((window_ms, buckets)).filter(|(w, b)| shape_ok(*w, *b));
+                let Some(entry) = shape.and_then(|shape| books_in(key, shape, at, steps, sent_ms))
+                else {
                     rejects.malformed += 1;
                     continue;
                 };

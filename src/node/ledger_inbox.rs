@@ -194,10 +194,13 @@ impl<T: TimeSource> NodeCore<T> {
                         ledger.handed(header.sender, &ends, now.cluster_ms, timing);
                     }
                 }
-                LedgerEntry::Books { key, books }
-                    if self.liveness.address_of(header.sender) == Some(from) =>
-                {
-                    self.take_books(header.sender, key, books, now);
+                LedgerEntry::Books {
+                    key,
+                    window_ms,
+                    buckets,
+                    books,
+                } if self.liveness.address_of(header.sender) == Some(from) => {
+                    self.take_books((header.sender, key), (window_ms, buckets), books, now);
                 }
                 LedgerEntry::Handoff { .. } | LedgerEntry::Books { .. } => {}
                 LedgerEntry::Heard { members } => {

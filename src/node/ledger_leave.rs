@@ -17,7 +17,8 @@ impl<T: TimeSource> NodeCore<T> {
     /// on the ring), read after the last round this node runs, so that no lease comes after
     /// it: the end of the last lease it granted there (`Limiter::lease_ends`), and that member
     /// may lease it once the users of those leases have reported (`ledger_view.rs`,
-    /// `LedgerNode::handed`); and, where this node leases the window with its whole part, its
+    /// `LedgerNode::handed`); and, where this node leases the window with its whole part and
+    /// past its quiet period, its
     /// books (`Limiter::handed_books`), which let that member lease at once what they leave
     /// free. Each only to a member that reads it: a build before it would drop the datagram.
     pub(super) fn hand_over(&mut self, now: Now) {
@@ -43,9 +44,14 @@ impl<T: TimeSource> NodeCore<T> {
                 });
             }
         }
-        for (key, books) in self.limiter.handed_books(now.cluster_ms) {
+        for (key, spec, books) in self.limiter.handed_books(now.cluster_ms) {
             if let Some(next) = self.next_owner(key, now, features::BOOKS) {
-                let entry = LedgerEntry::Books { key, books };
+                let entry = LedgerEntry::Books {
+                    key,
+                    window_ms: spec.window_ms(),
+                    buckets: spec.buckets(),
+                    books,
+                };
                 out.entry(next).or_default().1.push(entry);
             }
         }
@@ -66,11 +72,17 @@ impl<T: TimeSource> NodeCore<T> {
     /// Member `from`, leaving, handed this node its books of window `key`. Kept by the
     /// limiter, they let this node, as the window's next owner, lease it at once; else the
     /// window leases as its `Handoff` says.
-    pub(super) fn take_books(&mut self, from: u128, key: KeyId, books: HandedBooks, now: Now) {
+    pub(super) fn take_books(
+        &mut self,
+        (from, key): (u128, KeyId),
+        shape: (u64, u16),
+        books: HandedBooks,
+        now: Now,
+    ) {
         let timing = (self.quiet_ms(), self.reports_ms());
-        let kept = self
-            .limiter
-            .take_handed_books(from, key, books, now.cluster_ms, timing.0);
+        let kept =
+            self.limiter
+                .take_handed_books((from, key), shape, books, now.cluster_ms, timing.0);
         if let Some(ledger) = self.ledger.as_mut().filter(|_| kept) {
             ledger.handed_books(from, key, now.cluster_ms, timing);
         }

@@ -1,9 +1,9 @@
 //! What a leaving owner hands a window's next owner: its books as the slots they say are
 //! taken from the moment it stopped leasing on (ALGORITHM.md, L4). Every token it leased is
 //! in them, spent or not: a spend it knew of over the span it can occupy a sliding window, a
-//! token not yet reported spent until its lease's end plus the window. The next owner counts
-//! them beside its own registers' spends from that moment on, and so may lease at once what
-//! they leave free, with no wait for the users to report.
+//! token not yet reported spent until its lease's end plus the window and the margin. The
+//! next owner counts them beside its own registers' spends from that moment on, and so may
+//! lease at once what they leave free, with no wait for the users to report.
 
 use super::occupancy::{Occupancy, Span};
 

@@ -7,7 +7,7 @@
 use super::ledger_owner::OwnedWindows;
 use super::{KeyId, Limiter};
 use crate::ledger::{HandedBooks, Span, spend_tail_ms, spends_after};
-use crate::window::WindowSpec;
+use crate::window::{EstimateMode, WindowSpec};
 
 /// Windows whose handed books a node keeps at once: books for more are not taken (their next
 /// owner waits for the users' reports, as without them).
@@ -40,7 +40,7 @@ impl Limiter {
     /// spends (another owner's tokens, the far side's) that its registers do not hold yet.
     /// Read once this node leases nothing more (it is leaving): from then on it leases
     /// nothing, nor answers an ask with tokens.
-    pub fn handed_books(&self, now_ms: u64) -> Vec<(KeyId, HandedBooks)> {
+    pub fn handed_books(&self, now_ms: u64) -> Vec<(KeyId, WindowSpec, HandedBooks)> {
         let guard = self.table.guard();
         let (seen, expected) = self.lease_part();
         let margin_ms = self.config.ledger.margin_ms;
@@ -68,33 +68,43 @@ impl Limiter {
             self.add_handed(&mut spends, handed.get(key), &w.spec, owner.handed_by);
             let params = self.ledger_params(&w.spec, 0, &owner);
             let occupancy = w.books.occupancy(&spends, now_ms, &params);
-            out.push((*key, HandedBooks::of(&occupancy, now_ms)));
+            out.push((*key, w.spec, HandedBooks::of(&occupancy, now_ms)));
         }
         out
     }
 
-    /// Member `from`, leaving, handed this node its books of window `key` at `now_ms`.
+    /// Member `from`, leaving, handed this node its books of window `key` (`window_ms` long,
+    /// in `buckets`) at `now_ms`; the window is made here if this node holds none (it need be
+    /// no user of it).
     /// Returns whether they are kept: they count, until their last slot frees, in the books
     /// of this node as the window's owner where its view says `from` handed the window to it
     /// (`OwnerOf::handed_by`). Books from later than now count from now (their cut only
     /// drops spends made before it). Not kept if malformed; if a slot in them frees later
     /// than any owner's token could (`quiet_ms`, the longest lease, past now, and then the
-    /// window's span), which would pin the window; if the window is not in the table (its
-    /// shape says that span); or if too many windows, steps, or leaving owners of this
-    /// window, already handed theirs.
+    /// window's span), which would pin the window; if the window has another shape here, or
+    /// the table is full; or if too many windows, steps, or leaving owners of this window,
+    /// already handed theirs.
     pub fn take_handed_books(
         &self,
-        from: u128,
-        key: KeyId,
+        (from, key): (u128, KeyId),
+        (window_ms, buckets): (u64, u16),
         mut books: HandedBooks,
         now_ms: u64,
         quiet_ms: u64,
     ) -> bool {
-        let guard = self.table.guard();
-        let Some(state) = self.table.get(&key, &guard) else {
+        let Ok(spec) = WindowSpec::new(window_ms, buckets, EstimateMode::Interpolated) else {
             return false;
         };
-        let tail_ms = spend_tail_ms(state.spec().window_ms(), self.config.ledger.margin_ms);
+        let guard = self.table.guard();
+        // A window held here in another shape is kept as it is (the table would replace it).
+        let held = match self.table.get(&key, &guard) {
+            Some(state) => state.has_shape(&spec),
+            None => self.table.get_or_insert(key, &spec, now_ms, &guard).is_ok(),
+        };
+        if !held {
+            return false;
+        }
+        let tail_ms = spend_tail_ms(window_ms, self.config.ledger.margin_ms);
         let latest_ms = now_ms.saturating_add(quiet_ms).saturating_add(tail_ms);
         books.at_ms = books.at_ms.min(now_ms);
         if !books.is_well_formed() || books.until_ms() > latest_ms {

@@ -31,10 +31,17 @@ pub(super) fn handoff_in(ends: Vec<([u8; 16], i64)>, sent_ms: u64) -> Option<Led
     Some(LedgerEntry::Handoff { ends })
 }
 
-pub(super) fn books_out(key: KeyId, books: &HandedBooks, sent_ms: u64) -> Wire {
+pub(super) fn books_out(
+    key: KeyId,
+    (window_ms, buckets): (u64, u16),
+    books: &HandedBooks,
+    sent_ms: u64,
+) -> Wire {
     let starts = std::iter::once(books.at_ms).chain(books.steps.iter().map(|(until, _)| *until));
     Wire::Books {
         key: key.0.to_le_bytes(),
+        window_ms,
+        buckets,
         at: offset(books.at_ms, sent_ms),
         steps: starts
             .zip(&books.steps)
@@ -51,6 +58,7 @@ pub(super) fn books_out(key: KeyId, books: &HandedBooks, sent_ms: u64) -> Wire {
 /// range (the receiver checks the books again, `HandedBooks::is_well_formed`).
 pub(super) fn books_in(
     key: [u8; 16],
+    (window_ms, buckets): (u64, u16),
     at_offset: i64,
     steps: Vec<(u64, u32)>,
     sent_ms: u64,
@@ -69,6 +77,8 @@ pub(super) fn books_in(
         .collect::<Option<Vec<_>>>()?;
     Some(LedgerEntry::Books {
         key: KeyId(u128::from_le_bytes(key)),
+        window_ms,
+        buckets,
         books: HandedBooks { at_ms, steps },
     })
 }

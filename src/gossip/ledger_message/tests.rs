@@ -345,6 +345,8 @@ fn handed_books_round_trip_and_malformed_ones_are_dropped_alone() {
     use crate::ledger::{HandedBooks, MOST_HANDED_STEPS};
     let books = |at_ms, steps| LedgerEntry::Books {
         key: KeyId(9),
+        window_ms: 1_000,
+        buckets: 10,
         books: HandedBooks { at_ms, steps },
     };
     let entries = vec![
@@ -367,6 +369,8 @@ fn handed_books_round_trip_and_malformed_ones_are_dropped_alone() {
         (
             Wire::Books {
                 key: [1; 16],
+                window_ms: 1_000,
+                buckets: 10,
                 at: 0,
                 steps: long.iter().map(|_| (1, 1)).collect(),
             },
@@ -375,6 +379,8 @@ fn handed_books_round_trip_and_malformed_ones_are_dropped_alone() {
         (
             Wire::Books {
                 key: [1; 16],
+                window_ms: 1_000,
+                buckets: 10,
                 at: 0,
                 steps: vec![(5, 1), (0, 2)],
             },
@@ -383,6 +389,8 @@ fn handed_books_round_trip_and_malformed_ones_are_dropped_alone() {
         (
             Wire::Books {
                 key: [1; 16],
+                window_ms: 1_000,
+                buckets: 10,
                 at: 0,
                 steps: vec![(u64::MAX, 1)],
             },
@@ -391,6 +399,8 @@ fn handed_books_round_trip_and_malformed_ones_are_dropped_alone() {
         (
             Wire::Books {
                 key: [1; 16],
+                window_ms: 1_000,
+                buckets: 10,
                 at: i64::MIN,
                 steps: vec![],
             },

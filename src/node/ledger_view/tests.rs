@@ -280,6 +280,8 @@ fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
         node.handed_books(4, *k, CAME, TIMING);
     }
     node.handed(4, &ends(&booked[..1], 10_300), CAME, TIMING);
+    // Member 3 did not own `kept[0]`: its books on it count for nothing.
+    node.handed_books(3, kept[0], CAME, TIMING);
     let view = node
         .install(10_000, &ring(&[1, 2, 3]), 2, (3, 3), QUIET, false, &[], 0)
         .expect("a new ring");
@@ -287,6 +289,9 @@ fn a_window_handed_over_by_its_leaving_owner_is_leased_once_its_leases_end() {
     assert!(handed.iter().all(|k| quiet(k) == 10_300 + REPORTS));
     assert!(ended.iter().all(|k| quiet(k) == 10_000 + REPORTS));
     assert!(booked.iter().all(|k| quiet(k) == 10_000));
+    let by = |k: &KeyId| view.owner_of(*k).expect("an owner").handed_by;
+    assert!(booked.iter().all(|k| by(k) == Some(4)));
+    assert!(handed.iter().chain(kept).all(|k| by(k).is_none()));
     assert!(far.iter().chain(kept).all(|k| quiet(k) == 10_000 + QUIET));
     assert!(quiet(&of_three) < 10_000, "a window that did not move");
     // A quiet period past the leases' reports the word is forgotten, as the ring before is.

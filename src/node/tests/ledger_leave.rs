@@ -399,6 +399,8 @@ fn a_leaving_owners_books_let_its_next_owner_lease_at_once_within_the_limit() {
     let cases = [
         (lim(60, 1_000), [0, 2], 4_000),
         (lim(60, 1_000), [0, 1], 4_000),
+        // Neither the leaver nor the next owner a user: the next owner makes the window.
+        (lim(60, 1_000), [0, 0], 4_000),
         (lim(20, 1_000), [0, 2], 4_000),
         (lim(300, 10_000), [0, 2], 12_000),
     ];

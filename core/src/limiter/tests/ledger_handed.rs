@@ -67,8 +67,8 @@ fn a_leaving_owner_hands_only_the_books_it_leases_whole_and_leases_nothing_after
         handed_by: None,
         part: (1, 1),
     });
-    let (key, books) = whole.first().expect("the books of the window");
-    assert_eq!(*key, id);
+    let (key, spec, books) = whole.first().expect("the books of the window");
+    assert_eq!((*key, *spec), (id, limit.window));
     assert_eq!(books.at_ms, now);
     assert!(
         books.steps.first().is_some_and(|(_, count)| *count >= 10),
@@ -89,7 +89,8 @@ fn a_leaving_owner_hands_only_the_books_it_leases_whole_and_leases_nothing_after
         part: (1, 2),
     };
     assert!(books_under(part).is_empty(), "a side leasing a part");
-    // Sealed: a window a second later, its slots free again, is leased to no one.
+    // Sealed: a window a second later, its slots free again, is leased to no one, by a
+    // round or on an ask.
     c.owner().set_owner_view(Box::new(OwnedBy(1)));
     let later = now + 1_100;
     c.round(later);
@@ -97,6 +98,15 @@ fn a_leaving_owner_hands_only_the_books_it_leases_whole_and_leases_nothing_after
         held_of(&c.nodes[1], limit, later),
         0,
         "a round leased after the books"
+    );
+    let wait = (later, later + c.owner().config().ledger.ask_wait_ms);
+    let owner = OwnerOf::quiet_until(1, 0);
+    let answer = c
+        .owner()
+        .owner_ask(2, id, &limit.window, 10, 1, None, wait, later, &owner);
+    assert!(
+        matches!(answer, AskAnswer::Refused { .. }),
+        "an ask was granted after the books: {answer:?}"
     );
     assert!(
         !c.check(1, "k", limit, later),
@@ -120,7 +130,11 @@ fn handed_books_count_only_where_the_view_says_their_sender_handed_the_window() 
         at_ms: read_at,
         steps: Vec::new(),
     };
-    assert!(c.owner().take_handed_books(99, id, empty, read_at, 2_000));
+    let shape = (limit.window.window_ms(), limit.window.buckets());
+    assert!(
+        c.owner()
+            .take_handed_books((99, id), shape, empty, read_at, 2_000)
+    );
     // The user asks for a token, as a request of its would.
     let ask = || {
         let at = read_at + 5;
@@ -146,8 +160,8 @@ fn handed_books_count_only_where_the_view_says_their_sender_handed_the_window() 
 }
 
 /// Books that would pin a window (a slot freed later than any owner's token could), with a
-/// step of no length, or of a window this node does not hold, are not kept; books from later
-/// than now count from now.
+/// step of no length, or of a window of another shape here, are not kept; books from later
+/// than now count from now, and books of a window this node holds nothing of make it.
 #[test]
 fn books_that_could_pin_a_window_or_are_malformed_are_not_kept() {
     let c = Cluster::new(2);
@@ -155,23 +169,33 @@ fn books_that_could_pin_a_window_or_are_malformed_are_not_kept() {
     let now = fill(&c, "k", limit);
     let id = c.owner().key_id(b"k", &limit.window);
     let quiet_ms = 2_000;
-    let take = |from: u128, key: KeyId, at_ms: u64, steps: Vec<(u64, u64)>| {
+    let shape = (limit.window.window_ms(), limit.window.buckets());
+    let take_shaped = |from: u128, shape: (u64, u16), at_ms: u64, steps: Vec<(u64, u64)>| {
         let books = HandedBooks { at_ms, steps };
-        c.owner().take_handed_books(from, key, books, now, quiet_ms)
+        c.owner()
+            .take_handed_books((from, id), shape, books, now, quiet_ms)
     };
+    let take =
+        |from: u128, at_ms: u64, steps: Vec<(u64, u64)>| take_shaped(from, shape, at_ms, steps);
     let tail = crate::ledger::spend_tail_ms(1_000, c.owner().config().ledger.margin_ms);
-    assert!(take(5, id, now, vec![(now + quiet_ms + tail, 3)]));
+    assert!(take(5, now, vec![(now + quiet_ms + tail, 3)]));
+    assert!(!take(6, now, vec![(now + quiet_ms + tail + 1, 3)]), "pins");
+    assert!(!take(7, now, vec![(now, 3)]), "a step of no length");
+    let steps = vec![(now + 10, 3)];
     assert!(
-        !take(6, id, now, vec![(now + quiet_ms + tail + 1, 3)]),
-        "pins"
+        !take_shaped(8, (2_000, 10), now, steps.clone()),
+        "another shape"
     );
-    assert!(!take(7, id, now, vec![(now, 3)]), "a step of no length");
-    assert!(
-        !take(8, KeyId(12_345), now, vec![(now + 10, 3)]),
-        "no window"
-    );
+    assert!(!take_shaped(8, (0, 0), now, steps), "no shape");
     // From an hour ahead: counted from now, so its step reaches back to now.
-    assert!(take(9, id, now + 3_600_000, vec![(now + 100, 1)]));
+    assert!(take(9, now + 3_600_000, vec![(now + 100, 1)]));
     // Two leavers a window at most: a third is not kept.
-    assert!(!take(10, id, now, vec![(now + 100, 1)]), "a third leaver");
+    assert!(!take(10, now, vec![(now + 100, 1)]), "a third leaver");
+    // A window this node holds nothing of is made for its books.
+    let books = HandedBooks {
+        at_ms: now,
+        steps: vec![(now + 100, 1)],
+    };
+    let other = (5, KeyId(12_345));
+    assert!(c.nodes[1].take_handed_books(other, shape, books, now, quiet_ms));
 }
