@@ -169,7 +169,7 @@ fn users_send_their_spends_to_the_next_owner_once_the_owner_says_it_leaves() {
 }
 
 /// A limit of `max` a window of `window_ms`.
-pub(super) fn lim(max: u32, window_ms: u64) -> Limit {
+fn lim(max: u32, window_ms: u64) -> Limit {
     Limit {
         max,
         window: WindowSpec::with_default_buckets(window_ms).unwrap(),
@@ -177,7 +177,7 @@ pub(super) fn lim(max: u32, window_ms: u64) -> Limit {
 }
 
 /// Node `i` checks `key` under `l` once, asking the owner where it lacks a token.
-pub(super) fn check_with(net: &mut Net, i: usize, key: &[u8], l: Limit) -> bool {
+fn check_with(net: &mut Net, i: usize, key: &[u8], l: Limit) -> bool {
     let item = [CheckItem {
         key,
         limit: l,
@@ -239,7 +239,7 @@ fn leave(net: &mut Net, i: usize) -> u64 {
 }
 
 /// The most of `times` in any window of `window_ms`.
-pub(super) fn most_in_any_window(times: &[u64], window_ms: u64) -> usize {
+fn most_in_any_window(times: &[u64], window_ms: u64) -> usize {
     let mut t = times.to_vec();
     t.sort_unstable();
     let mut best = 0;
