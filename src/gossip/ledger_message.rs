@@ -429,16 +429,8 @@ pub fn decode_ledger(
                 entry
             }
             Wire::NotLeasing { seq, holds_ms } => LedgerEntry::NotLeasing { seq, holds_ms },
-            Wire::Books {
-                key,
-                window_ms,
-                buckets,
-                at,
-                steps,
-            } => {
-                let shape = Some((window_ms, buckets)).filter(|(w, b)| shape_ok(*w, *b));
-                let Some(entry) = shape.and_then(|shape| books_in(key, shape, at, steps, sent_ms))
-                else {
+            books @ Wire::Books { .. } => {
+                let Some(entry) = books_in(books, sent_ms) else {
                     rejects.malformed += 1;
                     continue;
                 };

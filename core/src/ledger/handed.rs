@@ -73,15 +73,8 @@ pub fn spends_after(spends: &mut Vec<Span>, at_ms: u64, tail_ms: u64, margin_ms:
 
 #[cfg(test)]
 mod tests {
+    use super::super::occupancy::tests::span;
     use super::*;
-
-    fn span(from_ms: u64, until_ms: u64, count: u64) -> Span {
-        Span {
-            from_ms,
-            until_ms,
-            count,
-        }
-    }
 
     #[test]
     fn the_books_give_back_the_slots_they_were_made_from() {

@@ -182,10 +182,10 @@ fn push_step(steps: &mut Vec<(u64, u64)>, until_ms: u64, count: u64) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn span(from_ms: u64, until_ms: u64, count: u64) -> Span {
+    pub(in crate::ledger) fn span(from_ms: u64, until_ms: u64, count: u64) -> Span {
         Span {
             from_ms,
             until_ms,

@@ -2,7 +2,7 @@
 //! lease's end as its distance from the send time. `Books`: one window's handed books, from
 //! their distance from the send time, each step by its length.
 
-use super::{LedgerEntry, Wire, at, offset};
+use super::{LedgerEntry, Wire, at, offset, shape_ok};
 use crate::ledger::{HandedBooks, MOST_HANDED_STEPS};
 use crate::limiter::KeyId;
 
@@ -54,16 +54,21 @@ pub(super) fn books_out(
     }
 }
 
-/// A `Books` entry, or `None` if it has too many steps, a step of no length, or a time out of
-/// range (the receiver checks the books again, `HandedBooks::is_well_formed`).
-pub(super) fn books_in(
-    key: [u8; 16],
-    (window_ms, buckets): (u64, u16),
-    at_offset: i64,
-    steps: Vec<(u64, u32)>,
-    sent_ms: u64,
-) -> Option<LedgerEntry> {
-    if steps.len() > MOST_HANDED_STEPS {
+/// The `Books` entry of a `Wire::Books`, or `None` if it is none, names no window shape, or
+/// has too many steps, a step of no length, or a time out of range (the receiver checks the
+/// books again, `HandedBooks::is_well_formed`).
+pub(super) fn books_in(books: Wire, sent_ms: u64) -> Option<LedgerEntry> {
+    let Wire::Books {
+        key,
+        window_ms,
+        buckets,
+        at: at_offset,
+        steps,
+    } = books
+    else {
+        return None;
+    };
+    if steps.len() > MOST_HANDED_STEPS || !shape_ok(window_ms, buckets) {
         return None;
     }
     let at_ms = at(at_offset, sent_ms).ok()?;

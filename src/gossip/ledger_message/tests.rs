@@ -406,6 +406,16 @@ fn handed_books_round_trip_and_malformed_ones_are_dropped_alone() {
             },
             "a start before 0",
         ),
+        (
+            Wire::Books {
+                key: [1; 16],
+                window_ms: 0,
+                buckets: 10,
+                at: 0,
+                steps: vec![],
+            },
+            "no window shape",
+        ),
     ] {
         let body = bincode::serde::encode_to_vec(vec![wire, Wire::Leaving], WIRE).unwrap();
         let (back, rejects) = decode_ledger(&body, 1, 2, SENT).unwrap();
