@@ -18,9 +18,9 @@ impl<T: TimeSource> NodeCore<T> {
     /// it: the end of the last lease it granted there (`Limiter::lease_ends`), and that member
     /// may lease it once the users of those leases have reported (`ledger_view.rs`,
     /// `LedgerNode::handed`); and, where this node leases the window with its whole part and
-    /// past its quiet period, its
-    /// books (`Limiter::handed_books`), which let that member lease at once what they leave
-    /// free. Each only to a member that reads it: a build before it would drop the datagram.
+    /// past its quiet period, its books (`Limiter::handed_books`), which let that member lease
+    /// at once what they leave free. Each only to a member that reads it: a build before it
+    /// would drop the datagram.
     pub(super) fn hand_over(&mut self, now: Now) {
         if self.ownership.is_none() {
             return;
