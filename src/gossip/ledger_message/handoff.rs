@@ -54,9 +54,9 @@ pub(super) fn books_out(
     }
 }
 
-/// The `Books` entry of a `Wire::Books`, or `None` if it is none, names no window shape, or
-/// has too many steps, a step of no length, or a time out of range (the receiver checks the
-/// books again, `HandedBooks::is_well_formed`).
+/// The `Books` entry of a `Wire::Books`, or `None` if it is none, names no window shape, has
+/// a time out of range, or books that are not well formed (`HandedBooks::is_well_formed`: too
+/// many steps, or a step of no length).
 pub(super) fn books_in(books: Wire, sent_ms: u64) -> Option<LedgerEntry> {
     let Wire::Books {
         key,
@@ -68,6 +68,7 @@ pub(super) fn books_in(books: Wire, sent_ms: u64) -> Option<LedgerEntry> {
     else {
         return None;
     };
+    // Read no further than the most steps books may have.
     if steps.len() > MOST_HANDED_STEPS || !shape_ok(window_ms, buckets) {
         return None;
     }
@@ -76,14 +77,15 @@ pub(super) fn books_in(books: Wire, sent_ms: u64) -> Option<LedgerEntry> {
     let steps = steps
         .into_iter()
         .map(|(length, count)| {
-            until = until.checked_add(length).filter(|_| length > 0)?;
+            until = until.checked_add(length)?;
             Some((until, u64::from(count)))
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(LedgerEntry::Books {
+    let books = HandedBooks { at_ms, steps };
+    books.is_well_formed().then(|| LedgerEntry::Books {
         key: KeyId(u128::from_le_bytes(key)),
         window_ms,
         buckets,
-        books: HandedBooks { at_ms, steps },
+        books,
     })
 }

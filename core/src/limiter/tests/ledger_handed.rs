@@ -35,6 +35,24 @@ fn per_second(max: u32) -> Limit {
     }
 }
 
+/// Two nodes, the user (node 1) having spent the window of `"k"` under 10 a second to its
+/// limit: the cluster, the limit, when the last was admitted, and the window.
+fn filled() -> (Cluster, Limit, u64, KeyId) {
+    let c = Cluster::new(2);
+    let limit = per_second(10);
+    let now = fill(&c, "k", limit);
+    let id = c.owner().key_id(b"k", &limit.window);
+    (c, limit, now, id)
+}
+
+/// The user (node 1) asks the owner for a token of window `id` at `at`, as a request would.
+fn ask(c: &Cluster, id: KeyId, limit: Limit, at: u64) -> AskAnswer {
+    let wait = (at, at + c.owner().config().ledger.ask_wait_ms);
+    let owner = OwnerOf::quiet_until(1, 0);
+    c.owner()
+        .owner_ask(2, id, &limit.window, limit.max, 1, None, wait, at, &owner)
+}
+
 /// The user (node 1) spends the window of `key` to its limit: when the last was admitted.
 fn fill(c: &Cluster, key: &str, limit: Limit) -> u64 {
     let mut now = T0;
@@ -54,10 +72,7 @@ fn fill(c: &Cluster, key: &str, limit: Limit) -> u64 {
 /// its round grants nothing, and an ask is refused.
 #[test]
 fn a_leaving_owner_hands_only_the_books_it_leases_whole_and_leases_nothing_after() {
-    let c = Cluster::new(2);
-    let limit = per_second(10);
-    let now = fill(&c, "k", limit);
-    let id = c.owner().key_id(b"k", &limit.window);
+    let (c, limit, now, id) = filled();
     let books_under = |view: Handing| {
         c.owner().set_owner_view(Box::new(view));
         c.owner().handed_books(now)
@@ -99,11 +114,7 @@ fn a_leaving_owner_hands_only_the_books_it_leases_whole_and_leases_nothing_after
         0,
         "a round leased after the books"
     );
-    let wait = (later, later + c.owner().config().ledger.ask_wait_ms);
-    let owner = OwnerOf::quiet_until(1, 0);
-    let answer = c
-        .owner()
-        .owner_ask(2, id, &limit.window, 10, 1, None, wait, later, &owner);
+    let answer = ask(&c, id, limit, later);
     assert!(
         matches!(answer, AskAnswer::Refused { .. }),
         "an ask was granted after the books: {answer:?}"
@@ -119,10 +130,7 @@ fn a_leaving_owner_hands_only_the_books_it_leases_whole_and_leases_nothing_after
 /// not erase what the owner's registers say was spent.
 #[test]
 fn handed_books_count_only_where_the_view_says_their_sender_handed_the_window() {
-    let c = Cluster::new(2);
-    let limit = per_second(10);
-    let now = fill(&c, "k", limit);
-    let id = c.owner().key_id(b"k", &limit.window);
+    let (c, limit, now, id) = filled();
     // Read past the bucket of the user's spends (a bucket that ends after the books were
     // read may hold later spends, and is counted from the registers).
     let read_at = now + 200;
@@ -135,16 +143,8 @@ fn handed_books_count_only_where_the_view_says_their_sender_handed_the_window() 
         c.owner()
             .take_handed_books((99, id), shape, empty, read_at, 2_000)
     );
-    // The user asks for a token, as a request of its would.
-    let ask = || {
-        let at = read_at + 5;
-        let wait = (at, at + c.owner().config().ledger.ask_wait_ms);
-        let owner = OwnerOf::quiet_until(1, 0);
-        c.owner()
-            .owner_ask(2, id, &limit.window, 10, 1, None, wait, at, &owner)
-    };
     assert!(
-        matches!(ask(), AskAnswer::Refused { .. }),
+        matches!(ask(&c, id, limit, read_at + 5), AskAnswer::Refused { .. }),
         "books of a stranger counted"
     );
     // Where the view says member 99 handed the window, its books are the owner's word.
@@ -154,7 +154,7 @@ fn handed_books_count_only_where_the_view_says_their_sender_handed_the_window() 
         part: (1, 1),
     }));
     assert!(
-        matches!(ask(), AskAnswer::Granted(_)),
+        matches!(ask(&c, id, limit, read_at + 5), AskAnswer::Granted(_)),
         "the handed books did not count"
     );
 }
@@ -164,10 +164,7 @@ fn handed_books_count_only_where_the_view_says_their_sender_handed_the_window() 
 /// than now count from now, and books of a window this node holds nothing of make it.
 #[test]
 fn books_that_could_pin_a_window_or_are_malformed_are_not_kept() {
-    let c = Cluster::new(2);
-    let limit = per_second(10);
-    let now = fill(&c, "k", limit);
-    let id = c.owner().key_id(b"k", &limit.window);
+    let (c, limit, now, id) = filled();
     let quiet_ms = 2_000;
     let shape = (limit.window.window_ms(), limit.window.buckets());
     let take_shaped = |from: u128, shape: (u64, u16), at_ms: u64, steps: Vec<(u64, u64)>| {
