@@ -257,14 +257,14 @@ impl<T: TimeSource> NodeCore<T> {
         // that are not live come relayed (bootstrap pushes of departed and restarted
         // origins). Sums are their sender's own, and a live owner's come from its address.
         if let Some(batch) = &registers
-            && self.speaks_for_itself(batch.origin.0)
+            && self.speaks_for_itself(batch.origin.0, now)
             && !(batch.origin == sender && from_sender)
         {
             report.not_from_origin += batch.updates.len() as u64;
             registers = None;
         }
         if let Some(batch) = &sums
-            && (batch.origin != sender || (self.speaks_for_itself(sender.0) && !from_sender))
+            && (batch.origin != sender || (self.speaks_for_itself(sender.0, now) && !from_sender))
         {
             report.not_from_origin += batch.updates.len() as u64;
             sums = None;
@@ -315,8 +315,6 @@ impl<T: TimeSource> NodeCore<T> {
         self.view.wire.merged(&report, rejects.bad_shape);
     }
 
-    /// Whether `origin` is a live member (in the member list, not suspected at the last
-    /// round): only its own datagrams carry its registers.
     /// Takes `header`'s word on its sender's cluster time (`ClockSync::heard_cluster`).
     fn heard_cluster(&mut self, now: Now, header: &Header) {
         if let Some(word) = header.cluster {
@@ -325,8 +323,20 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    fn speaks_for_itself(&self, origin: u128) -> bool {
-        self.liveness.is_member(origin) && !self.suspects.contains(&origin)
+    /// Whether `origin` is a live member (in the member list as of the last round and now,
+    /// not suspected at the last round, and not leaving: it did not say it leaves for good):
+    /// only its own datagrams carry its registers. A member that said it leaves, or is gone,
+    /// sent its last registers; the members relay what it spent to its windows' owners as
+    /// their rings change (`NodeCore::relay_departed`), an owner that leaves next among them,
+    /// maybe before this node's next round.
+    fn speaks_for_itself(&self, origin: u128, now: Now) -> bool {
+        self.liveness.is_member(origin)
+            && !self.suspects.contains(&origin)
+            && !self.member_log.said_leaving(origin, now.at)
+            && self
+                .membership
+                .member_by_id(uuid::Uuid::from_u128(origin))
+                .is_some()
     }
 
     /// The windows of `batch` this node holds.

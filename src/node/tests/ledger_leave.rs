@@ -169,7 +169,7 @@ fn users_send_their_spends_to_the_next_owner_once_the_owner_says_it_leaves() {
 }
 
 /// A limit of `max` a window of `window_ms`.
-fn lim(max: u32, window_ms: u64) -> Limit {
+pub(super) fn lim(max: u32, window_ms: u64) -> Limit {
     Limit {
         max,
         window: WindowSpec::with_default_buckets(window_ms).unwrap(),
@@ -177,7 +177,7 @@ fn lim(max: u32, window_ms: u64) -> Limit {
 }
 
 /// Node `i` checks `key` under `l` once, asking the owner where it lacks a token.
-fn check_with(net: &mut Net, i: usize, key: &[u8], l: Limit) -> bool {
+pub(super) fn check_with(net: &mut Net, i: usize, key: &[u8], l: Limit) -> bool {
     let item = [CheckItem {
         key,
         limit: l,
@@ -239,7 +239,7 @@ fn leave(net: &mut Net, i: usize) -> u64 {
 }
 
 /// The most of `times` in any window of `window_ms`.
-fn most_in_any_window(times: &[u64], window_ms: u64) -> usize {
+pub(super) fn most_in_any_window(times: &[u64], window_ms: u64) -> usize {
     let mut t = times.to_vec();
     t.sort_unstable();
     let mut best = 0;
@@ -468,4 +468,54 @@ fn a_next_owner_that_reads_no_books_leases_once_the_leases_end_within_the_limit(
         "{} admitted in one window (limit 60)",
         run.most
     );
+}
+
+/// A user spends a window to its limit and leaves; then the window's owner leaves, before its
+/// next round. The user reported only to the owner (it cannot reach the next owner), and is
+/// gone: the owner relays its registers to the window's owners as its ring changes, and the
+/// next owner takes them though its own round has not yet dropped the user from its member
+/// list. So the next owner counts them, after the books (if it reads any) stop counting,
+/// and admits nothing more in the window.
+#[test]
+fn a_departed_users_spends_reach_the_next_owner_when_the_owner_leaves() {
+    for books in [true, false] {
+        let l = lim(20, 10_000);
+        let mut net = ledger_nodes(4, |_| 0);
+        net.run_ms(6_000);
+        let key = window_of_2_then_1(&mut net, &l.window);
+        // Nothing node 0 spends reaches node 1 but through node 2.
+        net.apart.push((0, 1));
+        let mut admitted = spend(&mut net, 0, &key, l, (200, 5));
+        admitted.truncate(20);
+        let first = admitted.len();
+        // Node 1 hears node 0 leave, and node 2 leaves before its next round.
+        net.apart.clear();
+        leave(&mut net, 0);
+        if !books {
+            let now = net.now(2);
+            let flags = super::super::features::READS & !super::super::features::BOOKS;
+            net.nodes[2]
+                .as_mut()
+                .unwrap()
+                .features
+                .heard(2, flags, now.at);
+        }
+        let left_at = leave(&mut net, 2);
+        assert_eq!(net.members(1), 1, "nodes 0 and 2 left");
+        let mut after = 0;
+        while net.now(1).cluster_ms < left_at + 3_000 {
+            let at = net.now(1).cluster_ms;
+            if check_with(&mut net, 1, &key, l) {
+                admitted.push(at);
+                after += 1;
+            }
+            net.run_ms(5);
+        }
+        let most = most_in_any_window(&admitted, 10_000);
+        assert_eq!(first, 20, "node 0 spent the window to its limit");
+        assert!(
+            most <= 20 && after == 0,
+            "books {books}: {most} admitted in one window of 10 s (limit 20), {after} after"
+        );
+    }
 }

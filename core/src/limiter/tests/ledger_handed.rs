@@ -196,3 +196,30 @@ fn books_that_could_pin_a_window_or_are_malformed_are_not_kept() {
     let other = (5, KeyId(12_345));
     assert!(c.nodes[1].take_handed_books(other, shape, books, now, quiet_ms));
 }
+
+/// The books a leaving owner hands are kept by the next owner whatever the window's length:
+/// a spend in a bucket its user has not sealed holds its slot from the bucket's end, which
+/// for a window of a minute or more lies further ahead than the longest lease.
+#[test]
+fn the_books_of_a_window_of_any_length_are_kept() {
+    for window_ms in [1_000, 10_000, 60_000, 3_600_000] {
+        let c = Cluster::new(2);
+        let limit = Limit {
+            max: 10,
+            window: WindowSpec::with_default_buckets(window_ms).unwrap(),
+        };
+        let now = fill(&c, "k", limit);
+        c.owner().set_owner_view(Box::new(Handing {
+            quiet_until_ms: 0,
+            handed_by: None,
+            part: (1, 1),
+        }));
+        let handed = c.owner().handed_books(now);
+        let (key, spec, books) = handed.first().expect("the books of the window");
+        let shape = (spec.window_ms(), spec.buckets());
+        assert!(
+            c.nodes[1].take_handed_books((1, *key), shape, books.clone(), now, 2_000),
+            "{window_ms} ms: books {books:?} not kept"
+        );
+    }
+}
