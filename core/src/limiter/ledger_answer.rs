@@ -28,16 +28,20 @@ impl Limiter {
         owner: &OwnerOf,
     ) -> AskAnswer {
         let guard = self.table.guard();
-        let Ok(state) = self.table.get_or_insert(key, spec, now_ms, &guard) else {
-            return AskAnswer::Refused {
-                retry_after_ms: self.config.gossip_interval_ms,
-            };
+        let state = match self.table.get_or_insert_sent(key, spec, now_ms, &guard) {
+            Ok(Some(state)) => state,
+            // Held in another shape: the ask is faulty, and asking again changes nothing.
+            Ok(None) => {
+                return AskAnswer::Refused {
+                    retry_after_ms: spec.window_ms(),
+                };
+            }
+            Err(_) => {
+                return AskAnswer::Refused {
+                    retry_after_ms: self.config.gossip_interval_ms,
+                };
+            }
         };
-        if !state.has_shape(spec) {
-            return AskAnswer::Refused {
-                retry_after_ms: spec.window_ms(),
-            };
-        }
         let mut owned = self.lock_owned();
         let fresh = match self.owner_view.load().as_ref() {
             // The caller's own view stands where the limiter has none (no ring: alone).

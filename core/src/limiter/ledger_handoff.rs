@@ -97,12 +97,10 @@ impl Limiter {
             return false;
         };
         let guard = self.table.guard();
-        // A window held here in another shape is kept as it is (the table would replace it).
-        let held = match self.table.get(&key, &guard) {
-            Some(state) => state.has_shape(&spec),
-            None => self.table.get_or_insert(key, &spec, now_ms, &guard).is_ok(),
-        };
-        if !held {
+        if !matches!(
+            self.table.get_or_insert_sent(key, &spec, now_ms, &guard),
+            Ok(Some(_))
+        ) {
             return false;
         }
         let tail_ms = spend_tail_ms(window_ms, self.config.ledger.margin_ms);

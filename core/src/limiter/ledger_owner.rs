@@ -397,12 +397,12 @@ impl Limiter {
             return false;
         };
         let guard = self.table.guard();
-        let Ok(state) = self.table.get_or_insert(grant.key, &spec, now_ms, &guard) else {
+        let Ok(Some(state)) = self
+            .table
+            .get_or_insert_sent(grant.key, &spec, now_ms, &guard)
+        else {
             return false;
         };
-        if !state.has_shape(&spec) {
-            return false;
-        }
         let accepted = {
             let _writer = self.lock_holdings();
             state.holdings.accept(&grant.lease, self.clock_shape(&spec))

@@ -85,8 +85,26 @@ impl KeyTable {
         self.map.get(&Slot::of(*id), guard)
     }
 
+    /// The state of `id` for what another member sent (a register, a lease, an ask, books),
+    /// created with shape `spec` if absent; `Ok(None)` if held in another shape. Ids name a
+    /// shape, so only a faulty or forged datagram names another, and it must not replace the
+    /// window (its registers, the tokens this node holds, its books).
+    pub fn get_or_insert_sent<'g>(
+        &self,
+        id: KeyId,
+        spec: &WindowSpec,
+        now_ms: u64,
+        guard: &'g impl Guard,
+    ) -> Result<Option<&'g WindowState>, CheckError> {
+        match self.get(&id, guard) {
+            Some(state) => Ok(state.has_shape(spec).then_some(state)),
+            None => self.get_or_insert(id, spec, now_ms, guard).map(Some),
+        }
+    }
+
     /// The state of `id`, created with shape `spec` if absent. An existing state of another
-    /// shape can only come from a faulty peer (ids name a shape); it is replaced.
+    /// shape can only come from a faulty peer (ids name a shape) or a local check whose id
+    /// collides with it; it is replaced.
     pub fn get_or_insert<'g>(
         &self,
         id: KeyId,

@@ -123,16 +123,16 @@ impl Limiter {
                 report.unsolicited += 1;
                 continue;
             }
-            if let Some(existing) = existing
-                && !existing.has_shape(&spec)
+            let state = match self
+                .table
+                .get_or_insert_sent(update.key, &spec, now_ms, &guard)
             {
-                // Ids name a shape, so this is a faulty peer: its register is dropped rather
-                // than replacing a window (and whatever quota it holds).
-                report.bad_shape += 1;
-                continue;
-            }
-            let state = match self.table.get_or_insert(update.key, &spec, now_ms, &guard) {
-                Ok(state) => state,
+                Ok(Some(state)) => state,
+                // A faulty peer's: its register is dropped rather than replacing a window.
+                Ok(None) => {
+                    report.bad_shape += 1;
+                    continue;
+                }
                 Err(_) => {
                     report.table_full += 1;
                     continue;

@@ -223,3 +223,52 @@ fn the_books_of_a_window_of_any_length_are_kept() {
         );
     }
 }
+
+/// A lease or an ask naming a window this node holds, in another shape (only a faulty or
+/// forged datagram can: ids name a shape), is refused and leaves the window as it is: what
+/// its user spent stays counted at the user and at the owner.
+#[test]
+fn a_lease_or_an_ask_of_another_shape_leaves_the_window_as_it_is() {
+    let (c, limit, now, id) = filled();
+    let spent = |node: usize| {
+        c.nodes[node]
+            .inspect(b"k", &limit, now)
+            .map_or(0.0, |i| i.global_admitted)
+    };
+    let (user_before, owner_before) = (spent(1), spent(0));
+    assert!(
+        user_before >= 9.5 && owner_before >= 5.0,
+        "the user spent its window, and its owner counts it: {user_before}, {owner_before}"
+    );
+    let grant = LeaseGrant {
+        user: 2,
+        key: id,
+        window_ms: 2_000,
+        buckets: 10,
+        lease: crate::ledger::Lease {
+            owner: 1,
+            seq: 99,
+            expires_ms: now + 400,
+            segments: smallvec::smallvec![crate::ledger::Segment {
+                id: 1,
+                count: 50,
+                valid_from_ms: now,
+            }],
+        },
+    };
+    assert!(
+        !c.nodes[1].accept_lease(&grant, now),
+        "a lease of another shape"
+    );
+    let other = WindowSpec::with_default_buckets(2_000).unwrap();
+    let owner = OwnerOf::quiet_until(1, 0);
+    let answer = c
+        .owner()
+        .owner_ask(2, id, &other, 50, 50, None, (now, now + 10), now, &owner);
+    assert!(
+        matches!(answer, AskAnswer::Refused { .. }),
+        "an ask of another shape: {answer:?}"
+    );
+    assert_eq!(spent(1), user_before, "the user's window was replaced");
+    assert_eq!(spent(0), owner_before, "the owner's window was replaced");
+}
