@@ -82,9 +82,9 @@ impl Limiter {
     /// drops spends made before it). Not kept if malformed; if a slot in them frees later
     /// than any owner's token or spend could, which would pin the window: the window's span
     /// past the later of `quiet_ms` (the longest lease) and a bucket from now (a spend in a
-    /// bucket its user has not sealed holds its slot from the bucket's end); if the window has another shape here, or
-    /// the table is full; or if too many windows, steps, or leaving owners of this window,
-    /// already handed theirs.
+    /// bucket its user has not sealed holds its slot from the bucket's end); if the window has
+    /// another shape here, or the table is full; or if too many windows, steps, or leaving
+    /// owners of this window, already handed theirs.
     pub fn take_handed_books(
         &self,
         (from, key): (u128, KeyId),
