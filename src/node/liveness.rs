@@ -30,9 +30,6 @@ pub struct Liveness {
     members: Members<MemberRecord>,
     /// When each member appeared (up or renamed), while in its join grace.
     joined_at: Members<Instant>,
-    /// When each member appeared (up or renamed), for as long as it is a member
-    /// (`came_up_within`).
-    came_up: Members<Instant>,
     /// Senders whose clocks are more than a minute from this node's: when last heard, and when
     /// last told so.
     far: BTreeMap<u128, FarSender>,
@@ -121,7 +118,6 @@ impl Liveness {
             join_grace,
             members: Members::default(),
             joined_at: Members::default(),
-            came_up: Members::default(),
             far: BTreeMap::new(),
             far_members: 0,
             tells: (0, None),
@@ -252,14 +248,6 @@ impl Liveness {
     /// can have arrived.
     pub fn joined(&mut self, member: u128, at: Instant) {
         self.joined_at.insert(member, at);
-        self.came_up.insert(member, at);
-    }
-
-    /// Whether `member` came up or was renamed within `within` of `at`.
-    pub fn came_up_within(&self, member: u128, within: Duration, at: Instant) -> bool {
-        self.came_up
-            .get(&member)
-            .is_some_and(|t| at.saturating_duration_since(*t) < within)
     }
 
     /// `sender` counts this many members, itself included (heard at `at`).
@@ -364,7 +352,6 @@ impl Liveness {
         self.shorts = relayed::unique_shorts(self.members.keys().copied());
         let ids: BTreeSet<u128> = self.members.keys().copied().collect();
         self.joined_at.retain(|s, _| ids.contains(s));
-        self.came_up.retain(|s, _| ids.contains(s));
         ids
     }
 
