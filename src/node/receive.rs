@@ -257,14 +257,14 @@ impl<T: TimeSource> NodeCore<T> {
         // that are not live come relayed (bootstrap pushes of departed and restarted
         // origins). Sums are their sender's own, and a live owner's come from its address.
         if let Some(batch) = &registers
-            && self.speaks_for_itself(batch.origin.0, now)
+            && self.speaks_for_itself(batch.origin.0)
             && !(batch.origin == sender && from_sender)
         {
             report.not_from_origin += batch.updates.len() as u64;
             registers = None;
         }
         if let Some(batch) = &sums
-            && (batch.origin != sender || (self.speaks_for_itself(sender.0, now) && !from_sender))
+            && (batch.origin != sender || (self.speaks_for_itself(sender.0) && !from_sender))
         {
             report.not_from_origin += batch.updates.len() as u64;
             sums = None;
@@ -323,16 +323,15 @@ impl<T: TimeSource> NodeCore<T> {
         }
     }
 
-    /// Whether `origin` is a live member (in the member list as of the last round and now,
-    /// not suspected at the last round, and not leaving: it did not say it leaves for good):
-    /// only its own datagrams carry its registers. A member that said it leaves, or is gone,
-    /// sent its last registers; the members relay what it spent to its windows' owners as
-    /// their rings change (`NodeCore::relay_departed`), an owner that leaves next among them,
-    /// maybe before this node's next round.
-    fn speaks_for_itself(&self, origin: u128, now: Now) -> bool {
+    /// Whether `origin` is a live member (in the member list as of the last round and now, and
+    /// not suspected at the last round): only its own datagrams carry its registers. A member
+    /// SWIM took off the list sent its last registers; the members relay what it spent to
+    /// its windows' owners as their rings change (`NodeCore::relay_departed`), an owner that
+    /// leaves next among them, maybe before this node's next round. (A member's word that it
+    /// is leaving does not count here: one that said so may stay, and speak for itself.)
+    fn speaks_for_itself(&self, origin: u128) -> bool {
         self.liveness.is_member(origin)
             && !self.suspects.contains(&origin)
-            && !self.member_log.said_leaving(origin, now.at)
             && self
                 .membership
                 .member_by_id(uuid::Uuid::from_u128(origin))

@@ -30,13 +30,9 @@ impl Limiter {
         let guard = self.table.guard();
         let state = match self.table.get_or_insert_sent(key, spec, now_ms, &guard) {
             Ok(Some(state)) => state,
-            // Held in another shape: the ask is faulty, and asking again changes nothing.
-            Ok(None) => {
-                return AskAnswer::Refused {
-                    retry_after_ms: spec.window_ms(),
-                };
-            }
-            Err(_) => {
+            // Held in another shape (the ask or the window came from a faulty or forged
+            // datagram), or the table is full: refused for a round, as any ask it cannot serve.
+            Ok(None) | Err(_) => {
                 return AskAnswer::Refused {
                     retry_after_ms: self.config.gossip_interval_ms,
                 };

@@ -81,8 +81,9 @@ impl Limiter {
     /// (`OwnerOf::handed_by`). Books from later than now count from now (their cut only
     /// drops spends made before it). Not kept if malformed; if a slot in them frees later
     /// than any owner's token or spend could, which would pin the window: the window's span
-    /// past the later of `quiet_ms` (the longest lease) and a bucket from now (a spend in a
-    /// bucket its user has not sealed holds its slot from the bucket's end); if the window has
+    /// past the later of `quiet_ms` (the longest lease) and a bucket and two clock margins from
+    /// now (a spend in a bucket its user has not sealed holds its slot from the bucket's end);
+    /// if the window has
     /// another shape here, or the table is full; or if too many windows, steps, or leaving
     /// owners of this window, already handed theirs.
     pub fn take_handed_books(
@@ -103,9 +104,13 @@ impl Limiter {
         ) {
             return false;
         }
-        let tail_ms = spend_tail_ms(window_ms, self.config.ledger.margin_ms);
+        let margin_ms = self.config.ledger.margin_ms;
+        let tail_ms = spend_tail_ms(window_ms, margin_ms);
+        // A bucket's end on the spender's clock, which may be ahead of the leaver's, which
+        // may be ahead of this node's, each by a margin.
+        let bucket_end_ms = spec.bucket_ms().saturating_add(margin_ms.saturating_mul(2));
         let latest_ms = now_ms
-            .saturating_add(quiet_ms.max(spec.bucket_ms()))
+            .saturating_add(quiet_ms.max(bucket_end_ms))
             .saturating_add(tail_ms);
         books.at_ms = books.at_ms.min(now_ms);
         if !books.is_well_formed() || books.until_ms() > latest_ms {

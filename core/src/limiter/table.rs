@@ -96,10 +96,12 @@ impl KeyTable {
         now_ms: u64,
         guard: &'g impl Guard,
     ) -> Result<Option<&'g WindowState>, CheckError> {
-        match self.get(&id, guard) {
-            Some(state) => Ok(state.has_shape(spec).then_some(state)),
-            None => self.get_or_insert(id, spec, now_ms, guard).map(Some),
-        }
+        let state = match self.get(&id, guard) {
+            Some(state) => state,
+            // A local check may insert it meanwhile: what comes back is checked too.
+            None => self.insert_absent(id, spec, now_ms, guard)?,
+        };
+        Ok(state.has_shape(spec).then_some(state))
     }
 
     /// The state of `id`, created with shape `spec` if absent. An existing state of another
@@ -118,6 +120,18 @@ impl KeyTable {
             }
             self.map.remove(&Slot::of(id), guard);
         }
+        self.insert_absent(id, spec, now_ms, guard)
+    }
+
+    /// The state of `id`, inserted with shape `spec` unless another insert got there first
+    /// (then that one, whatever its shape).
+    fn insert_absent<'g>(
+        &self,
+        id: KeyId,
+        spec: &WindowSpec,
+        now_ms: u64,
+        guard: &'g impl Guard,
+    ) -> Result<&'g WindowState, CheckError> {
         if self.map.len() >= self.max_keys {
             self.make_room(now_ms, guard);
             if self.map.len() >= self.max_keys {
