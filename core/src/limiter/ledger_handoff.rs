@@ -83,9 +83,8 @@ impl Limiter {
     /// than any owner's token or spend could, which would pin the window: the window's span
     /// past the later of `quiet_ms` (the longest lease) and a bucket and two clock margins from
     /// now (a spend in a bucket its user has not sealed holds its slot from the bucket's end);
-    /// if the window has
-    /// another shape here, or the table is full; or if too many windows, steps, or leaving
-    /// owners of this window, already handed theirs.
+    /// if the window has another shape here, or the table is full; or if too many windows,
+    /// steps, or leaving owners of this window, already handed theirs.
     pub fn take_handed_books(
         &self,
         (from, key): (u128, KeyId),
