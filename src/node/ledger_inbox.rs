@@ -101,7 +101,16 @@ impl<T: TimeSource> NodeCore<T> {
         self.view
             .wire
             .ledger_entries_malformed(entry_rejects.malformed);
-        if !batch.updates.is_empty() {
+        // A ledger datagram carries its sender's own registers alone (`send_ledger`): one that
+        // names another origin is refused whole, or any member holding the key could relay a
+        // live member's registers with nothing admitted, which `receive.rs` refuses elsewhere.
+        if batch.origin != sender {
+            let report = crate::limiter::MergeReport {
+                not_from_origin: batch.updates.len() as u64,
+                ..Default::default()
+            };
+            self.view.wire.merged(&report, rejects.bad_shape);
+        } else if !batch.updates.is_empty() {
             let report = self.limiter.merge(&batch, now.cluster_ms);
             self.view.wire.merged(&report, rejects.bad_shape);
             let mut reports: Vec<Option<LedgerReport>> = vec![None; batch.updates.len()];

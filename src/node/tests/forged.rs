@@ -185,3 +185,38 @@ fn a_member_sealing_in_a_live_members_name_cannot_move_its_replay_window() {
     assert_eq!(net.members(0), 2);
     assert_eq!(dropped(&net, "wrong_address"), 1, "the forgery, counted");
 }
+
+/// A ledger datagram carries its sender's own registers alone: one naming a live member's
+/// origin, with nothing admitted under a later version, is refused whole, as the same
+/// registers in any other datagram are.
+#[test]
+fn a_ledger_datagram_naming_another_origin_is_refused() {
+    let mut net = formed();
+    net.admit(1, b"tenant", 30);
+    net.run_ms(400);
+    assert_eq!(net.seen(0, b"tenant", 2), 30.0);
+    // Ahead of node 1's version, within the lead a register may take: merged, it would
+    // replace node 1's.
+    let zero = register_of(&net, 2, 2, b"tenant", 1_000, 0);
+    let to = Destination {
+        addr: addr(0),
+        node: Some(1),
+    };
+    let now = net.now(2);
+    let node = net.nodes[2].as_mut().unwrap();
+    let stamp = crate::gossip::message::Stamp::for_header(false, now.wall_ms);
+    let mut body = node.body_prefix(to);
+    let mut batch =
+        crate::gossip::message::encode_batch_stamped(&zero, OriginId(3), usize::MAX, stamp)
+            .expect("encoded");
+    body.append(&mut batch.remove(0));
+    body.extend_from_slice(&crate::gossip::ledger_message::encode_ledger(
+        &[],
+        1,
+        now.wall_ms,
+    ));
+    node.seal_as(now, Kind::Ledger, &body, to, false);
+    net.deliver();
+    assert_eq!(net.seen(0, b"tenant", 2), 30.0, "node 1's count stands");
+    assert_eq!(not_from_origin(&net), 1, "refused as not its sender's");
+}
