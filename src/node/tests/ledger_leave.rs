@@ -229,6 +229,29 @@ fn spend(
     admitted
 }
 
+/// Each of `users` checks `key` under `l`, every `step_ms`, until node 1's cluster clock
+/// reaches `until_ms`: the time of each admission goes to `admitted`. How many there were.
+fn check_until(
+    net: &mut Net,
+    users: &[usize],
+    key: &[u8],
+    l: Limit,
+    (until_ms, step_ms): (u64, u64),
+    admitted: &mut Vec<u64>,
+) -> usize {
+    let before = admitted.len();
+    while net.now(1).cluster_ms < until_ms {
+        for &i in users {
+            let at = net.now(i).cluster_ms;
+            if check_with(net, i, key, l) {
+                admitted.push(at);
+            }
+        }
+        net.run_ms(step_ms);
+    }
+    admitted.len() - before
+}
+
 /// Node `i` leaves gracefully, its last datagrams delivered: when, on its cluster clock.
 fn leave(net: &mut Net, i: usize) -> u64 {
     let now = net.now(i);
@@ -265,17 +288,14 @@ fn a_leaving_owners_own_spends_to_its_limit_hold_the_next_owner_back() {
     let mut admitted = spend(&mut net, 2, &key, l, (150, 2));
     let own = admitted.len();
     let left_at = leave(&mut net, 2);
-    let mut after = 0;
-    while net.now(1).cluster_ms < left_at + 1_500 {
-        for i in [0, 1] {
-            let at = net.now(i).cluster_ms;
-            if check_with(&mut net, i, &key, l) {
-                admitted.push(at);
-                after += 1;
-            }
-        }
-        net.run_ms(2);
-    }
+    let after = check_until(
+        &mut net,
+        &[0, 1],
+        &key,
+        l,
+        (left_at + 1_500, 2),
+        &mut admitted,
+    );
     let most = most_in_any_window(&admitted, 1_000);
     assert!(own >= 50, "the owner spent its window to the limit: {own}");
     assert!(after > 0, "the window is leased again after the leave");
@@ -304,15 +324,7 @@ fn a_window_whose_last_lease_ended_before_the_leave_holds_its_limit_at_the_next_
     // of the leave from node 1's gossip.
     net.apart.push((0, 2));
     let left_at = leave(&mut net, 2);
-    let mut after = 0;
-    while net.now(1).cluster_ms < left_at + 3_000 {
-        let at = net.now(1).cluster_ms;
-        if check_with(&mut net, 1, &key, l) {
-            admitted.push(at);
-            after += 1;
-        }
-        net.run_ms(1);
-    }
+    let after = check_until(&mut net, &[1], &key, l, (left_at + 3_000, 1), &mut admitted);
     let most = most_in_any_window(&admitted, 10_000);
     assert_eq!(first, 20, "node 0 spent the window to its limit");
     assert!(
@@ -501,15 +513,7 @@ fn a_departed_users_spends_reach_the_next_owner_when_the_owner_leaves() {
         }
         let left_at = leave(&mut net, 2);
         assert_eq!(net.members(1), 1, "nodes 0 and 2 left");
-        let mut after = 0;
-        while net.now(1).cluster_ms < left_at + 3_000 {
-            let at = net.now(1).cluster_ms;
-            if check_with(&mut net, 1, &key, l) {
-                admitted.push(at);
-                after += 1;
-            }
-            net.run_ms(5);
-        }
+        let after = check_until(&mut net, &[1], &key, l, (left_at + 3_000, 5), &mut admitted);
         let most = most_in_any_window(&admitted, 10_000);
         assert_eq!(first, 20, "node 0 spent the window to its limit");
         assert!(
