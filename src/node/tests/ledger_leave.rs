@@ -252,6 +252,17 @@ fn check_until(
     admitted.len() - before
 }
 
+/// Node 2 takes node `i` (boot id `i + 1`) for a build that reads no books.
+fn reads_no_books(net: &mut Net, i: usize) {
+    let now = net.now(2);
+    let flags = super::super::features::READS & !super::super::features::BOOKS;
+    net.nodes[2]
+        .as_mut()
+        .unwrap()
+        .features
+        .heard(i as u128 + 1, flags, now.at);
+}
+
 /// Node `i` leaves gracefully, its last datagrams delivered: when, on its cluster clock.
 fn leave(net: &mut Net, i: usize) -> u64 {
     let now = net.now(i);
@@ -367,13 +378,7 @@ fn leave_at_limit(l: Limit, users: [usize; 2], for_ms: u64, books: bool) -> Leav
     }
     let before = admitted.len();
     if !books {
-        let now = net.now(2);
-        let flags = super::super::features::READS & !super::super::features::BOOKS;
-        net.nodes[2]
-            .as_mut()
-            .unwrap()
-            .features
-            .heard(2, flags, now.at);
+        reads_no_books(&mut net, 1);
     }
     let left_at = leave(&mut net, 2);
     // A round installs the ring without node 2 (its quiet period is then a view's to say).
@@ -503,13 +508,7 @@ fn a_departed_users_spends_reach_the_next_owner_when_the_owner_leaves() {
         net.apart.clear();
         leave(&mut net, 0);
         if !books {
-            let now = net.now(2);
-            let flags = super::super::features::READS & !super::super::features::BOOKS;
-            net.nodes[2]
-                .as_mut()
-                .unwrap()
-                .features
-                .heard(2, flags, now.at);
+            reads_no_books(&mut net, 1);
         }
         let left_at = leave(&mut net, 2);
         assert_eq!(net.members(1), 1, "nodes 0 and 2 left");
