@@ -121,9 +121,8 @@ impl<T: TimeSource> NodeCore<T> {
                     *slot = Some(report.clone());
                 }
             }
-            // Only the sender's own registers carry its reports; one cut off is leased
-            // nothing (its registers still count what it spent).
-            if batch.origin == sender && !cut_off {
+            // One cut off is leased nothing (its registers still count what it spent).
+            if !cut_off {
                 self.limiter
                     .owner_heard(&batch, &reports, now.cluster_ms, |k| self.leases(k));
             }

@@ -118,15 +118,20 @@ impl Limiter {
                 report.expired += 1;
                 continue;
             }
-            let existing = self.table.get(&update.key, &guard);
-            if into == Held::Aggregates && existing.is_none() {
-                report.unsolicited += 1;
-                continue;
-            }
-            let state = match self
-                .table
-                .get_or_insert_sent(update.key, &spec, now_ms, &guard)
-            {
+            let found = match into {
+                Held::Registers => self
+                    .table
+                    .get_or_insert_sent(update.key, &spec, now_ms, &guard),
+                // Only a window this node holds takes an owner's sum.
+                Held::Aggregates => match self.table.get(&update.key, &guard) {
+                    Some(state) => Ok(state.has_shape(&spec).then_some(state)),
+                    None => {
+                        report.unsolicited += 1;
+                        continue;
+                    }
+                },
+            };
+            let state = match found {
                 Ok(Some(state)) => state,
                 // A faulty peer's: its register is dropped rather than replacing a window.
                 Ok(None) => {
