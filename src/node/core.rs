@@ -90,6 +90,8 @@ pub struct NodeCore<T> {
     /// The members SWIM suspected at the start of the last round (one look a round serves
     /// the log, the ring and liveness).
     pub(super) suspects: std::collections::BTreeSet<u128>,
+    /// Relays of live members' registers, refused, merged once their origin departs here.
+    pub(super) held_relays: super::held_relays::HeldRelays,
 }
 
 impl<T> std::fmt::Debug for NodeCore<T> {
@@ -179,6 +181,7 @@ impl<T: TimeSource> NodeCore<T> {
             rounds: 0,
             member_log: MemberLog::default(),
             suspects: Default::default(),
+            held_relays: Default::default(),
             return_route,
             params,
             clock,

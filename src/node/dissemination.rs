@@ -57,6 +57,7 @@ impl<T: TimeSource> NodeCore<T> {
         {
             self.members_changed(now);
         }
+        self.release_held_relays(now);
         // The member list carries clock offsets and cut-offs, which move every round; a large
         // cluster's is published once a second.
         if !owners || self.rounds.is_multiple_of(5) {

@@ -13,7 +13,8 @@
 //!   clusters, registers through each window's owners; `unanswered.rs`: windows whose owner
 //!   does not answer; `liveness.rs`: whose demand counts; `member_log.rs`: membership changes
 //!   in the log; `not_leasing.rs`: members that lease nothing for their clocks, off the ring; `warmup.rs`: when a starting node may admit; `status.rs`: who counts,
-//!   readiness, the published member list; `clock_sync.rs`: cluster time; `return_route.rs`:
+//!   readiness, the published member list; `held_relays.rs`: relays of a live member's
+//!   registers, counted once it departs; `clock_sync.rs`: cluster time; `return_route.rs`:
 //!   who may be sent registers in an insecure cluster; `rules_digest.rs`: whether the members
 //!   enforce the same rules; `timers.rs`: the periodic work; `outbox.rs`: sealing.
 //! - `driver.rs`: the tokio loop; `builder.rs`: building a node.
@@ -29,6 +30,7 @@ mod core;
 mod dissemination;
 mod driver;
 mod features;
+mod held_relays;
 mod ledger;
 mod ledger_inbox;
 mod ledger_join;

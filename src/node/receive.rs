@@ -261,6 +261,9 @@ impl<T: TimeSource> NodeCore<T> {
             && !(batch.origin == sender && from_sender)
         {
             report.not_from_origin += batch.updates.len() as u64;
+            // Until the origin departs here (`held_relays.rs`).
+            let capacity = self.limiter.config().max_keys;
+            self.held_relays.hold(batch, capacity);
             registers = None;
         }
         if let Some(batch) = &sums
@@ -281,6 +284,9 @@ impl<T: TimeSource> NodeCore<T> {
         if let Some(batch) = registers {
             // Only a datagram from the origin's own address speaks for it (supersedes).
             report.add(&if from_sender {
+                if batch.origin == sender {
+                    self.held_relays.superseded(&batch);
+                }
                 self.limiter.merge_sent_by(&batch, sender, now.cluster_ms)
             } else {
                 self.limiter.merge(&batch, now.cluster_ms)
@@ -336,6 +342,22 @@ impl<T: TimeSource> NodeCore<T> {
                 .membership
                 .member_by_id(uuid::Uuid::from_u128(origin))
                 .is_some()
+    }
+
+    /// Merges the relays held of members that no longer speak for themselves
+    /// (`held_relays.rs`). Runs each round, before the warm-up may end and before the owners
+    /// lease.
+    pub(super) fn release_held_relays(&mut self, now: Now) {
+        let mut held = std::mem::take(&mut self.held_relays);
+        let released = held.release(now.cluster_ms, |origin| self.speaks_for_itself(origin));
+        self.held_relays = held;
+        let mut report = MergeReport::default();
+        for batch in &released {
+            report.add(&self.limiter.merge(batch, now.cluster_ms));
+        }
+        if !released.is_empty() {
+            self.view.wire.merged(&report, 0);
+        }
     }
 
     /// The windows of `batch` this node holds.

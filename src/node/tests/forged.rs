@@ -220,3 +220,35 @@ fn a_ledger_datagram_naming_another_origin_is_refused() {
     assert_eq!(net.seen(0, b"tenant", 2), 30.0, "node 1's count stands");
     assert_eq!(not_from_origin(&net), 1, "refused as not its sender's");
 }
+
+/// A member that saw another depart relays that member's last registers to the windows'
+/// owners; a node that still lists the departed member refuses them (a live member speaks for
+/// itself), holds them, and counts them once SWIM drops the member here.
+#[test]
+fn a_relay_refused_while_its_origin_is_live_here_counts_once_the_origin_departs() {
+    let mut net = formed();
+    net.admit(1, b"tenant", 30);
+    net.run_ms(400);
+    assert_eq!(net.seen(0, b"tenant", 2), 30.0);
+    // Node 1 (boot id 2) spent 40 by its last register, which node 0 never had from it; node
+    // 2 relays it. A version ahead of any node 1 reached in its few seconds, within the lead
+    // an origin can emit.
+    let last = register_of(&net, 2, 2, b"tenant", 2_000, 40);
+    send_from_2_to_0(&mut net, Kind::AntiEntropy, &last);
+    assert_eq!(net.seen(0, b"tenant", 2), 30.0, "node 1 is live here");
+    assert_eq!(not_from_origin(&net), 1);
+    // Node 1 crashes; node 0's SWIM drops it.
+    net.nodes[1] = None;
+    let mut waited_ms = 0;
+    while net.members(0) == 2 {
+        assert!(waited_ms < 30_000, "node 0 never dropped node 1");
+        net.run_ms(100);
+        waited_ms += 100;
+    }
+    net.run_ms(400);
+    assert_eq!(
+        net.seen(0, b"tenant", 2),
+        40.0,
+        "the held relay counts once node 1 departed"
+    );
+}
