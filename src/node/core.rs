@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use super::clock_sync::ClockSync;
 use super::features::PeerFeatures;
 use super::liveness::Liveness;
-use super::member_log::MemberLog;
+use super::member_log::{MemberChange, MemberLog};
 use super::outbox::{Outbox, Outgoing};
 use super::ownership::{Ownership, SPREAD_WHEN_MISSING};
 use super::return_route::ReturnRoute;
@@ -314,7 +314,12 @@ impl<T: TimeSource> NodeCore<T> {
         }
         for event in &events {
             tracing::debug!(?event, "membership");
-            if let Some(change) = self.member_log.event(event, now.at) {
+            let change = self.member_log.event(event, now.at);
+            let new_here = matches!(
+                change,
+                Some(MemberChange::Joined { .. } | MemberChange::Restarted { .. })
+            );
+            if let Some(change) = change {
                 change.log();
             }
             if let MemberEvent::Up(id) | MemberEvent::Renamed { new: id, .. } = event {
@@ -329,7 +334,7 @@ impl<T: TimeSource> NodeCore<T> {
                         if old.node == new.node && self.counted_live_before(old, now.at)
                 );
                 if !renewed_while_live {
-                    self.liveness.joined(id.node.as_u128(), now.at);
+                    self.liveness.joined(id.node.as_u128(), now.at, new_here);
                 }
                 if let Some(w) = &mut self.warmup {
                     w.member_changed(now.at);

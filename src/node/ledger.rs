@@ -64,10 +64,17 @@ impl<T: TimeSource> NodeCore<T> {
     /// are expected too: they cannot join (each side refuses the other's datagrams as stale),
     /// and each of them may be leasing a ring of its own. On its side are the members its side
     /// heard from within [`present_within_rounds`] (`relay.rs`), so that the part falls within
-    /// that time of a cut. A SWIM suspicion does not take a member off the side: under loss
-    /// SWIM suspects members its side still hears, often (`sim/tests/faults.rs`,
-    /// `loss_under_the_ledger_costs_utilization_never_the_bound`), and the horizon alone bounds
-    /// when the part falls.
+    /// that time of a cut; and a member that came up at this node within that time, but less
+    /// than a quiet period less a round. A member comes up at a node before the node hears
+    /// it (the word comes from any member), and until its heard time is relayed: without
+    /// this every join would take the joiner's part from every window until a quiet period
+    /// after it was heard (`part_at`), though a member new to the cluster holds no token.
+    /// Counted so for less than a quiet period, a member never raises a part (a part rises
+    /// only once it has held a quiet period); it only puts off the fall its coming up makes,
+    /// as if this node had learned of it that much later. A SWIM suspicion does not take a
+    /// member off the side: under loss SWIM suspects members its side still hears, often
+    /// (`sim/tests/faults.rs`, `loss_under_the_ledger_costs_utilization_never_the_bound`), and
+    /// the horizon alone bounds when the part falls.
     ///
     /// [`present_within_rounds`]: crate::ledger::tuning::present_within_rounds
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
@@ -88,8 +95,14 @@ impl<T: TimeSource> NodeCore<T> {
         let members = self.membership.num_members() + 1;
         let expected =
             members + self.member_log.crashed_within(hold, now.at) + self.liveness.far_members();
-        let since = now.cluster_ms.saturating_sub(self.present_within_ms());
-        let heard = |id: &u128| self.liveness.side_heard(*id).is_some_and(|t| t >= since);
+        let present_ms = self.present_within_ms();
+        let since = now.cluster_ms.saturating_sub(present_ms);
+        let came_up_ms = present_ms.min(self.quiet_ms().saturating_sub(self.round_ms()));
+        let came_up = std::time::Duration::from_millis(came_up_ms);
+        let heard = |id: &u128| {
+            self.liveness.side_heard(*id).is_some_and(|t| t >= since)
+                || self.liveness.came_up_within(*id, came_up, now.at)
+        };
         let seen = 1 + self
             .membership
             .member_ids()

@@ -30,6 +30,9 @@ pub struct Liveness {
     members: Members<MemberRecord>,
     /// When each member appeared (up or renamed), while in its join grace.
     joined_at: Members<Instant>,
+    /// When each member appeared (up or renamed), for as long as it is a member
+    /// (`came_up_within`).
+    came_up: Members<Instant>,
     /// Senders whose clocks are more than a minute from this node's: when last heard, and when
     /// last told so.
     far: BTreeMap<u128, FarSender>,
@@ -118,6 +121,7 @@ impl Liveness {
             join_grace,
             members: Members::default(),
             joined_at: Members::default(),
+            came_up: Members::default(),
             far: BTreeMap::new(),
             far_members: 0,
             tells: (0, None),
@@ -245,9 +249,20 @@ impl Liveness {
     }
 
     /// `member` came up or was renamed (a restart): its demand is unknown until its registers
-    /// can have arrived.
-    pub fn joined(&mut self, member: u128, at: Instant) {
+    /// can have arrived. `new_here`: a process this node has not known (a first join or a
+    /// restart, not a return after a heal), which holds no token yet (`came_up_within`).
+    pub fn joined(&mut self, member: u128, at: Instant, new_here: bool) {
         self.joined_at.insert(member, at);
+        if new_here {
+            self.came_up.insert(member, at);
+        }
+    }
+
+    /// Whether `member`, a process new to this node, came up within `within` of `at`.
+    pub fn came_up_within(&self, member: u128, within: Duration, at: Instant) -> bool {
+        self.came_up
+            .get(&member)
+            .is_some_and(|t| at.saturating_duration_since(*t) < within)
     }
 
     /// `sender` counts this many members, itself included (heard at `at`).
@@ -352,6 +367,7 @@ impl Liveness {
         self.shorts = relayed::unique_shorts(self.members.keys().copied());
         let ids: BTreeSet<u128> = self.members.keys().copied().collect();
         self.joined_at.retain(|s, _| ids.contains(s));
+        self.came_up.retain(|s, _| ids.contains(s));
         ids
     }
 

@@ -15,7 +15,7 @@ fn heard_and_settled_members_are_live_others_are_silent() {
     let mut live = Liveness::new(ms(800), ms(500));
     let members = [member(1), member(2), member(3)];
     live.set_members(&members, t0);
-    live.joined(2, t0);
+    live.joined(2, t0, true);
     live.heard(1, t0);
     live.heard(2, t0);
     let fences = Fences::default();

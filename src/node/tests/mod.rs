@@ -533,6 +533,7 @@ mod cluster_time;
 mod far_clock;
 mod forged;
 mod ledger_ask;
+mod ledger_join;
 mod ledger_leave;
 mod not_leasing;
 mod owners;

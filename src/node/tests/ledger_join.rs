@@ -1,0 +1,98 @@
+//! A member that joins a ledger cluster.
+
+use super::ledger_ask::ledger_nodes;
+use super::ledger_leave::{check_with, lim, most_in_any_window};
+use super::*;
+
+/// `n` ledger nodes, two of them keeping twelve windows at their limit (60 a second each,
+/// offered 200), when one more joins. The joiner takes some of the windows over; the others
+/// keep their whole limit through the join: a member that came up counts on the side a
+/// while (less than a quiet period), so that it is not taken for one across a cut before
+/// it is heard, or its heard time relayed. No window passes its limit.
+fn a_join_among(n: usize) {
+    let l = lim(60, 1_000);
+    let mut net = ledger_nodes(n, |_| 0);
+    net.run_ms(6_000);
+    assert_eq!(net.members(0), n - 1, "the {n} formed a cluster");
+    let keys: Vec<Vec<u8>> = (0..12).map(|i| format!("key-{i}").into_bytes()).collect();
+    let mut admitted: Vec<Vec<u64>> = vec![Vec::new(); keys.len()];
+    let start = net.now(0).cluster_ms;
+    let joiner = n as u128 + 1;
+    let mut joined = false;
+    while net.now(0).cluster_ms < start + 7_000 {
+        if net.now(0).cluster_ms >= start + 3_000 && !joined {
+            joined = true;
+            let mut p = net.params(n, joiner, &[0]);
+            p.dissemination = Dissemination::Owners;
+            net.boot_with(p);
+        }
+        for (k, key) in keys.iter().enumerate() {
+            for i in [0, 1] {
+                let at = net.now(i).cluster_ms;
+                if check_with(&mut net, i, key, l) {
+                    admitted[k].push(at - start);
+                }
+            }
+        }
+        net.run_ms(10);
+    }
+    assert_eq!(net.members(0), n, "node {n} joined");
+    let mut kept = 0;
+    for (k, key) in keys.iter().enumerate() {
+        let id = net.node(0).limiter().key_id(key, &l.window);
+        let owner = net.node(0).limiter().owner_of(id).map(|o| o.owner);
+        let by_second: Vec<usize> = (0..7)
+            .map(|s| admitted[k].iter().filter(|t| **t / 1_000 == s).count())
+            .collect();
+        let most = most_in_any_window(&admitted[k], 1_000);
+        println!(
+            "{n} nodes, key {k}, owner {owner:?}: admitted by second {by_second:?}, most {most}"
+        );
+        assert!(
+            most <= 60,
+            "key {k}: {most} admitted in one window (limit 60)"
+        );
+        if owner != Some(joiner) {
+            kept += 1;
+            assert!(
+                by_second.iter().all(|n| *n >= 57),
+                "{n} nodes, key {k}, owner {owner:?}: admitted by second {by_second:?} (limit 60)"
+            );
+        }
+    }
+    assert!(kept > 0, "no window the joiner did not take over");
+}
+
+#[test]
+fn a_member_that_joins_takes_no_room_from_the_windows_it_does_not_own() {
+    a_join_among(3);
+    a_join_among(12);
+}
+
+/// A member counts on the side as it comes up only as a process new to the node: one back
+/// after a heal may hold tokens its side leased, and counting it before it is heard would
+/// bring the rise of every part forward.
+#[test]
+fn only_a_process_new_to_the_node_counts_as_it_comes_up() {
+    let mut net = ledger_nodes(3, |_| 0);
+    net.run_ms(6_000);
+    assert_eq!(net.members(0), 2, "the three formed a cluster");
+    let within = std::time::Duration::from_secs(60);
+    let came_up = |net: &Net| net.node(0).liveness.came_up_within(3, within, net.at());
+    assert!(came_up(&net), "a first join counts");
+    // Node 2 is cut off until node 0 declares it down, then heals.
+    net.cut[2] = true;
+    let mut waited_ms = 0;
+    while net.members(0) == 2 {
+        assert!(waited_ms < 30_000, "node 0 never declared node 2 down");
+        net.run_ms(100);
+        waited_ms += 100;
+    }
+    net.cut[2] = false;
+    while net.members(0) == 1 {
+        assert!(waited_ms < 60_000, "node 2 never came back at node 0");
+        net.run_ms(100);
+        waited_ms += 100;
+    }
+    assert!(!came_up(&net), "a member back after a heal does not");
+}
