@@ -1,13 +1,7 @@
 //! Which members count as live for admission: those heard from lately, and present long enough
 //! for their state to have arrived. SWIM decides who is a member; this decides whose demand
 //! this node shares the limit with, long before SWIM would declare a silent member down.
-//!
-//! A node whose genuine datagrams arrive with send times more than a minute from this node's
-//! clock (`DropReason::Stale`) cannot be a member: its SWIM traffic is refused too. It is a
-//! member all the same as far as the limit goes, so it counts as a silent one (in
-//! `N_expected`, never live) for as long as such datagrams keep coming. Without that, a node
-//! whose own clock is a minute off would hear nobody, end its warm-up alone and admit the
-//! whole limit beside the cluster.
+//! Senders a minute off count as silent members (`far.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -30,15 +24,10 @@ pub struct Liveness {
     members: Members<MemberRecord>,
     /// When each member appeared (up or renamed), while in its join grace.
     joined_at: Members<Instant>,
-    /// When each member appeared (up or renamed), for as long as it is a member
-    /// (`came_up_within`).
+    /// When each process new to this node came up, while a member (`came_up_within`).
     came_up: Members<Instant>,
-    /// Senders whose clocks are more than a minute from this node's: when last heard, and when
-    /// last told so.
-    far: BTreeMap<u128, FarSender>,
-    far_members: usize,
-    /// Tells sent in the current second, and when it began.
-    tells: (u32, Option<Instant>),
+    /// Senders whose clocks are more than a minute from this node's (`far.rs`).
+    far: far::FarSenders,
     /// Members that left (went down, or were renamed by a restart), and when this node
     /// learned it: their sums are held a while after (`Liveness::departed_within`).
     departed: BTreeMap<u128, Instant>,
@@ -64,36 +53,6 @@ struct MemberRecord {
     count: Option<(usize, Instant)>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct FarSender {
-    heard: Instant,
-    told: Option<Instant>,
-    /// How many members it says it counts.
-    count: usize,
-    /// Its latest send time: a sender whose send times stop advancing is not heard again.
-    sent_ms: u64,
-    /// It sent a datagram sealed for this boot, so it counts (see `far_clock`), and was heard
-    /// within [`FAR_MEMORY`].
-    counted: bool,
-    /// The send time of the datagram that last counted it: only a later one counts it again,
-    /// so a replay renews nothing, even once the sender stopped counting (the entry stays, not
-    /// counted, for [`FAR_REPLAY_MEMORY`], or until the table is full).
-    counted_sent_ms: u64,
-}
-
-/// How often a sender a minute off is told so (with a heartbeat it will find just as stale).
-const TELL_FAR_EVERY: Duration = Duration::from_secs(1);
-/// Most senders told so per second in all: the answers go to the address a datagram came
-/// from, which could be spoofed; this bounds what a replay of genuine datagrams can make a
-/// node send.
-const TELLS_PER_SECOND: u32 = 64;
-
-/// How long a sender heard with a clock a minute off still counts (SWIM probes every second,
-/// so a sender still running is heard again well within it).
-const FAR_MEMORY: Duration = Duration::from_secs(5);
-/// How long a sender a minute off that stopped counting is remembered, with the send time that
-/// last counted it: a replay of its datagrams counts it again no more than once in this long.
-const FAR_REPLAY_MEMORY: Duration = Duration::from_secs(60);
 /// The least time a member's count stays fresh enough to say whether this node lacks members
 /// ([`Liveness::most_count_more_than`]). It is 5 calm rounds of registers and sums (a calm
 /// window's go every fifth round), so the members a node shares windows with are heard
@@ -110,10 +69,6 @@ fn count_fresh(silence_threshold: Duration) -> Duration {
 /// has long said whether it is down, and a relationship this old has simply ended.
 pub const HOLD_FOR: Duration = Duration::from_secs(30);
 
-/// Most senders remembered as far off: every member of a large cluster, when this node's own
-/// clock is the one that is off.
-const MAX_FAR: usize = 1 << 14;
-
 impl Liveness {
     pub fn new(silence_threshold: Duration, join_grace: Duration) -> Self {
         Self {
@@ -122,103 +77,33 @@ impl Liveness {
             members: Members::default(),
             joined_at: Members::default(),
             came_up: Members::default(),
-            far: BTreeMap::new(),
-            far_members: 0,
-            tells: (0, None),
+            far: far::FarSenders::default(),
             departed: BTreeMap::new(),
             shorts: HashMap::new(),
         }
     }
 
     /// A genuine datagram from `sender`, sent at `sent_ms` on its clock, was more than a
-    /// minute from this node's clock. Returns whether to tell the sender so: a node whose own
-    /// clock is off hears nothing from anyone otherwise (its datagrams are refused, so nobody
-    /// answers them). At most once a second per sender, and the answer is no larger than
-    /// what came in. A datagram sent before the last one from the same sender renews nothing,
-    /// nor counts it (see `FarSender::counted_sent_ms`). Unless `counted`, the sender is only answered, not counted.
+    /// minute from this node's clock: whether to tell it so (`FarSenders::clock`).
     pub fn far_clock(&mut self, sender: u128, sent_ms: u64, counted: bool, at: Instant) -> bool {
-        if self.far.len() >= MAX_FAR && !self.far.contains_key(&sender) {
-            self.far
-                .retain(|_, f| at.saturating_duration_since(f.heard) < FAR_MEMORY);
-            if self.far.len() >= MAX_FAR {
-                return false;
-            }
-        }
-        let entry = self.far.entry(sender).or_insert(FarSender {
-            heard: at,
-            told: None,
-            count: 0,
-            sent_ms: 0,
-            counted: false,
-            counted_sent_ms: 0,
-        });
-        if sent_ms < entry.sent_ms {
-            return false;
-        }
-        entry.sent_ms = sent_ms;
-        // A sender a minute off counts only while it keeps sending: a replay renews nothing.
-        if counted && sent_ms > entry.counted_sent_ms {
-            entry.heard = at;
-            entry.counted = true;
-            entry.counted_sent_ms = sent_ms;
-        }
-        let due = entry
-            .told
-            .is_none_or(|t| at.saturating_duration_since(t) >= TELL_FAR_EVERY);
-        if !due {
-            return false;
-        }
-        let (sent, since) = &mut self.tells;
-        if since.is_none_or(|s| at.saturating_duration_since(s) >= Duration::from_secs(1)) {
-            *sent = 0;
-            *since = Some(at);
-        }
-        if *sent >= TELLS_PER_SECOND {
-            return false;
-        }
-        *sent += 1;
-        entry.told = Some(at);
-        true
+        self.far.clock(sender, sent_ms, counted, at)
     }
 
     /// `sender`, a minute off, says it counts this many members.
     pub fn far_counted(&mut self, sender: u128, members: usize) {
-        if let Some(f) = self.far.get_mut(&sender) {
-            f.count = members;
-        }
+        self.far.said_count(sender, members);
     }
 
-    /// Senders heard lately with clocks a minute off that are not members; the others stop
-    /// counting (their last counted send time stays: `FarSender::counted_sent_ms`).
+    /// Senders heard lately with clocks a minute off that are not members
+    /// (`FarSenders::refresh`).
     pub fn far_clocks(&mut self, members: &[NodeId], at: Instant) -> Vec<OriginId> {
-        // Not counted past FAR_MEMORY; forgotten past FAR_REPLAY_MEMORY (a sender whose clock
-        // stepped back counts again then, as does a replay: at most once a minute).
-        self.far
-            .retain(|_, f| at.saturating_duration_since(f.heard) < FAR_REPLAY_MEMORY);
-        let mut any = false;
-        for f in self.far.values_mut() {
-            f.counted &= at.saturating_duration_since(f.heard) < FAR_MEMORY;
-            any |= f.counted;
-        }
-        if !any {
-            self.far_members = 0;
-            return Vec::new();
-        }
-        let members: BTreeSet<u128> = members.iter().map(|m| m.node.as_u128()).collect();
-        let far: Vec<OriginId> = self
-            .far
-            .iter()
-            .filter(|(s, f)| f.counted && !members.contains(s))
-            .map(|(s, _)| OriginId(*s))
-            .collect();
-        self.far_members = far.len();
-        far
+        self.far.refresh(members, at)
     }
 
     /// How many of the senders a minute off are not members, as of the last
     /// [`Liveness::far_clocks`]: members all the same, in the count this node tells its peers.
     pub fn far_members(&self) -> usize {
-        self.far_members
+        self.far.members()
     }
 
     /// A register or heartbeat from `sender` arrived. Recorded for members only: anyone who
@@ -249,8 +134,7 @@ impl Liveness {
     }
 
     /// `member` came up or was renamed (a restart): its demand is unknown until its registers
-    /// can have arrived. `new_here`: a process this node has not known (a first join or a
-    /// restart, not a return after a heal), which holds no token yet (`came_up_within`).
+    /// can have arrived. `new_here`: a first join or a restart, not a return after a heal.
     pub fn joined(&mut self, member: u128, at: Instant, new_here: bool) {
         self.joined_at.insert(member, at);
         if new_here {
@@ -258,7 +142,8 @@ impl Liveness {
         }
     }
 
-    /// Whether `member`, a process new to this node, came up within `within` of `at`.
+    /// Whether `member`, a process new to this node (holding no token yet), came up within
+    /// `within` of `at`.
     pub fn came_up_within(&self, member: u128, within: Duration, at: Instant) -> bool {
         self.came_up
             .get(&member)
@@ -284,7 +169,7 @@ impl Liveness {
     /// forgotten when a member leaves (`set_members`). This feeds `N_expected` and the strict
     /// scale's fence, where leaving out a member that only a peer hears would over-admit.
     pub fn largest_count(&self) -> usize {
-        let far = self.far.values().filter(|f| f.counted).map(|f| f.count);
+        let far = self.far.counts();
         self.members
             .values()
             .filter_map(|m| m.count.map(|(count, _)| count))
@@ -449,6 +334,7 @@ impl Liveness {
     }
 }
 
+mod far;
 pub(super) mod relayed;
 #[cfg(test)]
 mod tests;
