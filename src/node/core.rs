@@ -334,6 +334,9 @@ impl<T: TimeSource> NodeCore<T> {
                         if old.node == new.node && self.counted_live_before(old, now.at)
                 );
                 if !renewed_while_live {
+                    // New to this node: a first join or a restart, and an identity never
+                    // renewed (one declared down anywhere renews it to come back).
+                    let new_here = new_here && id.bump == 0;
                     self.liveness.joined(id.node.as_u128(), now.at, new_here);
                 }
                 if let Some(w) = &mut self.warmup {

@@ -1,41 +1,49 @@
-//! Registers relayed in the name of a member this node still counts as live, held until that
-//! member departs here.
+//! Registers relayed in the name of a member this node still lists, held until SWIM drops that
+//! member here.
 //!
 //! A live member speaks for itself: its registers relayed by another are refused (`receive.rs`).
-//! But a member that relays them does so because it has seen their origin depart, and this node
-//! sees the same departure later (SWIM's word spreads in a few rounds). The relay carries what
-//! the origin spent last, which no one else will send again before the next anti-entropy: a
-//! window's next owner that refused it would lease as if the departed origin had spent nothing.
-//! So a refused relay is kept, the newest per origin and window, and merged (as any departed
-//! origin's relayed register) in the first round where its origin no longer speaks for itself.
-//! A starting node's warm-up cannot end while it lists such an origin (it waits for every
-//! member it lists to push it its state, and a departed one never pushes), so what is held
-//! counts before the node leases.
+//! But a member relays them because it has seen their origin depart, and this node sees the
+//! same departure later (SWIM's word spreads in a few rounds). The relay carries what the origin
+//! spent last, which no one else sends again before the next anti-entropy: a window's next
+//! owner that refused it would lease as if the departed origin had spent nothing. So a refused
+//! relay is held, the newest per window and origin, and merged (as any departed origin's relayed
+//! register) in the first round after SWIM dropped its origin here; and an owner leases
+//! nothing of a window while it holds a relay of it (`NodeCore::leases`), so that what it
+//! cannot count yet never goes unaccounted in a lease.
 //!
 //! Held is what any member holding the cluster key could send once the origin has departed:
-//! holding it longer grants no more. An origin's own later register makes a held relay of an
-//! older or equal version moot, and it is dropped. A relay is dropped once every slot it counts
-//! has slid out of its window. At most `capacity` are held (the key table's size: one for each
-//! window the node can hold); past it, new relays are refused as before.
+//! holding it grants no more, except that a forged relay holds a window's leases back until
+//! it goes (fail closed). A relay goes once its origin's own register is as new (the origin
+//! spoke for itself), once every slot it counts has slid out of its window, or when merged.
+//! Only a relay in a valid shape, not stamped more than a bucket ahead of now, is held; at most
+//! `capacity` (the key table's size: one for each window the node can hold); past it, new
+//! relays are dropped.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
 
 use crate::limiter::{Batch, KeyId, OriginId, RegisterUpdate};
+use crate::window::{EstimateMode, WindowSpec};
 
-/// Refused relays, the newest per origin and window.
+/// Refused relays, the newest per window and origin.
 #[derive(Debug, Default)]
 pub struct HeldRelays {
-    held: BTreeMap<(u128, KeyId), RegisterUpdate>,
+    held: BTreeMap<KeyId, BTreeMap<u128, RegisterUpdate>>,
+    len: usize,
 }
 
 impl HeldRelays {
-    /// Keeps `batch`'s registers (refused: their origin is live here), each unless one of a
+    /// Keeps `batch`'s registers (refused: their origin is listed here), each unless one of a
     /// version as high is held, and while fewer than `capacity` are held.
-    pub fn hold(&mut self, batch: &Batch, capacity: usize) {
-        for update in &batch.updates {
-            let full = self.held.len() >= capacity;
-            match self.held.entry((batch.origin.0, update.key)) {
+    pub fn hold(&mut self, batch: &Batch, capacity: usize, now_ms: u64) {
+        for update in batch.updates.iter().filter(|u| may_hold(u, now_ms)) {
+            let full = self.len >= capacity;
+            let by_origin = match self.held.entry(update.key) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(_) if full => continue,
+                Entry::Vacant(e) => e.insert(BTreeMap::new()),
+            };
+            match by_origin.entry(batch.origin.0) {
                 Entry::Occupied(mut held) => {
                     if held.get().register.version < update.register.version {
                         held.insert(update.clone());
@@ -44,49 +52,62 @@ impl HeldRelays {
                 Entry::Vacant(slot) => {
                     if !full {
                         slot.insert(update.clone());
+                        self.len += 1;
                     }
                 }
             }
         }
     }
 
-    /// The origin's own registers arrived: a held relay of a version no higher adds nothing.
-    pub fn superseded(&mut self, own: &Batch) {
-        if self.held.is_empty() {
+    /// Whether a relay of `key` is held.
+    pub fn holds_window(&self, key: &KeyId) -> bool {
+        self.len > 0 && self.held.contains_key(key)
+    }
+
+    /// The origin's own registers arrived: held relays of a version no higher add nothing.
+    pub fn drop_superseded_by(&mut self, own: &Batch) {
+        if self.len == 0 {
             return;
         }
         for update in &own.updates {
-            let slot = (own.origin.0, update.key);
-            if self
-                .held
-                .get(&slot)
+            let Some(by_origin) = self.held.get_mut(&update.key) else {
+                continue;
+            };
+            if by_origin
+                .get(&own.origin.0)
                 .is_some_and(|h| h.register.version <= update.register.version)
             {
-                self.held.remove(&slot);
+                by_origin.remove(&own.origin.0);
+                self.len -= 1;
+                if by_origin.is_empty() {
+                    self.held.remove(&update.key);
+                }
             }
         }
     }
 
-    /// Takes out what is held of origins that no longer speak for themselves, as one batch an
-    /// origin, and drops what has slid out of its window by `now_ms`.
-    pub fn release(&mut self, now_ms: u64, speaks_for_itself: impl Fn(u128) -> bool) -> Vec<Batch> {
-        if self.held.is_empty() {
+    /// Takes out what is held of origins that `departed`, as one batch an origin, and drops
+    /// what has slid out of its window by `now_ms`.
+    pub fn release(&mut self, now_ms: u64, departed: impl Fn(u128) -> bool) -> Vec<Batch> {
+        if self.len == 0 {
             return Vec::new();
         }
         let mut released: BTreeMap<u128, Vec<RegisterUpdate>> = BTreeMap::new();
-        let mut spoken = BTreeMap::new();
-        self.held.retain(|&(origin, _), update| {
-            if now_ms >= last_slot_frees_ms(update) {
-                return false;
-            }
-            let speaks = *spoken
-                .entry(origin)
-                .or_insert_with(|| speaks_for_itself(origin));
-            if !speaks {
-                released.entry(origin).or_default().push(update.clone());
-            }
-            speaks
-        });
+        let mut gone = BTreeMap::new();
+        for by_origin in self.held.values_mut() {
+            by_origin.retain(|&origin, update| {
+                if now_ms >= last_slot_frees_ms(update) {
+                    return false;
+                }
+                let departed = *gone.entry(origin).or_insert_with(|| departed(origin));
+                if departed {
+                    released.entry(origin).or_default().push(update.clone());
+                }
+                !departed
+            });
+        }
+        self.held.retain(|_, by_origin| !by_origin.is_empty());
+        self.len = self.held.values().map(BTreeMap::len).sum();
         released
             .into_iter()
             .map(|(origin, updates)| Batch {
@@ -98,8 +119,19 @@ impl HeldRelays {
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.held.len()
+        self.len
     }
+}
+
+/// A register in a window's shape, its newest bucket no more than one ahead of `now_ms`'s
+/// (the clocks' margin), and not yet slid out of its window.
+fn may_hold(update: &RegisterUpdate, now_ms: u64) -> bool {
+    let Ok(spec) = WindowSpec::new(update.window_ms, update.buckets, EstimateMode::Interpolated)
+    else {
+        return false;
+    };
+    update.register.newest_epoch <= spec.epoch(now_ms).saturating_add(1)
+        && now_ms < last_slot_frees_ms(update)
 }
 
 /// When the newest slot `update` counts leaves its window: the end of its newest bucket plus
@@ -115,79 +147,4 @@ fn last_slot_frees_ms(update: &RegisterUpdate) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::crdt::{HlcTimestamp, Register};
-
-    const WINDOW_MS: u64 = 1_000;
-    const BUCKETS: u16 = 10;
-
-    fn update(key: u128, version: u64, newest_epoch: u64, admitted: u32) -> RegisterUpdate {
-        RegisterUpdate {
-            key: KeyId(key),
-            window_ms: WINDOW_MS,
-            buckets: BUCKETS,
-            register: Register {
-                version,
-                hlc: HlcTimestamp::new(newest_epoch * 100, 0),
-                newest_epoch,
-                demand: admitted,
-                admitted: vec![admitted],
-            },
-        }
-    }
-
-    fn batch(origin: u128, updates: Vec<RegisterUpdate>) -> Batch {
-        Batch {
-            origin: OriginId(origin),
-            updates,
-        }
-    }
-
-    #[test]
-    fn a_relay_is_released_once_its_origin_no_longer_speaks_for_itself() {
-        let mut held = HeldRelays::default();
-        held.hold(&batch(7, vec![update(1, 5, 100, 30)]), 10);
-        held.hold(&batch(8, vec![update(1, 2, 100, 4)]), 10);
-        // Held, not released, while both origins speak for themselves.
-        assert!(held.release(10_050, |_| true).is_empty());
-        assert_eq!(held.len(), 2);
-        // Origin 7 departs: its relay comes out, origin 8's stays.
-        let out = held.release(10_050, |o| o != 7);
-        assert_eq!(out, vec![batch(7, vec![update(1, 5, 100, 30)])]);
-        assert_eq!(held.len(), 1);
-    }
-
-    #[test]
-    fn the_newest_relay_of_a_window_is_kept_and_the_origins_own_register_supersedes_it() {
-        let mut held = HeldRelays::default();
-        held.hold(&batch(7, vec![update(1, 5, 100, 30)]), 10);
-        held.hold(&batch(7, vec![update(1, 4, 100, 20)]), 10);
-        held.hold(&batch(7, vec![update(1, 6, 100, 35)]), 10);
-        // An own register of a lower version than held leaves it.
-        held.superseded(&batch(7, vec![update(1, 5, 100, 30)]));
-        assert_eq!(held.len(), 1);
-        let out = held.release(10_050, |_| false);
-        assert_eq!(out, vec![batch(7, vec![update(1, 6, 100, 35)])]);
-        // One of a version as high drops it.
-        held.hold(&batch(7, vec![update(1, 6, 100, 35)]), 10);
-        held.superseded(&batch(7, vec![update(1, 6, 100, 35)]));
-        assert_eq!(held.len(), 0);
-    }
-
-    #[test]
-    fn what_is_held_is_bounded_and_dropped_once_its_window_slid_past() {
-        let mut held = HeldRelays::default();
-        let many: Vec<_> = (0..5).map(|k| update(k, 1, 100, 1)).collect();
-        held.hold(&batch(7, many), 3);
-        assert_eq!(held.len(), 3, "capacity");
-        // A newer version of a held window still replaces it when full.
-        held.hold(&batch(7, vec![update(0, 2, 100, 9)]), 3);
-        assert_eq!(held.len(), 3);
-        // Epoch 100 of 100 ms buckets ends at 10 100 ms; its last slot frees at 11 100 ms.
-        assert_eq!(held.release(11_099, |_| true).len(), 0);
-        assert_eq!(held.len(), 3, "still in its window");
-        assert!(held.release(11_100, |_| false).is_empty());
-        assert_eq!(held.len(), 0, "slid out of its window, released to no one");
-    }
-}
+mod tests;

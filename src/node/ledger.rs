@@ -157,7 +157,10 @@ impl<T: TimeSource> NodeCore<T> {
     /// Whether this node leases `key` now, and from when (`Limiter::owner_of` through the
     /// installed view).
     pub(super) fn leases(&self, key: KeyId) -> Option<OwnerOf> {
-        if !self.ledger.as_ref().is_some_and(LedgerNode::may_lease) {
+        // Nor while it holds a relay of the window it cannot count yet (`held_relays.rs`).
+        if !self.ledger.as_ref().is_some_and(LedgerNode::may_lease)
+            || self.held_relays.holds_window(&key)
+        {
             return None;
         }
         self.limiter

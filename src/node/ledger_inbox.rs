@@ -111,6 +111,7 @@ impl<T: TimeSource> NodeCore<T> {
             };
             self.view.wire.merged(&report, rejects.bad_shape);
         } else if !batch.updates.is_empty() {
+            self.held_relays.drop_superseded_by(&batch);
             let report = self.limiter.merge(&batch, now.cluster_ms);
             self.view.wire.merged(&report, rejects.bad_shape);
             let mut reports: Vec<Option<LedgerReport>> = vec![None; batch.updates.len()];

@@ -134,7 +134,7 @@ impl Liveness {
     }
 
     /// `member` came up or was renamed (a restart): its demand is unknown until its registers
-    /// can have arrived. `new_here`: a first join or a restart, not a return after a heal.
+    /// can have arrived. `new_here`: a process new to this node, not one back after a heal.
     pub fn joined(&mut self, member: u128, at: Instant, new_here: bool) {
         self.joined_at.insert(member, at);
         if new_here {

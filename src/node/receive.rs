@@ -263,7 +263,7 @@ impl<T: TimeSource> NodeCore<T> {
             report.not_from_origin += batch.updates.len() as u64;
             // Until the origin departs here (`held_relays.rs`).
             let capacity = self.limiter.config().max_keys;
-            self.held_relays.hold(batch, capacity);
+            self.held_relays.hold(batch, capacity, now.cluster_ms);
             registers = None;
         }
         if let Some(batch) = &sums
@@ -285,7 +285,7 @@ impl<T: TimeSource> NodeCore<T> {
             // Only a datagram from the origin's own address speaks for it (supersedes).
             report.add(&if from_sender {
                 if batch.origin == sender {
-                    self.held_relays.superseded(&batch);
+                    self.held_relays.drop_superseded_by(&batch);
                 }
                 self.limiter.merge_sent_by(&batch, sender, now.cluster_ms)
             } else {
@@ -344,13 +344,15 @@ impl<T: TimeSource> NodeCore<T> {
                 .is_some()
     }
 
-    /// Merges the relays held of members that no longer speak for themselves
-    /// (`held_relays.rs`). Runs each round, before the warm-up may end and before the owners
-    /// lease.
+    /// Merges the relays held of members SWIM dropped here (`held_relays.rs`). Runs each
+    /// round, before the owners lease.
     pub(super) fn release_held_relays(&mut self, now: Now) {
-        let mut held = std::mem::take(&mut self.held_relays);
-        let released = held.release(now.cluster_ms, |origin| self.speaks_for_itself(origin));
-        self.held_relays = held;
+        let membership = &self.membership;
+        let released = self.held_relays.release(now.cluster_ms, |origin| {
+            membership
+                .member_by_id(uuid::Uuid::from_u128(origin))
+                .is_none()
+        });
         let mut report = MergeReport::default();
         for batch in &released {
             report.add(&self.limiter.merge(batch, now.cluster_ms));

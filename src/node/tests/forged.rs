@@ -9,7 +9,7 @@ use crate::limiter::{Batch, RegisterUpdate};
 
 /// `origin`'s register of `key`, stamped now on node `i`'s clock, `admitted` in the newest
 /// bucket.
-fn register_of(
+pub(super) fn register_of(
     net: &Net,
     i: usize,
     origin: u128,
@@ -37,7 +37,7 @@ fn register_of(
 }
 
 /// Node 2 seals `batch` as a datagram of `kind` to node 0, which opens it.
-fn send_from_2_to_0(net: &mut Net, kind: Kind, batch: &Batch) {
+pub(super) fn send_from_2_to_0(net: &mut Net, kind: Kind, batch: &Batch) {
     let to = Destination {
         addr: addr(0),
         node: Some(1),
@@ -50,7 +50,7 @@ fn send_from_2_to_0(net: &mut Net, kind: Kind, batch: &Batch) {
     net.deliver();
 }
 
-fn not_from_origin(net: &Net) -> u64 {
+pub(super) fn not_from_origin(net: &Net) -> u64 {
     net.node(0).view().wire.snapshot().merges.not_from_origin
 }
 
@@ -235,6 +235,7 @@ fn a_relay_refused_while_its_origin_is_live_here_counts_once_the_origin_departs(
     // an origin can emit.
     let last = register_of(&net, 2, 2, b"tenant", 2_000, 40);
     send_from_2_to_0(&mut net, Kind::AntiEntropy, &last);
+    net.run_ms(1_000);
     assert_eq!(net.seen(0, b"tenant", 2), 30.0, "node 1 is live here");
     assert_eq!(not_from_origin(&net), 1);
     // Node 1 crashes; node 0's SWIM drops it.

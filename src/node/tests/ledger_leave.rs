@@ -521,3 +521,68 @@ fn a_departed_users_spends_reach_the_next_owner_when_the_owner_leaves() {
         );
     }
 }
+
+/// An owner that holds a relay of a window it cannot count yet (its origin still listed here)
+/// leases nothing of that window, and once SWIM drops the origin the relay counts: a user that
+/// departed as the relay came has its spends in the owner's ledger before the owner leases.
+#[test]
+fn an_owner_leases_nothing_of_a_window_whose_relay_it_cannot_count_yet() {
+    use super::forged::{not_from_origin, register_of, send_from_2_to_0};
+    let l = lim(60, 60_000);
+    let mut net = ledger_nodes(3, |_| 0);
+    net.run_ms(6_000);
+    assert_eq!(net.members(0), 2, "the three formed a cluster");
+    let owned_by_0 = |net: &mut Net, prefix: &str, skip: usize| {
+        (0..1_000)
+            .map(|i| format!("{prefix}-{i}").into_bytes())
+            .filter(|k| {
+                let id = net.node(0).limiter().key_id(k, &l.window);
+                let owners = net.nodes[0].as_mut().unwrap().owners_of(id);
+                owners.is_some_and(|o| o[0].as_u128() == 1)
+            })
+            .nth(skip)
+            .expect("a window of node 0's")
+    };
+    let key = owned_by_0(&mut net, "key", 0);
+    let control = owned_by_0(&mut net, "key", 1);
+    // Node 1 (boot id 2) spent the window's whole limit by its last register, which node 0
+    // never had from it; node 2 relays it while node 0 still lists node 1.
+    let last = register_of(&net, 2, 2, &key, 2_000, l.max);
+    send_from_2_to_0(&mut net, Kind::AntiEntropy, &last);
+    assert_eq!(not_from_origin(&net), 1, "refused as node 1's own");
+    let mut admitted = Vec::new();
+    let mut beside = Vec::new();
+    let until = net.now(1).cluster_ms + 1_000;
+    check_until(&mut net, &[2], &key, l, (until, 20), &mut admitted);
+    check_until(
+        &mut net,
+        &[2],
+        &control,
+        l,
+        (until + 1_000, 20),
+        &mut beside,
+    );
+    assert!(!beside.is_empty(), "node 2 is leased a window beside it");
+    // Node 1 crashes; node 0's SWIM drops it.
+    net.nodes[1] = None;
+    let mut waited_ms = 0;
+    while net.members(0) == 2 {
+        assert!(waited_ms < 30_000, "node 0 never dropped node 1");
+        net.run_ms(100);
+        waited_ms += 100;
+    }
+    let until = net.now(0).cluster_ms + 2_000;
+    while net.now(0).cluster_ms < until {
+        let at = net.now(2).cluster_ms;
+        if check_with(&mut net, 2, &key, l) {
+            admitted.push(at);
+        }
+        net.run_ms(20);
+    }
+    assert_eq!(net.seen(0, &key, 2), f64::from(l.max), "the relay counts");
+    assert!(
+        admitted.is_empty(),
+        "{} admitted in a window node 1 had spent whole",
+        admitted.len()
+    );
+}
