@@ -1,23 +1,23 @@
-//! Registers relayed in the name of a member this node still lists, held until SWIM drops that
-//! member here.
+//! Registers relayed in the name of a member this node still counts as speaking for itself,
+//! held until it no longer does.
 //!
 //! A live member speaks for itself: its registers relayed by another are refused (`receive.rs`).
 //! But a member relays them because it has seen their origin depart, and this node sees the
 //! same departure later (SWIM's word spreads in a few rounds). The relay carries what the origin
 //! spent last, which no one else sends again before the next anti-entropy: a window's next
 //! owner that refused it would lease as if the departed origin had spent nothing. So a refused
-//! relay is held, the newest per window and origin, and merged (as any departed origin's relayed
-//! register) in the first round after SWIM dropped its origin here; and an owner leases
-//! nothing of a window while it holds a relay of it (`NodeCore::leases`), so that what it
-//! cannot count yet never goes unaccounted in a lease.
+//! relay is held, the newest per window and origin, and merged (as a relay arriving then would
+//! be) in the first round where its origin no longer speaks for itself here; and a starting
+//! node ends its warm-up holding the cluster's state only once nothing is held
+//! (`NodeCore::update_readiness`), so that a joiner taking windows over counts what users that
+//! departed as it joined spent before its floor lets it lease.
 //!
 //! Held is what any member holding the cluster key could send once the origin has departed:
-//! holding it grants no more, except that a forged relay holds a window's leases back until
-//! it goes (fail closed). A relay goes once its origin's own register is as new (the origin
-//! spoke for itself), once every slot it counts has slid out of its window, or when merged.
-//! Only a relay in a valid shape, not stamped more than a bucket ahead of now, is held; at most
-//! `capacity` (the key table's size: one for each window the node can hold); past it, new
-//! relays are dropped.
+//! holding it grants no more. A relay goes once its origin's own register is as new (the
+//! origin spoke for itself), once every slot it counts has slid out of its window, or when
+//! merged. Only a relay in a valid window shape, not stamped further ahead than a merge takes
+//! (a window's buckets), and still in its window is held; at most `capacity` (the key table's
+//! size: one for each window the node can hold); past it, new relays are dropped.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
@@ -59,9 +59,9 @@ impl HeldRelays {
         }
     }
 
-    /// Whether a relay of `key` is held.
-    pub fn holds_window(&self, key: &KeyId) -> bool {
-        self.len > 0 && self.held.contains_key(key)
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// The origin's own registers arrived: held relays of a version no higher add nothing.
@@ -86,8 +86,8 @@ impl HeldRelays {
         }
     }
 
-    /// Takes out what is held of origins that `departed`, as one batch an origin, and drops
-    /// what has slid out of its window by `now_ms`.
+    /// Takes out what is held of origins that `departed` (no longer speak for themselves), as
+    /// one batch an origin, and drops what has slid out of its window by `now_ms`.
     pub fn release(&mut self, now_ms: u64, departed: impl Fn(u128) -> bool) -> Vec<Batch> {
         if self.len == 0 {
             return Vec::new();
@@ -123,15 +123,15 @@ impl HeldRelays {
     }
 }
 
-/// A register in a window's shape, its newest bucket no more than one ahead of `now_ms`'s
-/// (the clocks' margin), and not yet slid out of its window.
+/// A register in a window's shape, its newest bucket no further ahead of `now_ms`'s than a
+/// merge takes (a window's buckets), and not yet slid out of its window.
 fn may_hold(update: &RegisterUpdate, now_ms: u64) -> bool {
     let Ok(spec) = WindowSpec::new(update.window_ms, update.buckets, EstimateMode::Interpolated)
     else {
         return false;
     };
-    update.register.newest_epoch <= spec.epoch(now_ms).saturating_add(1)
-        && now_ms < last_slot_frees_ms(update)
+    let ahead = spec.epoch(now_ms).saturating_add(u64::from(spec.buckets()));
+    update.register.newest_epoch <= ahead && now_ms < last_slot_frees_ms(update)
 }
 
 /// When the newest slot `update` counts leaves its window: the end of its newest bucket plus

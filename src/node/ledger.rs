@@ -157,10 +157,7 @@ impl<T: TimeSource> NodeCore<T> {
     /// Whether this node leases `key` now, and from when (`Limiter::owner_of` through the
     /// installed view).
     pub(super) fn leases(&self, key: KeyId) -> Option<OwnerOf> {
-        // Nor while it holds a relay of the window it cannot count yet (`held_relays.rs`).
-        if !self.ledger.as_ref().is_some_and(LedgerNode::may_lease)
-            || self.held_relays.holds_window(&key)
-        {
+        if !self.ledger.as_ref().is_some_and(LedgerNode::may_lease) {
             return None;
         }
         self.limiter

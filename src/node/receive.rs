@@ -344,15 +344,13 @@ impl<T: TimeSource> NodeCore<T> {
                 .is_some()
     }
 
-    /// Merges the relays held of members SWIM dropped here (`held_relays.rs`). Runs each
-    /// round, before the owners lease.
+    /// Merges the relays held of members that no longer speak for themselves here, as a relay
+    /// that arrived then would be (`held_relays.rs`). Runs each round, before the warm-up may
+    /// end and before the owners lease.
     pub(super) fn release_held_relays(&mut self, now: Now) {
-        let membership = &self.membership;
-        let released = self.held_relays.release(now.cluster_ms, |origin| {
-            membership
-                .member_by_id(uuid::Uuid::from_u128(origin))
-                .is_none()
-        });
+        let mut held = std::mem::take(&mut self.held_relays);
+        let released = held.release(now.cluster_ms, |origin| !self.speaks_for_itself(origin));
+        self.held_relays = held;
         let mut report = MergeReport::default();
         for batch in &released {
             report.add(&self.limiter.merge(batch, now.cluster_ms));

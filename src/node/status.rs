@@ -202,8 +202,11 @@ impl<T: TimeSource> NodeCore<T> {
         let Some(w) = &self.warmup else {
             return;
         };
+        // Nor is the state whole while a relay of a member this node still counts as speaking
+        // for itself is held: what that member spent counts once it departs (`held_relays.rs`).
         match w.end(now.at, &members, clocks, settle, self.params.warmup_timeout) {
             None => return,
+            Some(WarmupEnd::HoldsState { .. }) if !self.held_relays.is_empty() => return,
             Some(WarmupEnd::HoldsState { waited }) => {
                 tracing::info!(
                     members = members.len(),

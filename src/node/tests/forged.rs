@@ -38,9 +38,14 @@ pub(super) fn register_of(
 
 /// Node 2 seals `batch` as a datagram of `kind` to node 0, which opens it.
 pub(super) fn send_from_2_to_0(net: &mut Net, kind: Kind, batch: &Batch) {
+    send_from_2(net, 0, kind, batch);
+}
+
+/// Node 2 seals `batch` as a datagram of `kind` to node `i` (boot id `i + 1`).
+pub(super) fn send_from_2(net: &mut Net, i: usize, kind: Kind, batch: &Batch) {
     let to = Destination {
-        addr: addr(0),
-        node: Some(1),
+        addr: addr(i),
+        node: Some(i as u128 + 1),
     };
     let now = net.now(2);
     net.nodes[2]

@@ -96,3 +96,42 @@ fn only_a_process_new_to_the_node_counts_as_it_comes_up() {
     }
     assert!(!came_up(&net), "a member back after a heal does not");
 }
+
+/// A joiner that holds a relay of a user it still lists (the user departed as it joined, and
+/// the relaying member saw it first) does not take its state for whole: its warm-up ends only
+/// on its timeout or once SWIM drops the user here, and then what the user spent counts.
+#[test]
+fn a_joiner_holding_a_relay_of_a_user_it_still_lists_does_not_end_its_warm_up() {
+    use super::forged::{register_of, send_from_2};
+    let mut net = ledger_nodes(3, |_| 0);
+    net.run_ms(6_000);
+    assert_eq!(net.members(0), 2, "the three formed a cluster");
+    let mut p = net.params(3, 4, &[0]);
+    p.dissemination = Dissemination::Owners;
+    let timeout = p.warmup_timeout;
+    net.boot_with(p);
+    let booted = net.at();
+    net.run_ms(200);
+    assert_eq!(net.members(3), 3, "the joiner lists the three");
+    // Node 1 (boot id 2) spent 40 by its last register; node 2 relays it to the joiner.
+    let last = register_of(&net, 2, 2, b"tenant", 2_000, 40);
+    send_from_2(&mut net, 3, Kind::AntiEntropy, &last);
+    let refused = net.node(3).view().wire.snapshot().merges.not_from_origin;
+    assert_eq!(refused, 1, "the joiner refused it as node 1's own");
+    // Every member pushes the joiner its state; the held relay keeps the warm-up on.
+    while net.at() < booted + timeout - std::time::Duration::from_millis(200) {
+        net.run_ms(100);
+        assert!(!net.node(3).is_ready(), "ready with node 1's relay held");
+    }
+    // Node 1 crashes; the joiner's SWIM drops it, and the relay counts.
+    net.nodes[1] = None;
+    let mut waited_ms = 0;
+    while net.members(3) == 3 {
+        assert!(waited_ms < 30_000, "the joiner never dropped node 1");
+        net.run_ms(100);
+        waited_ms += 100;
+    }
+    net.run_ms(400);
+    assert_eq!(net.seen(3, b"tenant", 2), 40.0, "the held relay counts");
+    assert!(net.node(3).is_ready());
+}
