@@ -90,7 +90,8 @@ pub struct NodeCore<T> {
     /// The members SWIM suspected at the start of the last round (one look a round serves
     /// the log, the ring and liveness).
     pub(super) suspects: std::collections::BTreeSet<u128>,
-    /// Relays of live members' registers, refused, merged once their origin departs here.
+    /// Relays of live members' registers, refused, merged once their origin no longer speaks
+    /// for itself here.
     pub(super) held_relays: super::held_relays::HeldRelays,
 }
 

@@ -2,19 +2,20 @@
 //! held until it no longer does.
 //!
 //! A live member speaks for itself: its registers relayed by another are refused (`receive.rs`).
-//! But a member relays them because it has seen their origin depart, and this node sees the
-//! same departure later (SWIM's word spreads in a few rounds). The relay carries what the origin
-//! spent last, which no one else sends again before the next anti-entropy: a window's next
-//! owner that refused it would lease as if the departed origin had spent nothing. So a refused
-//! relay is held, the newest per window and origin, and merged (as a relay arriving then would
-//! be) in the first round where its origin no longer speaks for itself here; and a starting
-//! node ends its warm-up holding the cluster's state only once nothing is held
-//! (`NodeCore::update_readiness`), so that a joiner taking windows over counts what users that
-//! departed as it joined spent before its floor lets it lease.
+//! But a member relays the registers of every origin it no longer lists (most often one it saw
+//! depart, which this node sees later: SWIM's word spreads in a few rounds). The relay carries
+//! what the origin spent last, which no one else sends again before the next anti-entropy: a
+//! window's next owner that refused it would lease as if the departed origin had spent
+//! nothing. So a refused relay is held, the newest per window and origin, and merged (as a
+//! relay arriving then would be) in the first round where its origin no longer speaks for
+//! itself here. A starting node's warm-up does not end holding the cluster's state while
+//! anything is held (`NodeCore::update_readiness`): a joiner taking windows over counts what
+//! users that departed as it joined spent before its early floor lets it lease, or its
+//! warm-up times out and it waits the whole quiet period (`RingView::floor_of`).
 //!
 //! Held is what any member holding the cluster key could send once the origin has departed:
-//! holding it grants no more. A relay goes once its origin's own register is as new (the
-//! origin spoke for itself), once every slot it counts has slid out of its window, or when
+//! holding it grants no more. A relay goes once an own register of its origin's as new arrives
+//! (the origin spoke for itself), once every slot it counts has slid out of its window, or when
 //! merged. Only a relay in a valid window shape, not stamped further ahead than a merge takes
 //! (a window's buckets), and still in its window is held; at most `capacity` (the key table's
 //! size: one for each window the node can hold); past it, new relays are dropped.

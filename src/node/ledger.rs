@@ -68,7 +68,8 @@ impl<T: TimeSource> NodeCore<T> {
     /// than a quiet period less a round. A member comes up at a node before the node hears
     /// it (the word comes from any member), and until its heard time is relayed: without
     /// this every join would take the joiner's part from every window until a quiet period
-    /// after it was heard (`part_at`), though a member new to the cluster holds no token.
+    /// after it was heard (`part_at`), though a new process holds no token (at a joiner,
+    /// where every member comes up new, the joiner's floor keeps the bound).
     /// Counted so for less than a quiet period, a member never raises a part (a part rises
     /// only once it has held a quiet period); it only puts off the fall its coming up makes,
     /// as if this node had learned of it that much later. A SWIM suspicion does not take a

@@ -261,9 +261,11 @@ impl<T: TimeSource> NodeCore<T> {
             && !(batch.origin == sender && from_sender)
         {
             report.not_from_origin += batch.updates.len() as u64;
-            // Until the origin departs here (`held_relays.rs`).
-            let capacity = self.limiter.config().max_keys;
-            self.held_relays.hold(batch, capacity, now.cluster_ms);
+            // A relay, held until the origin no longer speaks for itself (`held_relays.rs`).
+            if batch.origin != sender {
+                let capacity = self.limiter.config().max_keys;
+                self.held_relays.hold(batch, capacity, now.cluster_ms);
+            }
             registers = None;
         }
         if let Some(batch) = &sums

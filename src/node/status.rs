@@ -198,15 +198,20 @@ impl<T: TimeSource> NodeCore<T> {
         } else {
             self.clock_sync.has_estimates(members.iter().copied())
         };
-        let clocks = estimated && said;
+        // Nor is the state whole while a relay of a member that still speaks for itself here
+        // is held: what that member spent counts once it no longer does (`held_relays.rs`).
+        let rest_whole = estimated && said && self.held_relays.is_empty();
         let Some(w) = &self.warmup else {
             return;
         };
-        // Nor is the state whole while a relay of a member this node still counts as speaking
-        // for itself is held: what that member spent counts once it departs (`held_relays.rs`).
-        match w.end(now.at, &members, clocks, settle, self.params.warmup_timeout) {
+        match w.end(
+            now.at,
+            &members,
+            rest_whole,
+            settle,
+            self.params.warmup_timeout,
+        ) {
             None => return,
-            Some(WarmupEnd::HoldsState { .. }) if !self.held_relays.is_empty() => return,
             Some(WarmupEnd::HoldsState { waited }) => {
                 tracing::info!(
                     members = members.len(),

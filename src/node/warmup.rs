@@ -48,14 +48,14 @@ impl Warmup {
         self.last_member_change = Some(at);
     }
 
-    /// Whether the warm-up is over at `at`, given the current `members` and whether each
-    /// one's clock has been estimated. `settle` is how long the member set must have been
-    /// still.
+    /// Whether the warm-up is over at `at`, given the current `members` and whether the rest
+    /// of the state is whole (each member's clock estimated, nothing held back). `settle` is
+    /// how long the member set must have been still.
     pub fn end(
         &self,
         at: Instant,
         members: &[u128],
-        clocks_estimated: bool,
+        rest_whole: bool,
         settle: Duration,
         timeout: Duration,
     ) -> Option<WarmupEnd> {
@@ -64,7 +64,7 @@ impl Warmup {
             .is_some_and(|t| at.saturating_duration_since(t) >= settle);
         let heard_all = !members.is_empty()
             && members.iter().all(|m| self.heard_state.contains(m))
-            && clocks_estimated;
+            && rest_whole;
         let waited = at.saturating_duration_since(self.started);
         if heard_all && settled {
             Some(WarmupEnd::HoldsState { waited })
