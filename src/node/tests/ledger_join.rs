@@ -82,18 +82,9 @@ fn only_a_process_new_to_the_node_counts_as_it_comes_up() {
     assert!(came_up(&net), "a first join counts");
     // Node 2 is cut off until node 0 declares it down, then heals.
     net.cut[2] = true;
-    let mut waited_ms = 0;
-    while net.members(0) == 2 {
-        assert!(waited_ms < 30_000, "node 0 never declared node 2 down");
-        net.run_ms(100);
-        waited_ms += 100;
-    }
+    net.run_until_members(0, 1, "node 0 never declared node 2 down");
     net.cut[2] = false;
-    while net.members(0) == 1 {
-        assert!(waited_ms < 60_000, "node 2 never came back at node 0");
-        net.run_ms(100);
-        waited_ms += 100;
-    }
+    net.run_until_members(0, 2, "node 2 never came back at node 0");
     assert!(!came_up(&net), "a member back after a heal does not");
 }
 
@@ -131,12 +122,7 @@ fn a_joiner_holding_a_relay_of_a_user_it_still_lists_ends_its_warm_up_only_on_it
     assert_eq!(net.seen(3, b"tenant", 2), 0.0, "node 1 speaks for itself");
     // Node 1 crashes; the joiner's SWIM suspects, then drops it, and the relay counts.
     net.nodes[1] = None;
-    let mut waited_ms = 0;
-    while net.members(3) == 3 {
-        assert!(waited_ms < 30_000, "the joiner never dropped node 1");
-        net.run_ms(100);
-        waited_ms += 100;
-    }
+    net.run_until_members(3, 2, "the joiner never dropped node 1");
     net.run_ms(400);
     assert_eq!(net.seen(3, b"tenant", 2), 40.0, "the held relay counts");
 }

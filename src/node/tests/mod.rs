@@ -232,6 +232,17 @@ impl Net {
             })
     }
 
+    /// Runs 100 ms at a time until node `i` lists `members` others; fails, saying `what`, past
+    /// 30 s.
+    fn run_until_members(&mut self, i: usize, members: usize, what: &str) {
+        let mut waited_ms = 0;
+        while self.members(i) != members {
+            assert!(waited_ms < 30_000, "{what}");
+            self.run_ms(100);
+            waited_ms += 100;
+        }
+    }
+
     fn sent_kind(&self, i: usize, kind: Kind) -> usize {
         self.sent[i].iter().filter(|o| o.kind == kind).count()
     }
