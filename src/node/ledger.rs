@@ -64,18 +64,17 @@ impl<T: TimeSource> NodeCore<T> {
     /// are expected too: they cannot join (each side refuses the other's datagrams as stale),
     /// and each of them may be leasing a ring of its own. On its side are the members its side
     /// heard from within [`present_within_rounds`] (`relay.rs`), so that the part falls within
-    /// that time of a cut; and a member that came up at this node within that time, but less
-    /// than a quiet period less a round. A member comes up at a node before the node hears
-    /// it (the word comes from any member), and until its heard time is relayed: without
-    /// this every join would take the joiner's part from every window until a quiet period
-    /// after it was heard (`part_at`), though a new process holds no token (at a joiner,
-    /// where every member comes up new, the joiner's floor keeps the bound).
-    /// Counted so for less than a quiet period, a member never raises a part (a part rises
-    /// only once it has held a quiet period); it only puts off the fall its coming up makes,
-    /// as if this node had learned of it that much later. A SWIM suspicion does not take a
-    /// member off the side: under loss SWIM suspects members its side still hears, often
-    /// (`sim/tests/faults.rs`, `loss_under_the_ledger_costs_utilization_never_the_bound`), and
-    /// the horizon alone bounds when the part falls.
+    /// that time of a cut; and a process new to this node that came up here within that
+    /// time, but less than a quiet period less a round (`Liveness::came_up_within`). It comes
+    /// up before it is heard: without this every join would take the joiner's part from every
+    /// window until a quiet period after it was heard (`part_at`), though a new process holds
+    /// no token. So counted, it puts off the fall its coming up makes and counts toward the
+    /// quiet period of a rise, which comes that much sooner; at a joiner, where every member
+    /// comes up new, the joiner's floor keeps the bound (ALGORITHM.md, L3). A SWIM suspicion
+    /// does not take a member off the side: under loss SWIM suspects members its side still
+    /// hears, often (`sim/tests/faults.rs`,
+    /// `loss_under_the_ledger_costs_utilization_never_the_bound`), and the horizon alone bounds
+    /// when the part falls.
     ///
     /// [`present_within_rounds`]: crate::ledger::tuning::present_within_rounds
     fn lease_part(&mut self, now: Now) -> (u64, u64) {
