@@ -97,7 +97,7 @@ impl HeldRelays {
         let mut gone = BTreeMap::new();
         for by_origin in self.held.values_mut() {
             by_origin.retain(|&origin, update| {
-                if now_ms >= last_slot_frees_ms(update) {
+                if expired(update, now_ms) {
                     return false;
                 }
                 let departed = *gone.entry(origin).or_insert_with(|| departed(origin));
@@ -127,24 +127,20 @@ impl HeldRelays {
 /// A register in a window's shape, its newest bucket no further ahead of `now_ms`'s than a
 /// merge takes (a window's buckets), and not yet slid out of its window.
 fn may_hold(update: &RegisterUpdate, now_ms: u64) -> bool {
-    let Ok(spec) = WindowSpec::new(update.window_ms, update.buckets, EstimateMode::Interpolated)
-    else {
+    let Some(spec) = spec_of(update) else {
         return false;
     };
     let ahead = spec.epoch(now_ms).saturating_add(u64::from(spec.buckets()));
-    update.register.newest_epoch <= ahead && now_ms < last_slot_frees_ms(update)
+    update.register.newest_epoch <= ahead && !update.register.as_ref().is_expired(&spec, now_ms)
 }
 
-/// When the newest slot `update` counts leaves its window: the end of its newest bucket plus
-/// the window's length.
-fn last_slot_frees_ms(update: &RegisterUpdate) -> u64 {
-    let bucket_ms = update.window_ms / u64::from(update.buckets.max(1));
-    update
-        .register
-        .newest_epoch
-        .saturating_add(1)
-        .saturating_mul(bucket_ms.max(1))
-        .saturating_add(update.window_ms)
+/// Whether every slot `update` counts has left its window by `now_ms`.
+fn expired(update: &RegisterUpdate, now_ms: u64) -> bool {
+    spec_of(update).is_none_or(|spec| update.register.as_ref().is_expired(&spec, now_ms))
+}
+
+fn spec_of(update: &RegisterUpdate) -> Option<WindowSpec> {
+    WindowSpec::new(update.window_ms, update.buckets, EstimateMode::Interpolated).ok()
 }
 
 #[cfg(test)]
